@@ -1,0 +1,47 @@
+# frontdoor: build, test and benchmark.
+GO       ?= go
+PKGS     ?= ./...
+BENCHTIME ?= 2s
+
+.PHONY: test build lint bench fuzz redis-server demo clean
+
+## test: run every test with the race detector against a real redis-server.
+test: redis-server
+	FRONTDOOR_REQUIRE_REDIS=1 $(GO) test -race -count=1 $(PKGS)
+
+## redis-server: make sure Debian's redis-server is installed (tests start their own).
+redis-server:
+	@if ! command -v redis-server >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing redis-server with apt-get"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null; \
+		else \
+			echo "redis-server is missing; install it with: sudo apt-get install -y redis-server"; exit 1; \
+		fi; \
+	fi
+
+## build: build both binaries into ./bin.
+build:
+	$(GO) build -o bin/frontdoor ./cmd/frontdoor
+	$(GO) build -o bin/gpusim ./cmd/gpusim
+
+## lint: gofmt and go vet must be clean.
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+## bench: Go micro-benchmarks, then the gateway overhead benchmark.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+	$(GO) run ./bench/overhead
+
+## fuzz: fuzz the request parser for 60s.
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzParseRequest -fuzztime 60s ./adapters
+
+## demo: run the self-contained demo.
+demo:
+	$(GO) run ./cmd/frontdoor demo
+
+clean:
+	rm -rf bin

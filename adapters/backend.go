@@ -1,0 +1,388 @@
+package adapters
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Kind is an upstream engine flavour.
+type Kind string
+
+// Upstream kinds.
+const (
+	KindVLLM      Kind = "vllm"
+	KindTGI       Kind = "tgi"
+	KindSGLang    Kind = "sglang"
+	KindOpenAI    Kind = "openai"
+	KindDashScope Kind = "dashscope"
+)
+
+// Valid reports whether k is a known kind.
+func (k Kind) Valid() bool {
+	switch k {
+	case KindVLLM, KindTGI, KindSGLang, KindOpenAI, KindDashScope:
+		return true
+	}
+	return false
+}
+
+// Backend sends one request to an upstream and returns its answer,
+// positioned after the headers: a streamed body is read event by event with
+// Next. It is the extension point for engines that differ in a real way.
+type Backend interface {
+	Send(ctx context.Context, req *UpstreamRequest) (*UpstreamResponse, error)
+	// MapError turns an upstream error answer into the client's OpenAI error.
+	MapError(status int, body []byte) *APIError
+	Name() string
+}
+
+var _ Backend = (*HTTPBackend)(nil)
+
+// Config holds the upstream client settings shared by every backend.
+type Config struct {
+	Connect   time.Duration // TCP connect timeout
+	FirstByte time.Duration // streams: time until the response headers
+	Idle      time.Duration // streams: longest gap between two reads
+	Total     time.Duration // whole exchange; also the deadline of a non-streaming answer
+	MaxConns  int           // connection pool size per upstream
+}
+
+// DefaultConfig returns the defaults of the timeouts: section.
+func DefaultConfig() Config {
+	return Config{Connect: 2 * time.Second, FirstByte: 60 * time.Second, Idle: 30 * time.Second, Total: 10 * time.Minute, MaxConns: 1024}
+}
+
+// Validate checks the settings.
+func (c Config) Validate() error {
+	var errs []error
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"connect", c.Connect}, {"first_byte", c.FirstByte}, {"idle", c.Idle}, {"total", c.Total}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s: must be > 0", d.name))
+		}
+	}
+	if c.MaxConns < 1 {
+		errs = append(errs, errors.New("max_conns: must be >= 1"))
+	}
+	return errors.Join(errs...)
+}
+
+// Target names an upstream.
+type Target struct {
+	Name    string
+	URL     string // server root (http://h:9001) or an OpenAI base ending in /v1
+	Kind    Kind
+	APIKey  string // sent as the upstream bearer token; never logged
+	Headers map[string]string
+}
+
+// BaseURL returns the OpenAI base of a target URL: its path if that ends in
+// a version segment such as /v1, else the path plus /v1.
+func BaseURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("invalid url: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, errors.New("missing scheme: want http:// or https://")
+	}
+	if u.Host == "" {
+		return nil, errors.New("missing host")
+	}
+	p := strings.TrimSuffix(u.Path, "/")
+	if last := p[strings.LastIndexByte(p, '/')+1:]; !(len(last) >= 2 && last[0] == 'v' && last[1] >= '0' && last[1] <= '9') {
+		p += "/v1"
+	}
+	u.Path = p
+	return u, nil
+}
+
+// UpstreamRequest is one request for a backend.
+type UpstreamRequest struct {
+	Endpoint  Endpoint
+	Body      []byte
+	Stream    bool
+	RequestID string
+}
+
+// UpstreamResponse is an upstream answer. For a stream with a 2xx status the
+// body is read with Next; otherwise Body holds it whole. Close must be called.
+type UpstreamResponse struct {
+	Status      int
+	ContentType string
+	RetryAfter  string
+	Body        []byte
+
+	resp     *fasthttp.Response
+	conn     *trackedConn
+	sse      *SSEReader
+	first    *SSEEvent // read before Send returned; handed out by the first Next
+	idle     time.Duration
+	deadline time.Time
+}
+
+// Streaming reports whether the body is read with Next.
+func (r *UpstreamResponse) Streaming() bool { return r.sse != nil }
+
+// Next returns the next SSE event of a streaming answer. Each read waits at
+// most the idle timeout (and never past the total deadline).
+func (r *UpstreamResponse) Next() (SSEEvent, error) {
+	if r.sse == nil {
+		return SSEEvent{}, io.EOF
+	}
+	if r.first != nil {
+		ev := *r.first
+		r.first = nil
+		return ev, nil
+	}
+	if r.conn != nil && !r.sse.Buffered() {
+		d := time.Now().Add(r.idle)
+		if d.After(r.deadline) {
+			d = r.deadline
+		}
+		_ = r.conn.Conn.SetReadDeadline(d)
+	}
+	ev, err := r.sse.Next()
+	if err != nil && isTimeout(err) {
+		return ev, fmt.Errorf("upstream idle for more than %s: %w", r.idle, ErrIdleTimeout)
+	}
+	return ev, err
+}
+
+// Buffered reports whether the next event is already in memory, so a flush
+// to the client can wait.
+func (r *UpstreamResponse) Buffered() bool {
+	return r.first != nil || (r.sse != nil && r.sse.Buffered())
+}
+
+// Interrupt cuts a streaming answer's connection from another goroutine;
+// the reader's next Next fails. Close must still be called by the reader.
+func (r *UpstreamResponse) Interrupt() {
+	if r.conn != nil {
+		_ = r.conn.Conn.Close()
+	}
+}
+
+// Close releases the answer. An unfinished stream closes its connection, so
+// the upstream sees the request end at once.
+func (r *UpstreamResponse) Close() {
+	if r.resp != nil {
+		_ = r.resp.CloseBodyStream()
+		fasthttp.ReleaseResponse(r.resp)
+		r.resp = nil
+	}
+}
+
+// Errors of Send that happened before the first byte; all are retryable on
+// another node.
+var (
+	ErrConnect          = errors.New("connect failed")
+	ErrFirstByteTimeout = errors.New("no response before the first-byte timeout")
+	ErrIdleTimeout      = errors.New("stream idle timeout")
+	ErrUpstreamClosed   = errors.New("upstream closed the connection")
+)
+
+// HTTPBackend speaks OpenAI-compatible HTTP to one upstream (vLLM, SGLang,
+// TGI's Messages API, DashScope's compatible mode or any OpenAI server).
+type HTTPBackend struct {
+	target Target
+	cfg    Config
+	client *fasthttp.HostClient
+	base   string // path prefix, e.g. /v1
+	auth   string // "Bearer <key>" or ""
+}
+
+// NewHTTPBackend builds a backend with its own keep-alive pool.
+func NewHTTPBackend(t Target, cfg Config) (*HTTPBackend, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	u, err := BaseURL(t.URL)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", t.Name, err)
+	}
+	host := u.Host
+	if u.Port() == "" {
+		if u.Scheme == "https" {
+			host += ":443"
+		} else {
+			host += ":80"
+		}
+	}
+	b := &HTTPBackend{target: t, cfg: cfg, base: u.Path}
+	if t.APIKey != "" {
+		b.auth = "Bearer " + t.APIKey
+	}
+	dialer := &net.Dialer{Timeout: cfg.Connect, KeepAlive: 30 * time.Second}
+	b.client = &fasthttp.HostClient{
+		Addr:                          host,
+		Name:                          "frontdoor",
+		IsTLS:                         u.Scheme == "https",
+		MaxConns:                      cfg.MaxConns,
+		MaxIdleConnDuration:           30 * time.Second,
+		ReadBufferSize:                16 << 10,
+		WriteBufferSize:               16 << 10,
+		MaxResponseBodySize:           64 << 20,
+		DisableHeaderNamesNormalizing: false,
+		NoDefaultUserAgentHeader:      true,
+		RetryIfErr:                    func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
+		Dial: func(addr string) (net.Conn, error) {
+			c, err := dialer.Dial("tcp", addr)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrConnect, err)
+			}
+			tc := &trackedConn{Conn: c}
+			tc.local = connAddr{Addr: c.LocalAddr(), conn: tc}
+			return tc, nil
+		},
+	}
+	return b, nil
+}
+
+// Name returns the upstream's name.
+func (b *HTTPBackend) Name() string { return b.target.Name }
+
+// Target returns the upstream's description.
+func (b *HTTPBackend) Target() Target { return b.target }
+
+// Send performs the request. It returns once the response headers (and, for
+// non-streaming answers, the body) have arrived.
+func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamResponse, error) {
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI(b.base + ur.Endpoint.Path())
+	req.Header.SetHost(b.client.Addr)
+	req.Header.SetContentType("application/json")
+	if b.auth != "" {
+		req.Header.Set(fasthttp.HeaderAuthorization, b.auth)
+	}
+	if ur.RequestID != "" {
+		req.Header.Set("X-Request-Id", ur.RequestID)
+	}
+	if ur.Stream {
+		req.Header.Set(fasthttp.HeaderAccept, "text/event-stream")
+	}
+	for k, v := range b.target.Headers {
+		req.Header.Set(k, v)
+	}
+	req.SetBodyRaw(ur.Body)
+
+	start := time.Now()
+	total := start.Add(b.cfg.Total)
+	if d, ok := ctx.Deadline(); ok && d.Before(total) {
+		total = d
+	}
+	wait := time.Until(total)
+	if ur.Stream && b.cfg.FirstByte < wait {
+		wait = b.cfg.FirstByte
+	}
+	if wait <= 0 {
+		return nil, ErrFirstByteTimeout
+	}
+	req.SetTimeout(wait)
+
+	resp := fasthttp.AcquireResponse()
+	resp.StreamBody = ur.Stream
+	if err := b.client.Do(req, resp); err != nil {
+		fasthttp.ReleaseResponse(resp)
+		return nil, classify(err)
+	}
+	out := &UpstreamResponse{
+		Status:      resp.StatusCode(),
+		ContentType: string(resp.Header.ContentType()),
+		RetryAfter:  string(resp.Header.Peek(fasthttp.HeaderRetryAfter)),
+		resp:        resp,
+		idle:        b.cfg.Idle,
+		deadline:    total,
+	}
+	if !ur.Stream {
+		out.Body = resp.Body()
+		return out, nil
+	}
+	if a, ok := resp.LocalAddr().(*connAddr); ok {
+		out.conn = a.conn
+		_ = a.conn.Conn.SetReadDeadline(time.Time{})
+	}
+	stream := resp.BodyStream()
+	if out.Status/100 != 2 || !strings.HasPrefix(out.ContentType, "text/event-stream") {
+		// An error (or a server that ignored stream:true): read it whole.
+		if out.conn != nil {
+			_ = out.conn.Conn.SetReadDeadline(time.Now().Add(b.cfg.Idle))
+		}
+		body, err := io.ReadAll(io.LimitReader(stream, 4<<20))
+		if err != nil {
+			out.Close()
+			return nil, classify(err)
+		}
+		out.Body = body
+		return out, nil
+	}
+	// Engines send stream headers before the first token, so the first-byte
+	// timeout covers the first event too; until it has arrived nothing has
+	// reached the client and the request may still go to another node.
+	out.sse = NewSSEReader(stream)
+	if out.conn != nil {
+		_ = out.conn.Conn.SetReadDeadline(start.Add(b.cfg.FirstByte))
+	}
+	ev, err := out.sse.Next()
+	if err != nil {
+		out.Close()
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%w: stream ended before its first event", ErrUpstreamClosed)
+		}
+		return nil, classify(err)
+	}
+	out.first = ev.Clone()
+	return out, nil
+}
+
+func classify(err error) error {
+	switch {
+	case errors.Is(err, ErrConnect):
+		return err
+	case isTimeout(err):
+		return fmt.Errorf("%w: %w", ErrFirstByteTimeout, err)
+	case errors.Is(err, fasthttp.ErrConnectionClosed), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("%w: %w", ErrUpstreamClosed, err)
+	default:
+		var opErr *net.OpError
+		if errors.As(err, &opErr) {
+			return fmt.Errorf("%w: %w", ErrUpstreamClosed, err)
+		}
+		return err
+	}
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// trackedConn lets a streaming answer reach its connection (to set read
+// deadlines) through the local address fasthttp records on the response.
+type trackedConn struct {
+	net.Conn
+	local connAddr
+}
+
+func (c *trackedConn) LocalAddr() net.Addr { return &c.local }
+
+type connAddr struct {
+	net.Addr
+	conn *trackedConn
+}

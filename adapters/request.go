@@ -1,0 +1,473 @@
+package adapters
+
+import (
+	"strconv"
+
+	"github.com/valyala/fastjson"
+)
+
+// Endpoint says which OpenAI endpoint a request was sent to.
+type Endpoint uint8
+
+// Endpoints served by the gateway.
+const (
+	EndpointChat       Endpoint = iota // POST /v1/chat/completions
+	EndpointCompletion                 // POST /v1/completions
+)
+
+// Path is the upstream path for the endpoint, relative to a /v1 base URL.
+func (e Endpoint) Path() string {
+	if e == EndpointCompletion {
+		return "/completions"
+	}
+	return "/chat/completions"
+}
+
+// Request is a validated client request. The original body is kept (and
+// forwarded as is unless something must be rewritten); the parsed tree
+// stays valid until Release.
+type Request struct {
+	Endpoint Endpoint
+	Body     []byte // the client's body, as received (owned by the parser)
+
+	Model          string
+	Stream         bool
+	IncludeUsage   bool // stream_options.include_usage
+	MaxTokens      int  // max_tokens or max_completion_tokens; 0 when absent
+	N              int  // 1 when absent
+	Temperature    float64
+	HasTemperature bool
+	Multimodal     bool // image, audio, video or file parts present
+	HasTools       bool
+
+	root   *fastjson.Value
+	parser *fastjson.Parser
+}
+
+var parserPool fastjson.ParserPool
+
+// Root returns the parsed JSON object. It is valid until Release.
+func (r *Request) Root() *fastjson.Value { return r.root }
+
+// Release returns the parser to its pool. The request must not be used after.
+func (r *Request) Release() {
+	if r.parser != nil {
+		parserPool.Put(r.parser)
+		r.parser, r.root, r.Body = nil, nil, nil
+	}
+}
+
+// ParseRequest parses and validates an OpenAI chat or completion request.
+// The body is copied, so the caller's buffer may be reused.
+func ParseRequest(ep Endpoint, body []byte) (*Request, *APIError) {
+	p := parserPool.Get()
+	root, err := p.ParseBytes(body)
+	if err != nil {
+		parserPool.Put(p)
+		return nil, BadRequest("", "invalid JSON body: "+err.Error())
+	}
+	r := &Request{Endpoint: ep, root: root, parser: p, N: 1}
+	if apiErr := r.validate(); apiErr != nil {
+		r.Release()
+		return nil, apiErr
+	}
+	// The parser's copy of the body is what the tree points into; keep the
+	// caller-independent copy for forwarding.
+	r.Body = append([]byte(nil), body...)
+	return r, nil
+}
+
+func (r *Request) validate() *APIError {
+	obj, err := r.root.Object()
+	if err != nil {
+		return BadRequest("", "request body must be a JSON object")
+	}
+	var apiErr *APIError
+	sawModel, sawInput := false, false
+	obj.Visit(func(k []byte, v *fastjson.Value) {
+		if apiErr != nil {
+			return
+		}
+		switch key := string(k); key {
+		case "model":
+			sawModel = true
+			s, e := v.StringBytes()
+			if e != nil || len(s) == 0 {
+				apiErr = BadRequest("model", "model must be a non-empty string")
+				return
+			}
+			r.Model = string(s)
+		case "messages":
+			if r.Endpoint != EndpointChat {
+				return // unknown to completions: forwarded untouched
+			}
+			sawInput = true
+			apiErr = r.validateMessages(v)
+		case "prompt":
+			if r.Endpoint != EndpointCompletion {
+				return
+			}
+			sawInput = true
+			apiErr = validatePrompt(v)
+		case "stream":
+			b, e := v.Bool()
+			if e != nil {
+				apiErr = typeErr(key, "a boolean")
+			}
+			r.Stream = b
+		case "stream_options":
+			apiErr = r.validateStreamOptions(v)
+		case "temperature":
+			r.Temperature, apiErr = numberIn(v, key, 0, 2)
+			r.HasTemperature = apiErr == nil
+		case "top_p", "min_p":
+			_, apiErr = numberIn(v, key, 0, 1)
+		case "presence_penalty", "frequency_penalty":
+			_, apiErr = numberIn(v, key, -2, 2)
+		case "repetition_penalty":
+			_, apiErr = numberIn(v, key, 0.01, 100)
+		case "max_tokens", "max_completion_tokens":
+			if v.Type() == fastjson.TypeNull {
+				return
+			}
+			var n int
+			n, apiErr = intIn(v, key, 1, 1<<30)
+			if apiErr == nil && (r.MaxTokens == 0 || n < r.MaxTokens) {
+				r.MaxTokens = n
+			}
+		case "n":
+			r.N, apiErr = intIn(v, key, 1, 128)
+		case "best_of":
+			_, apiErr = intIn(v, key, 1, 128)
+		case "top_k":
+			_, apiErr = intIn(v, key, -1, 1<<20)
+		case "seed":
+			if v.Type() != fastjson.TypeNull {
+				_, apiErr = intIn(v, key, -1<<62, 1<<62)
+			}
+		case "logprobs":
+			if r.Endpoint == EndpointChat {
+				if _, e := v.Bool(); e != nil && v.Type() != fastjson.TypeNull {
+					apiErr = typeErr(key, "a boolean")
+				}
+			} else if v.Type() != fastjson.TypeNull {
+				_, apiErr = intIn(v, key, 0, 20)
+			}
+		case "top_logprobs":
+			if v.Type() != fastjson.TypeNull {
+				_, apiErr = intIn(v, key, 0, 20)
+			}
+		case "stop":
+			apiErr = validateStop(v)
+		case "logit_bias":
+			apiErr = validateLogitBias(v)
+		case "user":
+			if v.Type() != fastjson.TypeString {
+				apiErr = typeErr(key, "a string")
+			}
+		case "enable_thinking", "echo", "parallel_tool_calls", "store":
+			if _, e := v.Bool(); e != nil {
+				apiErr = typeErr(key, "a boolean")
+			}
+		case "tools":
+			apiErr = validateTools(v)
+			r.HasTools = apiErr == nil && len(v.GetArray()) > 0
+		case "tool_choice":
+			apiErr = validateToolChoice(v)
+		case "response_format":
+			apiErr = validateResponseFormat(v)
+		}
+	})
+	if apiErr != nil {
+		return apiErr
+	}
+	if !sawModel {
+		return BadRequest("model", "you must provide a model parameter")
+	}
+	if !sawInput {
+		if r.Endpoint == EndpointChat {
+			return BadRequest("messages", "messages is required and must be a non-empty array")
+		}
+		return BadRequest("prompt", "prompt is required")
+	}
+	return nil
+}
+
+func typeErr(param, want string) *APIError {
+	return BadRequest(param, param+" must be "+want)
+}
+
+func numberIn(v *fastjson.Value, param string, lo, hi float64) (float64, *APIError) {
+	if v.Type() != fastjson.TypeNumber {
+		return 0, typeErr(param, "a number")
+	}
+	f, _ := v.Float64()
+	if f < lo || f > hi {
+		return 0, BadRequest(param, param+" must be between "+fmtNum(lo)+" and "+fmtNum(hi)+", got "+fmtNum(f))
+	}
+	return f, nil
+}
+
+func intIn(v *fastjson.Value, param string, lo, hi int) (int, *APIError) {
+	if v.Type() != fastjson.TypeNumber {
+		return 0, typeErr(param, "an integer")
+	}
+	n, err := v.Int()
+	if err != nil {
+		f, ferr := v.Float64()
+		if ferr != nil || f != float64(int(f)) {
+			return 0, typeErr(param, "an integer")
+		}
+		n = int(f)
+	}
+	if n < lo || n > hi {
+		return 0, BadRequest(param, param+" must be between "+strconv.Itoa(lo)+" and "+strconv.Itoa(hi)+", got "+strconv.Itoa(n))
+	}
+	return n, nil
+}
+
+func fmtNum(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+func (r *Request) validateStreamOptions(v *fastjson.Value) *APIError {
+	if v.Type() == fastjson.TypeNull {
+		return nil
+	}
+	o, err := v.Object()
+	if err != nil {
+		return typeErr("stream_options", "an object")
+	}
+	if iu := o.Get("include_usage"); iu != nil {
+		b, err := iu.Bool()
+		if err != nil {
+			return typeErr("stream_options.include_usage", "a boolean")
+		}
+		r.IncludeUsage = b
+	}
+	return nil
+}
+
+var validRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true, "function": true}
+
+func (r *Request) validateMessages(v *fastjson.Value) *APIError {
+	msgs, err := v.Array()
+	if err != nil || len(msgs) == 0 {
+		return BadRequest("messages", "messages must be a non-empty array")
+	}
+	for i, m := range msgs {
+		param := "messages[" + strconv.Itoa(i) + "]"
+		if m.Type() != fastjson.TypeObject {
+			return BadRequest(param, param+" must be an object")
+		}
+		roleV := m.Get("role")
+		if roleV == nil {
+			return BadRequest(param+".role", param+".role is required")
+		}
+		role, err := roleV.StringBytes()
+		if err != nil {
+			return typeErr(param+".role", "a string")
+		}
+		if !validRoles[string(role)] {
+			return BadRequest(param+".role", "invalid role "+strconv.Quote(string(role))+": expected system, developer, user, assistant or tool")
+		}
+		if name := m.Get("name"); name != nil && name.Type() != fastjson.TypeString {
+			return typeErr(param+".name", "a string")
+		}
+		hasToolCalls := false
+		if tc := m.Get("tool_calls"); tc != nil && tc.Type() != fastjson.TypeNull {
+			if string(role) != "assistant" {
+				return BadRequest(param+".tool_calls", "tool_calls is only allowed on assistant messages")
+			}
+			if e := validateToolCalls(tc, param+".tool_calls"); e != nil {
+				return e
+			}
+			hasToolCalls = len(tc.GetArray()) > 0
+		}
+		content := m.Get("content")
+		contentMissing := content == nil || content.Type() == fastjson.TypeNull
+		switch {
+		case contentMissing && string(role) == "assistant" && (hasToolCalls || m.Get("function_call") != nil):
+		case contentMissing:
+			return BadRequest(param+".content", param+".content is required")
+		default:
+			if e := r.validateContent(content, param+".content"); e != nil {
+				return e
+			}
+		}
+		if string(role) == "tool" {
+			id := m.Get("tool_call_id")
+			if id == nil || id.Type() != fastjson.TypeString {
+				return BadRequest(param+".tool_call_id", "tool messages need a string tool_call_id")
+			}
+		}
+	}
+	return nil
+}
+
+func (r *Request) validateContent(c *fastjson.Value, param string) *APIError {
+	switch c.Type() {
+	case fastjson.TypeString:
+		return nil
+	case fastjson.TypeArray:
+		for i, part := range c.GetArray() {
+			pp := param + "[" + strconv.Itoa(i) + "]"
+			t := part.GetStringBytes("type")
+			if part.Type() != fastjson.TypeObject || t == nil {
+				return BadRequest(pp, pp+" must be an object with a string type")
+			}
+			switch string(t) {
+			case "text":
+				if part.Get("text") == nil || part.Get("text").Type() != fastjson.TypeString {
+					return BadRequest(pp+".text", pp+".text must be a string")
+				}
+			case "image_url", "input_audio", "file", "video_url", "audio_url", "input_image":
+				r.Multimodal = true
+			case "refusal":
+			default:
+				return BadRequest(pp+".type", "unknown content part type "+strconv.Quote(string(t)))
+			}
+		}
+		return nil
+	default:
+		return BadRequest(param, param+" must be a string or an array of content parts")
+	}
+}
+
+func validateToolCalls(v *fastjson.Value, param string) *APIError {
+	calls, err := v.Array()
+	if err != nil {
+		return typeErr(param, "an array")
+	}
+	for i, c := range calls {
+		pp := param + "[" + strconv.Itoa(i) + "]"
+		if c.Type() != fastjson.TypeObject {
+			return typeErr(pp, "an object")
+		}
+		fn := c.Get("function")
+		if fn == nil || fn.Type() != fastjson.TypeObject || len(fn.GetStringBytes("name")) == 0 {
+			return BadRequest(pp+".function", pp+".function must be an object with a name")
+		}
+	}
+	return nil
+}
+
+func validatePrompt(v *fastjson.Value) *APIError {
+	switch v.Type() {
+	case fastjson.TypeString:
+		return nil
+	case fastjson.TypeArray:
+		items := v.GetArray()
+		if len(items) == 0 {
+			return BadRequest("prompt", "prompt must not be empty")
+		}
+		for _, it := range items {
+			switch it.Type() {
+			case fastjson.TypeString, fastjson.TypeNumber:
+			case fastjson.TypeArray:
+				for _, tok := range it.GetArray() {
+					if tok.Type() != fastjson.TypeNumber {
+						return BadRequest("prompt", "token arrays in prompt must hold integers")
+					}
+				}
+			default:
+				return BadRequest("prompt", "prompt must be a string, an array of strings or an array of token arrays")
+			}
+		}
+		return nil
+	default:
+		return BadRequest("prompt", "prompt must be a string, an array of strings or an array of token arrays")
+	}
+}
+
+func validateStop(v *fastjson.Value) *APIError {
+	switch v.Type() {
+	case fastjson.TypeNull, fastjson.TypeString:
+		return nil
+	case fastjson.TypeArray:
+		for _, s := range v.GetArray() {
+			if s.Type() != fastjson.TypeString {
+				return BadRequest("stop", "stop must be a string or an array of strings")
+			}
+		}
+		return nil
+	default:
+		return BadRequest("stop", "stop must be a string or an array of strings")
+	}
+}
+
+func validateLogitBias(v *fastjson.Value) *APIError {
+	if v.Type() == fastjson.TypeNull {
+		return nil
+	}
+	o, err := v.Object()
+	if err != nil {
+		return typeErr("logit_bias", "an object mapping token ids to numbers")
+	}
+	var apiErr *APIError
+	o.Visit(func(_ []byte, b *fastjson.Value) {
+		if apiErr == nil {
+			_, apiErr = numberIn(b, "logit_bias", -100, 100)
+		}
+	})
+	return apiErr
+}
+
+func validateTools(v *fastjson.Value) *APIError {
+	tools, err := v.Array()
+	if err != nil {
+		return typeErr("tools", "an array")
+	}
+	for i, t := range tools {
+		param := "tools[" + strconv.Itoa(i) + "]"
+		if t.Type() != fastjson.TypeObject {
+			return typeErr(param, "an object")
+		}
+		if typ := t.GetStringBytes("type"); string(typ) != "function" {
+			return BadRequest(param+".type", param+".type must be \"function\"")
+		}
+		fn := t.Get("function")
+		if fn == nil || fn.Type() != fastjson.TypeObject || len(fn.GetStringBytes("name")) == 0 {
+			return BadRequest(param+".function.name", param+".function.name is required")
+		}
+	}
+	return nil
+}
+
+func validateToolChoice(v *fastjson.Value) *APIError {
+	switch v.Type() {
+	case fastjson.TypeNull:
+		return nil
+	case fastjson.TypeString:
+		switch string(v.GetStringBytes()) {
+		case "none", "auto", "required":
+			return nil
+		}
+		return BadRequest("tool_choice", `tool_choice must be "none", "auto", "required" or an object naming a function`)
+	case fastjson.TypeObject:
+		if len(v.GetStringBytes("function", "name")) == 0 {
+			return BadRequest("tool_choice", "tool_choice.function.name is required")
+		}
+		return nil
+	default:
+		return BadRequest("tool_choice", `tool_choice must be "none", "auto", "required" or an object naming a function`)
+	}
+}
+
+func validateResponseFormat(v *fastjson.Value) *APIError {
+	if v.Type() == fastjson.TypeNull {
+		return nil
+	}
+	if v.Type() != fastjson.TypeObject {
+		return typeErr("response_format", "an object")
+	}
+	switch string(v.GetStringBytes("type")) {
+	case "text", "json_object":
+		return nil
+	case "json_schema":
+		if js := v.Get("json_schema"); js == nil || js.Type() != fastjson.TypeObject {
+			return BadRequest("response_format.json_schema", "response_format.json_schema must be an object")
+		}
+		return nil
+	default:
+		return BadRequest("response_format.type", `response_format.type must be "text", "json_object" or "json_schema"`)
+	}
+}

@@ -1,0 +1,204 @@
+package balancer
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"frontdoor/internal/units"
+)
+
+// NodeConfig is one entry of nodes:.
+type NodeConfig struct {
+	Name           string   `yaml:"name"`
+	URL            string   `yaml:"url"`
+	Kind           string   `yaml:"kind"` // vllm | tgi | sglang | openai
+	Models         []string `yaml:"models"`
+	MaxConcurrency int      `yaml:"max_concurrency"`
+	Weight         float64  `yaml:"weight"`
+	APIKeyEnv      string   `yaml:"api_key_env"`
+	MaxModelLen    int      `yaml:"max_model_len"` // 0 = unknown
+	MetricsURL     string   `yaml:"metrics_url"`   // default: <server root>/metrics
+	HealthURL      string   `yaml:"health_url"`    // default: <server root>/health
+}
+
+// Weights are the scorer weights.
+type Weights struct {
+	Queue    float64 `yaml:"queue"`
+	Latency  float64 `yaml:"latency"`
+	Memory   float64 `yaml:"memory"`
+	Affinity float64 `yaml:"affinity"`
+}
+
+// Backoff is the retry backoff.
+type Backoff struct {
+	Base units.Duration `yaml:"base"`
+	Max  units.Duration `yaml:"max"`
+}
+
+// EjectConfig sets ejection with hysteresis.
+type EjectConfig struct {
+	KVUsageAbove float64        `yaml:"kv_usage_above"`
+	QueueAbove   float64        `yaml:"queue_above"`
+	After        int            `yaml:"after"`
+	RestoreAfter int            `yaml:"restore_after"`
+	Cooldown     units.Duration `yaml:"cooldown"`
+}
+
+// BreakerConfig sets the per-node circuit breaker.
+type BreakerConfig struct {
+	Failures          int            `yaml:"failures"`
+	Window            units.Duration `yaml:"window"`
+	OpenFor           units.Duration `yaml:"open_for"`
+	HalfOpenSuccesses int            `yaml:"half_open_successes"`
+}
+
+// QueueConfig sets waiting for a free node.
+type QueueConfig struct {
+	MaxWait units.Duration `yaml:"max_wait"`
+}
+
+// Config is the balancer: section.
+type Config struct {
+	Policy         string         `yaml:"policy"` // score | round_robin | least_inflight
+	Weights        Weights        `yaml:"weights"`
+	ScrapeInterval units.Duration `yaml:"scrape_interval"`
+	StaleAfter     units.Duration `yaml:"stale_after"`
+	HealthInterval units.Duration `yaml:"health_interval"`
+	Retries        int            `yaml:"retries"`
+	Backoff        Backoff        `yaml:"backoff"`
+	Eject          EjectConfig    `yaml:"eject"`
+	Breaker        BreakerConfig  `yaml:"breaker"`
+	Queue          QueueConfig    `yaml:"queue"`
+}
+
+// ModelTarget is one weighted target of an alias.
+type ModelTarget struct {
+	Model  string  `yaml:"model"`
+	Weight float64 `yaml:"weight"`
+}
+
+// ModelAlias is one entry of models:: a public name with weighted targets.
+type ModelAlias struct {
+	Name    string        `yaml:"name"`
+	Targets []ModelTarget `yaml:"targets"`
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		Policy:         "score",
+		Weights:        Weights{Queue: 0.5, Latency: 0.3, Memory: 0.2},
+		ScrapeInterval: units.Duration(1e9),
+		StaleAfter:     units.Duration(5e9),
+		HealthInterval: units.Duration(5e9),
+		Retries:        2,
+		Backoff:        Backoff{Base: units.Duration(50e6), Max: units.Duration(1e9)},
+		Eject:          EjectConfig{KVUsageAbove: 0.92, QueueAbove: 8, After: 2, RestoreAfter: 2, Cooldown: units.Duration(30e9)},
+		Breaker:        BreakerConfig{Failures: 5, Window: units.Duration(10e9), OpenFor: units.Duration(10e9), HalfOpenSuccesses: 2},
+	}
+}
+
+// DefaultNode fills a node's unset fields.
+func DefaultNode(n *NodeConfig) {
+	if n.Kind == "" {
+		n.Kind = "vllm"
+	}
+	if n.MaxConcurrency == 0 {
+		n.MaxConcurrency = 10
+	}
+	if n.Weight == 0 {
+		n.Weight = 1
+	}
+}
+
+// Validate checks the section. Errors are prefixed with their YAML key.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	switch c.Policy {
+	case "score", "round_robin", "least_inflight":
+	default:
+		add("policy: %q is not one of score, round_robin, least_inflight", c.Policy)
+	}
+	for name, w := range map[string]float64{"queue": c.Weights.Queue, "latency": c.Weights.Latency, "memory": c.Weights.Memory, "affinity": c.Weights.Affinity} {
+		if w < 0 {
+			add("weights.%s: must be >= 0", name)
+		}
+	}
+	if c.ScrapeInterval <= 0 {
+		add("scrape_interval: must be > 0")
+	}
+	if c.StaleAfter < c.ScrapeInterval {
+		add("stale_after: must be >= scrape_interval")
+	}
+	if c.HealthInterval <= 0 {
+		add("health_interval: must be > 0")
+	}
+	if c.Retries < 0 || c.Retries > 10 {
+		add("retries: must be between 0 and 10")
+	}
+	if c.Backoff.Base < 0 || c.Backoff.Max < c.Backoff.Base {
+		add("backoff: need 0 <= base <= max")
+	}
+	if c.Eject.KVUsageAbove <= 0 || c.Eject.KVUsageAbove > 1 {
+		add("eject.kv_usage_above: must be in (0, 1]")
+	}
+	if c.Eject.After < 1 || c.Eject.RestoreAfter < 1 {
+		add("eject: after and restore_after must be >= 1")
+	}
+	if c.Breaker.Failures < 1 || c.Breaker.HalfOpenSuccesses < 1 {
+		add("breaker: failures and half_open_successes must be >= 1")
+	}
+	if c.Breaker.Window <= 0 || c.Breaker.OpenFor <= 0 {
+		add("breaker: window and open_for must be > 0")
+	}
+	if c.Queue.MaxWait < 0 {
+		add("queue.max_wait: must be >= 0")
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks one node. Errors are prefixed with the field's key.
+func (n *NodeConfig) Validate() error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if n.Name == "" {
+		add("name: is required")
+	}
+	if n.URL == "" {
+		add("url: is required")
+	} else if !strings.Contains(n.URL, "://") {
+		add("url: missing scheme (want http:// or https://)")
+	} else if u, err := url.Parse(n.URL); err != nil {
+		add("url: %v", err)
+	} else if u.Scheme != "http" && u.Scheme != "https" {
+		add("url: missing scheme (want http:// or https://)")
+	} else if u.Host == "" {
+		add("url: missing host")
+	}
+	switch n.Kind {
+	case "vllm", "tgi", "sglang", "openai":
+	default:
+		add("kind: %q is not one of vllm, tgi, sglang, openai", n.Kind)
+	}
+	if len(n.Models) == 0 {
+		add("models: list at least one model")
+	}
+	for i, m := range n.Models {
+		if strings.TrimSpace(m) == "" {
+			add("models[%d]: is empty", i)
+		}
+	}
+	if n.MaxConcurrency < 1 {
+		add("max_concurrency: must be >= 1")
+	}
+	if n.Weight <= 0 {
+		add("weight: must be > 0")
+	}
+	if n.MaxModelLen < 0 {
+		add("max_model_len: must be >= 0")
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,119 @@
+// Package load is the closed-loop HTTP load generator shared by the
+// benchmarks in bench/: C workers each send requests back to back for a
+// fixed duration and record every latency.
+package load
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Result summarises one run.
+type Result struct {
+	Requests  int
+	Errors    int
+	Duration  time.Duration
+	Latencies []time.Duration // sorted
+}
+
+// Throughput is requests per second.
+func (r Result) Throughput() float64 { return float64(r.Requests) / r.Duration.Seconds() }
+
+// Quantile returns the q-quantile latency (0 < q < 1).
+func (r Result) Quantile(q float64) time.Duration {
+	if len(r.Latencies) == 0 {
+		return 0
+	}
+	i := int(q * float64(len(r.Latencies)))
+	if i >= len(r.Latencies) {
+		i = len(r.Latencies) - 1
+	}
+	return r.Latencies[i]
+}
+
+// Target is what a worker sends.
+type Target struct {
+	URL     string
+	Body    []byte
+	Headers map[string]string
+	// Check validates a response; nil accepts any 200.
+	Check func(status int, body []byte) error
+}
+
+// Run drives target with c workers for d, after a warm-up of warm.
+func Run(target Target, c int, d, warm time.Duration) (Result, error) {
+	client := &fasthttp.Client{MaxConnsPerHost: c * 2, ReadTimeout: 30 * time.Second, NoDefaultUserAgentHeader: true}
+	if warm > 0 {
+		if _, err := run(client, target, c, warm); err != nil {
+			return Result{}, err
+		}
+	}
+	return run(client, target, c, d)
+}
+
+func run(client *fasthttp.Client, target Target, c int, d time.Duration) (Result, error) {
+	var (
+		mu      sync.Mutex
+		all     []time.Duration
+		errs    int
+		lastErr error
+		wg      sync.WaitGroup
+	)
+	start := time.Now()
+	deadline := start.Add(d)
+	for w := 0; w < c; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			lat := make([]time.Duration, 0, 1<<16)
+			nerr := 0
+			var werr error
+			for time.Now().Before(deadline) {
+				req.Reset()
+				req.SetRequestURI(target.URL)
+				req.Header.SetMethod(fasthttp.MethodPost)
+				req.Header.SetContentType("application/json")
+				for k, v := range target.Headers {
+					req.Header.Set(k, v)
+				}
+				req.SetBodyRaw(target.Body)
+				t0 := time.Now()
+				err := client.Do(req, resp)
+				el := time.Since(t0)
+				if err == nil && target.Check != nil {
+					err = target.Check(resp.StatusCode(), resp.Body())
+				} else if err == nil && resp.StatusCode() != 200 {
+					err = fmt.Errorf("status %d: %s", resp.StatusCode(), resp.Body())
+				}
+				if err != nil {
+					nerr++
+					werr = err
+					continue
+				}
+				lat = append(lat, el)
+			}
+			mu.Lock()
+			all = append(all, lat...)
+			errs += nerr
+			if werr != nil {
+				lastErr = werr
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	res := Result{Requests: len(all), Errors: errs, Duration: time.Since(start), Latencies: all}
+	sort.Slice(res.Latencies, func(i, j int) bool { return res.Latencies[i] < res.Latencies[j] })
+	if res.Requests == 0 {
+		return res, errors.Join(errors.New("no request succeeded"), lastErr)
+	}
+	return res, nil
+}

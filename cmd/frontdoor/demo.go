@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"frontdoor/balancer"
+	"frontdoor/cmd/gpusim/sim"
+	"frontdoor/router"
+)
+
+// demoAPIKey is the simulated DashScope's key; it never leaves this process.
+const demoAPIKey = "sk-demo-dashscope"
+
+func cmdDemo(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", ":8080", "gateway listen address")
+	ttft := fs.Duration("ttft", 150*time.Millisecond, "simulated time to first token")
+	itl := fs.Duration("itl", 25*time.Millisecond, "simulated time between tokens")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := runDemo(ctx, *listen, *ttft, *itl, stdout, stderr); err != nil {
+		fmt.Fprintln(stderr, "frontdoor demo:", err)
+		return 1
+	}
+	return 0
+}
+
+// runDemo starts two simulated vLLM nodes, a simulated DashScope and the
+// gateway in this process, prints a banner and serves until ctx ends.
+func runDemo(ctx context.Context, listen string, ttft, itl time.Duration, stdout, stderr io.Writer) error {
+	var sims []*sim.Server
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, s := range sims {
+			_ = s.Shutdown(sctx)
+		}
+	}()
+	start := func(c sim.Config) (*sim.Server, error) {
+		s, err := sim.New(c)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := s.Start(); err != nil {
+			return nil, err
+		}
+		sims = append(sims, s)
+		return s, nil
+	}
+	cfg := router.DefaultConfig()
+	cfg.Listen = listen
+	cfg.Logging.Format = "text"
+	cfg.Logging.AccessLog = false
+	cfg.Timeouts.Shutdown = 10_000_000_000
+	for _, name := range []string{"gpu-a", "gpu-b"} {
+		c := sim.DefaultConfig()
+		c.Listen, c.Models, c.MaxNumSeqs, c.TTFT, c.ITL, c.OutputTokens, c.Jitter = "127.0.0.1:0", []string{"qwen3-8b"}, 10, ttft, itl, 48, 0.2
+		s, err := start(c)
+		if err != nil {
+			return fmt.Errorf("start simulated node %s: %w", name, err)
+		}
+		cfg.Nodes = append(cfg.Nodes, balancer.NodeConfig{Name: name, URL: s.URL(), Kind: "vllm", Models: []string{"qwen3-8b"}, MaxConcurrency: 10, Weight: 1})
+	}
+	dc := sim.DefaultConfig()
+	dc.Listen, dc.Kind, dc.Models, dc.APIKey, dc.TTFT, dc.ITL, dc.MaxNumSeqs = "127.0.0.1:0", sim.KindDashScope, []string{"qwen-plus"}, demoAPIKey, ttft*2, itl, 1000
+	qwen, err := start(dc)
+	if err != nil {
+		return fmt.Errorf("start simulated DashScope: %w", err)
+	}
+	os.Setenv("FRONTDOOR_DEMO_DASHSCOPE_KEY", demoAPIKey)
+	cfg.Spillover.Enabled = true
+	cfg.Spillover.BaseURL = qwen.URL() + "/compatible-mode/v1"
+	cfg.Spillover.APIKeyEnv = "FRONTDOOR_DEMO_DASHSCOPE_KEY"
+	cfg.Spillover.ModelMap = map[string]string{"qwen3-8b": "qwen-plus"}
+	cfg.Models = []balancer.ModelAlias{{Name: "chat", Targets: []balancer.ModelTarget{{Model: "qwen3-8b", Weight: 1}}}}
+
+	return serve(ctx, cfg, stderr, func(addr string) {
+		fmt.Fprint(stdout, banner(addr, cfg, qwen.URL()))
+	})
+}
+
+func banner(addr string, cfg router.Config, qwenURL string) string {
+	_, port, _ := net.SplitHostPort(addr)
+	base := "http://127.0.0.1:" + port
+	return fmt.Sprintf(`
+frontdoor demo is running (Ctrl-C stops everything)
+
+  gateway         %[1]s/v1            (OpenAI-compatible)
+  models          %[1]s/v1/models
+  metrics         %[1]s/metrics
+  simulated GPUs  %[2]s (gpu-a), %[3]s (gpu-b): vLLM, max-num-seqs 10
+  simulated Qwen  %[4]s (DashScope compatible mode, spill-over)
+
+Try it:
+
+  curl -s %[1]s/v1/chat/completions -H 'Content-Type: application/json' \
+    -d '{"model":"qwen3-8b","messages":[{"role":"user","content":"Hello, who are you?"}]}'
+
+  curl -sN %[1]s/v1/chat/completions -H 'Content-Type: application/json' \
+    -d '{"model":"qwen3-8b","stream":true,"messages":[{"role":"user","content":"Tell me a story"}]}'
+
+`, base, cfg.Nodes[0].URL, cfg.Nodes[1].URL, qwenURL)
+}

@@ -1,0 +1,171 @@
+// Command frontdoor is the OpenAI-compatible gateway. Subcommands: serve,
+// demo, check-config, version.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"frontdoor/balancer"
+	"frontdoor/router"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `frontdoor: an OpenAI-compatible front door for self-hosted LLM inference
+
+Usage:
+  frontdoor serve --config FILE         run the gateway
+  frontdoor demo [--listen :8080]       run gateway + simulated GPU nodes + simulated Qwen, no setup
+  frontdoor check-config --config FILE  validate a config file and report every problem
+  frontdoor version                     print the version
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return cmdServe(args[1:], stdout, stderr)
+	case "demo":
+		return cmdDemo(args[1:], stdout, stderr)
+	case "check-config":
+		return cmdCheckConfig(args[1:], stdout, stderr)
+	case "version", "--version", "-v":
+		fmt.Fprintln(stdout, "frontdoor", buildVersion())
+		return 0
+	case "help", "--help", "-h":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "frontdoor: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+}
+
+func buildVersion() string {
+	if version != "dev" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				return "dev+" + s.Value[:12]
+			}
+		}
+	}
+	return version
+}
+
+func configFlag(name string, args []string, stderr io.Writer) (string, bool) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "config file (YAML)")
+	if err := fs.Parse(args); err != nil {
+		return "", false
+	}
+	if *path == "" {
+		fmt.Fprintf(stderr, "frontdoor %s: --config FILE is required\n", name)
+		return "", false
+	}
+	return *path, true
+}
+
+func cmdCheckConfig(args []string, stdout, stderr io.Writer) int {
+	path, ok := configFlag("check-config", args, stderr)
+	if !ok {
+		return 2
+	}
+	cfg, err := router.Load(path)
+	if err != nil {
+		var ce *router.ConfigError
+		if errors.As(err, &ce) {
+			fmt.Fprintf(stderr, "%s: %d problem(s)\n", path, len(ce.Problems))
+			for _, p := range ce.Problems {
+				fmt.Fprintln(stderr, "  "+p)
+			}
+			return 1
+		}
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: ok (%d nodes, %d tenants, cache %s, admission %s)\n",
+		path, len(cfg.Nodes), len(cfg.Tenants), cfg.Cache.Backend, cfg.Admission.Backend)
+	return 0
+}
+
+func cmdServe(args []string, stdout, stderr io.Writer) int {
+	path, ok := configFlag("serve", args, stderr)
+	if !ok {
+		return 2
+	}
+	cfg, err := router.Load(path)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := serve(ctx, cfg, stderr, nil); err != nil {
+		fmt.Fprintln(stderr, "frontdoor:", err)
+		return 1
+	}
+	return 0
+}
+
+// serve wires the gateway from cfg and runs it until ctx ends, then shuts
+// down gracefully. ready, if set, receives the listening address.
+func serve(ctx context.Context, cfg router.Config, logOut io.Writer, ready func(addr string)) error {
+	logger := router.NewLogger(cfg.Logging, logOut)
+	pool, err := balancer.New(cfg.Balancer, cfg.Nodes, cfg.Models)
+	if err != nil {
+		return fmt.Errorf("balancer: %w", err)
+	}
+	backends, err := router.NodeBackends(cfg)
+	if err != nil {
+		return err
+	}
+	gw, err := router.New(cfg, router.Deps{Logger: logger, Pool: pool, Backends: backends})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	logger.Info("frontdoor listening", "addr", ln.Addr().String(), "version", buildVersion(), "nodes", len(cfg.Nodes))
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- gw.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down: refusing new requests, letting in-flight ones finish", "grace", cfg.Timeouts.Shutdown.String())
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.Timeouts.Shutdown.D())
+	defer cancel()
+	if err := gw.Shutdown(sctx); err != nil {
+		logger.Warn("grace period over; remaining streams were cut", "error", err.Error())
+	}
+	<-errc
+	logger.Info("stopped")
+	return nil
+}

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"frontdoor/cmd/gpusim/sim"
+	"frontdoor/internal/testenv"
+)
+
+func TestCheckConfigAcceptsTheExample(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run([]string{"check-config", "--config", "../../deploy/examples/frontdoor.yaml"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), "ok") {
+		t.Fatalf("output %q", out.String())
+	}
+}
+
+func TestCheckConfigReportsEveryProblemWithItsPath(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	bad := "nodes:\n  - {name: a, url: http://x:1, models: [m]}\n  - {name: b, url: \"127.0.0.1:9001\", models: [m]}\nbalancer: {policy: fastest}\ncache: {bogus: 1}\n"
+	if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := run([]string{"check-config", "--config", path}, &out, &errOut); code == 0 {
+		t.Fatal("a bad config passed")
+	}
+	if !strings.Contains(errOut.String(), "cache.bogus: field bogus not found") {
+		t.Fatalf("unknown key not reported with its path:\n%s", errOut.String())
+	}
+	// Unknown keys stop decoding; fix it and the semantic problems show.
+	_ = os.WriteFile(path, []byte(strings.Replace(bad, "cache: {bogus: 1}\n", "", 1)), 0o600)
+	errOut.Reset()
+	run([]string{"check-config", "--config", path}, &out, &errOut)
+	for _, want := range []string{"nodes[1].url: missing scheme", `balancer.policy: "fastest"`} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Fatalf("missing %q in:\n%s", want, errOut.String())
+		}
+	}
+}
+
+func TestUsageAndVersion(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run(nil, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "Usage") {
+		t.Fatalf("no args: exit %d %q", code, errOut.String())
+	}
+	if code := run([]string{"version"}, &out, &errOut); code != 0 || !strings.HasPrefix(out.String(), "frontdoor ") {
+		t.Fatalf("version: exit %d %q", code, out.String())
+	}
+	if code := run([]string{"serve"}, &out, &errOut); code != 2 {
+		t.Fatalf("serve without --config: exit %d", code)
+	}
+}
+
+// The demo serves chat completions, streamed and not, and stops on cancel.
+func TestDemoServes(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	stdout := &lockedBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- runDemo(ctx, "127.0.0.1:0", time.Millisecond, time.Millisecond, stdout, io.Discard) }()
+	var base string
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		m := regexp.MustCompile(`gateway\s+(http://\S+)/v1`).FindStringSubmatch(stdout.String())
+		if m != nil {
+			base = m[1]
+		}
+		return m != nil
+	}, "no banner: %s", stdout.String())
+	for _, body := range []string{
+		`{"model":"qwen3-8b","messages":[{"role":"user","content":"hello"}]}`,
+		`{"model":"chat","stream":true,"messages":[{"role":"user","content":"hello"}]}`,
+	} {
+		resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), sim.ExpectedText("hello", 3)[:5]) {
+			t.Fatalf("demo answered %d: %s", resp.StatusCode, b)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("demo: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("demo did not stop")
+	}
+}
+
+// SIGTERM during a stream: the stream finishes, new connections are refused
+// and the process exits 0.
+func TestSIGTERMDrainsStreams(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "frontdoor")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	node := testenv.GPUSim(t, func(c *sim.Config) { c.ITL, c.OutputTokens = 40*time.Millisecond, 40 })
+	port := testenv.FreePort(t)
+	cfgPath := filepath.Join(t.TempDir(), "fd.yaml")
+	cfg := fmt.Sprintf("listen: 127.0.0.1:%d\ntimeouts: {shutdown: 10s}\nnodes:\n  - {name: a, url: %s, models: [qwen3-8b]}\n", port, node.URL())
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "serve", "--config", cfgPath)
+	logs := &lockedBuffer{}
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	}, "gateway did not start: %s", logs.String())
+
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"qwen3-8b","stream":true,"messages":[{"role":"user","content":"long"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 2*time.Second, func() bool {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	}, "new connections still accepted after SIGTERM")
+	rest, err := io.ReadAll(br)
+	if err != nil || !strings.Contains(string(rest), "data: [DONE]") || strings.Count(string(rest), "data: ") < 40 {
+		t.Fatalf("stream cut by shutdown (err %v): %d events", err, strings.Count(string(rest), "data: "))
+	}
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- cmd.Wait() }()
+	select {
+	case err := <-waitErr:
+		if err != nil {
+			t.Fatalf("exit: %v\n%s", err, logs.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("process did not exit after the stream finished")
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

@@ -1,0 +1,133 @@
+// Command gpusim simulates a vLLM-compatible GPU inference node (or TGI,
+// SGLang, DashScope) for demos, load tests and tests. See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"frontdoor/cmd/gpusim/sim"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+// modelList is a repeatable --model flag.
+type modelList []string
+
+func (m *modelList) String() string { return strings.Join(*m, ",") }
+
+func (m *modelList) Set(v string) error {
+	if strings.TrimSpace(v) == "" {
+		return errors.New("empty model name")
+	}
+	*m = append(*m, v)
+	return nil
+}
+
+// parseFlags turns command-line arguments into a validated sim.Config.
+func parseFlags(args []string, stderr io.Writer) (sim.Config, error) {
+	def := sim.DefaultConfig()
+	fs := flag.NewFlagSet("gpusim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var models modelList
+	kind := string(def.Kind)
+	fs.StringVar(&def.Listen, "listen", def.Listen, "address to listen on (port 0 picks a free port)")
+	fs.Var(&models, "model", "served model name (repeatable; default "+sim.DefaultModel+")")
+	fs.StringVar(&kind, "kind", kind, "server to imitate: vllm|tgi|sglang|dashscope")
+	fs.IntVar(&def.MaxNumSeqs, "max-num-seqs", def.MaxNumSeqs, "requests generating at once; the rest wait FIFO")
+	fs.IntVar(&def.MaxWaiting, "max-waiting", def.MaxWaiting, "waiting queue limit, beyond it 429 (0 = unlimited)")
+	fs.DurationVar(&def.TTFT, "ttft", def.TTFT, "time to first token once a request runs")
+	fs.DurationVar(&def.ITL, "itl", def.ITL, "inter-token latency")
+	fs.IntVar(&def.OutputTokens, "output-tokens", def.OutputTokens, "tokens per response (capped by max_tokens)")
+	fs.Float64Var(&def.Jitter, "jitter", def.Jitter, "± fraction applied to ttft and itl (0.1 = ±10%)")
+	fs.Float64Var(&def.FailRate, "fail-rate", def.FailRate, "fraction of requests answered with HTTP 500")
+	fs.Float64Var(&def.HangRate, "hang-rate", def.HangRate, "fraction of requests that never answer")
+	fs.StringVar(&def.APIKey, "api-key", def.APIKey, "require Authorization: Bearer <key> (default $GPUSIM_API_KEY)")
+	fs.IntVar(&def.RPM, "rpm", def.RPM, "requests per minute before 429 (0 = unlimited)")
+	fs.IntVar(&def.KVCapacityTokens, "kv-capacity", def.KVCapacityTokens, "KV cache capacity in tokens (for usage metrics)")
+	fs.Int64Var(&def.Seed, "seed", def.Seed, "RNG seed for jitter/fail/hang draws (0 = time-based)")
+	if err := fs.Parse(args); err != nil {
+		return sim.Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return sim.Config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if len(models) > 0 {
+		def.Models = models
+	}
+	def.Kind = sim.Kind(kind)
+	if def.APIKey == "" {
+		def.APIKey = os.Getenv("GPUSIM_API_KEY")
+	}
+	// Zero means "default" in sim.Config; on the command line it is a mistake.
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"max-num-seqs", def.MaxNumSeqs}, {"output-tokens", def.OutputTokens}, {"kv-capacity", def.KVCapacityTokens}} {
+		if f.v < 1 {
+			return sim.Config{}, fmt.Errorf("--%s: must be >= 1", f.name)
+		}
+	}
+	if err := def.Validate(); err != nil {
+		return sim.Config{}, err
+	}
+	return def, nil
+}
+
+func run(args []string, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "gpusim: %v\n", err)
+		return 2
+	}
+	srv, err := sim.New(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "%v\n", err)
+		return 2
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpusim: listen %s: %v\n", cfg.Listen, err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	fmt.Fprintf(stderr, "gpusim: %s node serving %s on %s (max-num-seqs=%d ttft=%s itl=%s output-tokens=%d)\n",
+		cfg.Kind, strings.Join(cfg.Models, ","), "http://"+ln.Addr().String(), cfg.MaxNumSeqs, cfg.TTFT, cfg.ITL, cfg.OutputTokens)
+
+	select {
+	case err := <-serveErr:
+		fmt.Fprintf(stderr, "%v\n", err)
+		return 1
+	case <-ctx.Done():
+	}
+	stop() // a second signal kills the process the default way
+	fmt.Fprintln(stderr, "gpusim: shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		fmt.Fprintf(stderr, "%v\n", err)
+		return 1
+	}
+	<-serveErr
+	st := srv.Stats()
+	fmt.Fprintf(stderr, "gpusim: done: received=%d completed=%d cancelled=%d failed=%d rejected=%d max-running=%d\n",
+		st.Received, st.Completed, st.Cancelled, st.Failed, st.Rejected, st.MaxRunning)
+	return 0
+}

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"frontdoor/cmd/gpusim/sim"
+)
+
+func TestParseFlags(t *testing.T) {
+	t.Setenv("GPUSIM_API_KEY", "from-env")
+	var stderr bytes.Buffer
+	cfg, err := parseFlags([]string{
+		"--listen", "127.0.0.1:0", "--model", "a", "--model", "b", "--kind", "tgi",
+		"--max-num-seqs", "4", "--max-waiting", "8", "--ttft", "1s", "--itl", "5ms",
+		"--output-tokens", "9", "--jitter", "0.1", "--fail-rate", "0.2", "--hang-rate", "0.3",
+		"--rpm", "60", "--kv-capacity", "1000", "--seed", "7",
+	}, &stderr)
+	if err != nil {
+		t.Fatalf("parseFlags: %v (%s)", err, stderr.String())
+	}
+	want := sim.Config{
+		Listen: "127.0.0.1:0", Models: []string{"a", "b"}, Kind: sim.KindTGI,
+		MaxNumSeqs: 4, MaxWaiting: 8, TTFT: time.Second, ITL: 5 * time.Millisecond,
+		OutputTokens: 9, Jitter: 0.1, FailRate: 0.2, HangRate: 0.3, APIKey: "from-env",
+		RPM: 60, KVCapacityTokens: 1000, Seed: 7,
+	}
+	if got := cfg; got.Listen != want.Listen || strings.Join(got.Models, ",") != "a,b" || got.Kind != want.Kind ||
+		got.MaxNumSeqs != 4 || got.MaxWaiting != 8 || got.TTFT != want.TTFT || got.ITL != want.ITL ||
+		got.OutputTokens != 9 || got.Jitter != 0.1 || got.FailRate != 0.2 || got.HangRate != 0.3 ||
+		got.APIKey != "from-env" || got.RPM != 60 || got.KVCapacityTokens != 1000 || got.Seed != 7 {
+		t.Errorf("got %+v\nwant %+v", got, want)
+	}
+
+	cfg, err = parseFlags([]string{"--api-key", "flag"}, &stderr)
+	if err != nil || cfg.APIKey != "flag" || cfg.Kind != sim.KindVLLM || cfg.Models[0] != sim.DefaultModel {
+		t.Errorf("flag api key / defaults: %+v %v", cfg, err)
+	}
+}
+
+func TestInvalidFlagsExit2(t *testing.T) {
+	for _, args := range [][]string{
+		{"--kind", "triton"},
+		{"--max-num-seqs", "0"},
+		{"--fail-rate", "1.5"},
+		{"--ttft", "soon"},
+		{"--nope"},
+		{"extra"},
+	} {
+		var stderr bytes.Buffer
+		if code := run(args, &stderr); code != 2 || stderr.Len() == 0 {
+			t.Errorf("%v: exit %d, stderr %q", args, code, stderr.String())
+		}
+	}
+}

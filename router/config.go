@@ -1,0 +1,383 @@
+package router
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"frontdoor/balancer"
+	"frontdoor/cache"
+	"frontdoor/internal/redisconn"
+	"frontdoor/internal/units"
+)
+
+// Limits is the limits: section.
+type Limits struct {
+	MaxBodyBytes units.Bytes `yaml:"max_body_bytes"`
+}
+
+// Timeouts is the timeouts: section.
+type Timeouts struct {
+	Connect   units.Duration `yaml:"connect"`
+	FirstByte units.Duration `yaml:"first_byte"`
+	Idle      units.Duration `yaml:"idle"`
+	Total     units.Duration `yaml:"total"`
+	// Shutdown is the grace period for in-flight streams on SIGTERM.
+	Shutdown units.Duration `yaml:"shutdown"`
+}
+
+// Admin is the admin: section.
+type Admin struct {
+	TokenEnv   string   `yaml:"token_env"`
+	AllowCIDRs []string `yaml:"allow_cidrs"`
+}
+
+// Logging is the logging: section.
+type Logging struct {
+	Level      string `yaml:"level"`  // debug | info | warn | error
+	Format     string `yaml:"format"` // json | text
+	AccessLog  bool   `yaml:"access_log"`
+	LogPrompts bool   `yaml:"log_prompts"`
+}
+
+// GlobalLimits is admission.global.
+type GlobalLimits struct {
+	RPS             float64 `yaml:"rps"`
+	Burst           int     `yaml:"burst"`
+	TokensPerMinute int     `yaml:"tokens_per_minute"`
+}
+
+// Admission is the admission: section.
+type Admission struct {
+	Backend          string         `yaml:"backend"` // local | redis
+	Global           GlobalLimits   `yaml:"global"`
+	MaxWait          units.Duration `yaml:"max_wait"`
+	DefaultMaxTokens int            `yaml:"default_max_tokens"` // charged up front when a request sets none
+	Replicas         int            `yaml:"replicas"`           // known replica count, for the Redis-down fallback
+}
+
+// Auth is the auth: section.
+type Auth struct {
+	Required bool `yaml:"required"`
+}
+
+// Tenant is one entry of tenants:.
+type Tenant struct {
+	Name                string   `yaml:"name"`
+	APIKeysEnv          string   `yaml:"api_keys_env"`
+	APIKeySHA256        []string `yaml:"api_key_sha256"`
+	RPS                 float64  `yaml:"rps"`
+	Burst               int      `yaml:"burst"`
+	TokensPerMinute     int      `yaml:"tokens_per_minute"`
+	MaxConcurrency      int      `yaml:"max_concurrency"`
+	Models              []string `yaml:"models"`
+	CacheNamespace      string   `yaml:"cache_namespace"`
+	Spillover           *bool    `yaml:"spillover"`
+	AllowCacheThreshold bool     `yaml:"allow_cache_threshold"` // may send X-Cache-Threshold
+}
+
+// Spillover is the spillover: section.
+type Spillover struct {
+	Enabled   bool              `yaml:"enabled"`
+	Kind      string            `yaml:"kind"` // dashscope | openai
+	BaseURL   string            `yaml:"base_url"`
+	Region    string            `yaml:"region"` // beijing | singapore | us (dashscope, when base_url is empty)
+	APIKeyEnv string            `yaml:"api_key_env"`
+	ModelMap  map[string]string `yaml:"model_map"`
+	On        []string          `yaml:"on"` // saturated | failed
+	RPM       int               `yaml:"rpm"`
+	TPM       int               `yaml:"tpm"`
+}
+
+// Warm is the warm: section.
+type Warm struct {
+	Files       []string `yaml:"files"`
+	Concurrency int      `yaml:"concurrency"`
+}
+
+// Config is the whole frontdoor configuration file.
+type Config struct {
+	Listen    string                `yaml:"listen"`
+	Limits    Limits                `yaml:"limits"`
+	Timeouts  Timeouts              `yaml:"timeouts"`
+	Admin     Admin                 `yaml:"admin"`
+	Logging   Logging               `yaml:"logging"`
+	Redis     redisconn.Config      `yaml:"redis"`
+	Cache     cache.Config          `yaml:"cache"`
+	Admission Admission             `yaml:"admission"`
+	Auth      Auth                  `yaml:"auth"`
+	Tenants   []Tenant              `yaml:"tenants"`
+	Nodes     []balancer.NodeConfig `yaml:"nodes"`
+	Balancer  balancer.Config       `yaml:"balancer"`
+	Spillover Spillover             `yaml:"spillover"`
+	Models    []balancer.ModelAlias `yaml:"models"`
+	Warm      Warm                  `yaml:"warm"`
+}
+
+// DefaultConfig returns the defaults of every key.
+func DefaultConfig() Config {
+	return Config{
+		Listen:    ":8080",
+		Limits:    Limits{MaxBodyBytes: 8 << 20},
+		Timeouts:  Timeouts{Connect: units.Duration(2e9), FirstByte: units.Duration(60e9), Idle: units.Duration(30e9), Total: units.Duration(600e9), Shutdown: units.Duration(30e9)},
+		Admin:     Admin{TokenEnv: "FRONTDOOR_ADMIN_TOKEN", AllowCIDRs: []string{"127.0.0.1/32", "::1/128"}},
+		Logging:   Logging{Level: "info", Format: "json", AccessLog: true},
+		Redis:     redisconn.DefaultConfig(),
+		Cache:     cache.DefaultConfig(),
+		Admission: Admission{Backend: "local", DefaultMaxTokens: 1024, Replicas: 1},
+		Balancer:  balancer.DefaultConfig(),
+		Spillover: Spillover{Kind: "dashscope", BaseURL: "https://dashscope.aliyuncs.com/compatible-mode/v1", APIKeyEnv: "DASHSCOPE_API_KEY", On: []string{"saturated", "failed"}},
+		Warm:      Warm{Concurrency: 5},
+	}
+}
+
+// Load reads and validates a config file. Unknown keys are errors.
+func Load(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(data)
+}
+
+// Parse decodes YAML over the defaults and validates the result. Every
+// problem is reported, each prefixed with its YAML path.
+func Parse(data []byte) (Config, error) {
+	cfg := DefaultConfig()
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return cfg, &ConfigError{Problems: []string{err.Error()}}
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return cfg, &ConfigError{Problems: yamlProblems(err, &root)}
+	}
+	for i := range cfg.Nodes {
+		balancer.DefaultNode(&cfg.Nodes[i])
+	}
+	if problems := cfg.Problems(); len(problems) > 0 {
+		return cfg, &ConfigError{Problems: problems}
+	}
+	return cfg, nil
+}
+
+// ConfigError lists every problem found in a config.
+type ConfigError struct{ Problems []string }
+
+func (e *ConfigError) Error() string {
+	return "invalid config:\n  " + strings.Join(e.Problems, "\n  ")
+}
+
+var (
+	yamlLine  = regexp.MustCompile(`line (\d+): (.*)`)
+	yamlField = regexp.MustCompile("field (\\S+) not found")
+	yamlValue = regexp.MustCompile("unmarshal !!\\w+ `([^`]*)`")
+)
+
+// yamlProblems rewrites yaml.v3's "line N: ..." errors to name the YAML path.
+func yamlProblems(err error, root *yaml.Node) []string {
+	var msgs []string
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		msgs = te.Errors
+	} else {
+		msgs = []string{err.Error()}
+	}
+	out := make([]string, 0, len(msgs))
+	for _, m := range msgs {
+		if g := yamlLine.FindStringSubmatch(m); g != nil {
+			line, _ := strconv.Atoi(g[1])
+			hint := ""
+			if f := yamlField.FindStringSubmatch(g[2]); f != nil {
+				hint = f[1]
+			} else if v := yamlValue.FindStringSubmatch(g[2]); v != nil {
+				hint = v[1]
+			}
+			if p := pathAtLine(root, line, hint); p != "" {
+				m = p + ": " + strings.TrimSpace(g[2]) + " (line " + g[1] + ")"
+			}
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// pathAtLine finds the YAML path of what stands on line: the deepest key or
+// item there, preferring one whose key or value equals hint (flow style puts
+// several on one line).
+func pathAtLine(root *yaml.Node, line int, hint string) string {
+	best, bestDepth, bestHint := "", -1, false
+	consider := func(path string, depth int, matches bool) {
+		if (matches && !bestHint) || (matches == bestHint && depth > bestDepth) {
+			best, bestDepth, bestHint = path, depth, matches
+		}
+	}
+	var walk func(n *yaml.Node, path string, depth int)
+	walk = func(n *yaml.Node, path string, depth int) {
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(c, path, depth)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i], n.Content[i+1]
+				p := k.Value
+				if path != "" {
+					p = path + "." + k.Value
+				}
+				if k.Line == line || (v.Kind == yaml.ScalarNode && v.Line == line) {
+					consider(p, depth, hint != "" && (k.Value == hint || (v.Kind == yaml.ScalarNode && v.Value == hint)))
+				}
+				walk(v, p, depth+1)
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				p := path + "[" + strconv.Itoa(i) + "]"
+				if c.Kind == yaml.ScalarNode && c.Line == line {
+					consider(p, depth, hint != "" && c.Value == hint)
+				}
+				walk(c, p, depth+1)
+			}
+		}
+	}
+	walk(root, "", 0)
+	return best
+}
+
+// Problems validates the whole config and returns every problem found,
+// each prefixed with its YAML path.
+func (c *Config) Problems() []string {
+	var out []string
+	add := func(format string, a ...any) { out = append(out, fmt.Sprintf(format, a...)) }
+	section := func(prefix string, err error) {
+		if err == nil {
+			return
+		}
+		for _, line := range strings.Split(err.Error(), "\n") {
+			out = append(out, prefix+"."+line)
+		}
+	}
+	if c.Listen == "" {
+		add("listen: is required")
+	}
+	if c.Limits.MaxBodyBytes < 1024 {
+		add("limits.max_body_bytes: must be at least 1024")
+	}
+	if c.Timeouts.Connect <= 0 || c.Timeouts.FirstByte <= 0 || c.Timeouts.Idle <= 0 || c.Timeouts.Total <= 0 {
+		add("timeouts: connect, first_byte, idle and total must all be > 0")
+	}
+	if c.Timeouts.Shutdown < 0 {
+		add("timeouts.shutdown: must be >= 0")
+	}
+	for i, cidr := range c.Admin.AllowCIDRs {
+		if _, err := parseCIDR(cidr); err != nil {
+			add("admin.allow_cidrs[%d]: %v", i, err)
+		}
+	}
+	switch c.Logging.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		add("logging.level: %q is not one of debug, info, warn, error", c.Logging.Level)
+	}
+	switch c.Logging.Format {
+	case "json", "text":
+	default:
+		add("logging.format: %q is not one of json, text", c.Logging.Format)
+	}
+	usesRedis := c.Cache.Backend == "redis" || c.Admission.Backend == "redis"
+	if usesRedis {
+		section("redis", c.Redis.Validate())
+	}
+	section("cache", c.Cache.Validate())
+	switch c.Admission.Backend {
+	case "local", "redis":
+	default:
+		add("admission.backend: %q is not one of local, redis", c.Admission.Backend)
+	}
+	if c.Admission.Global.RPS < 0 || c.Admission.Global.Burst < 0 || c.Admission.Global.TokensPerMinute < 0 {
+		add("admission.global: rps, burst and tokens_per_minute must be >= 0")
+	}
+	if c.Admission.MaxWait < 0 {
+		add("admission.max_wait: must be >= 0")
+	}
+	if c.Admission.Replicas < 1 {
+		add("admission.replicas: must be >= 1")
+	}
+	tenantNames := map[string]bool{}
+	for i, t := range c.Tenants {
+		p := fmt.Sprintf("tenants[%d]", i)
+		if t.Name == "" {
+			add("%s.name: is required", p)
+		} else if tenantNames[t.Name] {
+			add("%s.name: %q is used twice", p, t.Name)
+		}
+		tenantNames[t.Name] = true
+		for j, h := range t.APIKeySHA256 {
+			if len(h) != 64 || strings.Trim(strings.ToLower(h), "0123456789abcdef") != "" {
+				add("%s.api_key_sha256[%d]: must be 64 hex digits", p, j)
+			}
+		}
+		if t.RPS < 0 || t.Burst < 0 || t.TokensPerMinute < 0 || t.MaxConcurrency < 0 {
+			add("%s: rps, burst, tokens_per_minute and max_concurrency must be >= 0", p)
+		}
+	}
+	nodeNames := map[string]bool{}
+	for i := range c.Nodes {
+		n := &c.Nodes[i]
+		p := fmt.Sprintf("nodes[%d]", i)
+		section(p, n.Validate())
+		if n.Name != "" && nodeNames[n.Name] {
+			add("%s.name: %q is used twice", p, n.Name)
+		}
+		nodeNames[n.Name] = true
+	}
+	section("balancer", c.Balancer.Validate())
+	if c.Spillover.Enabled {
+		switch c.Spillover.Kind {
+		case "dashscope", "openai":
+		default:
+			add("spillover.kind: %q is not one of dashscope, openai", c.Spillover.Kind)
+		}
+		if c.Spillover.BaseURL == "" && c.Spillover.Region == "" {
+			add("spillover.base_url: is required")
+		}
+		for i, on := range c.Spillover.On {
+			if on != "saturated" && on != "failed" {
+				add("spillover.on[%d]: %q is not one of saturated, failed", i, on)
+			}
+		}
+		if c.Spillover.RPM < 0 || c.Spillover.TPM < 0 {
+			add("spillover: rpm and tpm must be >= 0")
+		}
+	}
+	if len(c.Nodes) == 0 && !c.Spillover.Enabled {
+		add("nodes: configure at least one node (or enable spillover)")
+	}
+	for i, m := range c.Models {
+		p := fmt.Sprintf("models[%d]", i)
+		if m.Name == "" {
+			add("%s.name: is required", p)
+		}
+		if len(m.Targets) == 0 {
+			add("%s.targets: list at least one target", p)
+		}
+		for j, t := range m.Targets {
+			if t.Model == "" || t.Weight < 0 {
+				add("%s.targets[%d]: needs a model and a weight >= 0", p, j)
+			}
+		}
+	}
+	if c.Warm.Concurrency < 1 {
+		add("warm.concurrency: must be >= 1")
+	}
+	return out
+}

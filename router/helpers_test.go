@@ -1,0 +1,157 @@
+package router
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"frontdoor/balancer"
+	"frontdoor/cmd/gpusim/sim"
+	"frontdoor/internal/testenv"
+)
+
+// testGateway is a gateway serving on a loopback port for one test.
+type testGateway struct {
+	*Gateway
+	URL  string
+	Logs *syncBuffer
+}
+
+// testConfig is a config with one node per sim, all serving qwen3-8b.
+func testConfig(sims ...*sim.Server) Config {
+	cfg := DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Balancer.HealthInterval = 3600e9 // tests probe explicitly
+	cfg.Balancer.Backoff.Base, cfg.Balancer.Backoff.Max = 1e6, 5e6
+	for i, s := range sims {
+		cfg.Nodes = append(cfg.Nodes, balancer.NodeConfig{
+			Name: "gpu-" + string(rune('a'+i)), URL: s.URL(), Kind: "vllm",
+			Models: []string{"qwen3-8b"}, MaxConcurrency: 10, Weight: 1,
+		})
+	}
+	return cfg
+}
+
+func startGateway(t *testing.T, cfg Config) *testGateway {
+	t.Helper()
+	logs := &syncBuffer{}
+	gw, err := New(cfg, Deps{Logger: NewLogger(cfg.Logging, logs)})
+	if err != nil {
+		t.Fatalf("gateway: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = gw.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = gw.Shutdown(ctx)
+	})
+	return &testGateway{Gateway: gw, URL: "http://" + ln.Addr().String(), Logs: logs}
+}
+
+// simAndGateway starts n default sims and a gateway in front of them.
+func simAndGateway(t *testing.T, n int, mutate func(*sim.Config)) (*testGateway, []*sim.Server) {
+	t.Helper()
+	var sims []*sim.Server
+	for i := 0; i < n; i++ {
+		sims = append(sims, testenv.GPUSim(t, mutate))
+	}
+	return startGateway(t, testConfig(sims...)), sims
+}
+
+var httpClient = &http.Client{Timeout: 30 * time.Second}
+
+func post(t *testing.T, url, body string, headers ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read body: %v", err)
+	}
+	return resp, b
+}
+
+func chatBody(prompt string, extra string) string {
+	b, _ := json.Marshal(prompt)
+	s := `{"model":"qwen3-8b","messages":[{"role":"user","content":` + string(b) + `}]`
+	if extra != "" {
+		s += "," + extra
+	}
+	return s + "}"
+}
+
+// streamText reads an SSE chat stream and returns the joined content, the
+// number of data events and whether [DONE] arrived.
+func streamText(t *testing.T, r io.Reader) (text string, events int, done bool) {
+	t.Helper()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var sb strings.Builder
+	for sc.Scan() {
+		line := sc.Text()
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			continue
+		}
+		if data == "[DONE]" {
+			done = true
+			continue
+		}
+		events++
+		var chunk struct {
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(data), &chunk); err != nil {
+			t.Fatalf("bad chunk %q: %v", data, err)
+		}
+		for _, c := range chunk.Choices {
+			sb.WriteString(c.Delta.Content)
+		}
+	}
+	return sb.String(), events, done
+}
+
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

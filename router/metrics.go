@@ -1,0 +1,80 @@
+package router
+
+import (
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+)
+
+// gatewayMetrics are the request-level metrics. Labelled counters are made
+// once per label set and kept, so the hot path never formats a name.
+type gatewayMetrics struct {
+	set          *metrics.Set
+	retries      *metrics.Counter
+	clientAborts *metrics.Counter
+	streamErrors *metrics.Counter
+	streams      atomic.Int64
+	inflight     atomic.Int64
+
+	mu        sync.Mutex
+	requests  [2][600]atomic.Pointer[metrics.Counter]
+	durations [2]*metrics.PrometheusHistogram
+}
+
+var endpointLabel = [2]string{"chat", "completions"}
+
+func newGatewayMetrics(set *metrics.Set, g *Gateway) *gatewayMetrics {
+	m := &gatewayMetrics{
+		set:          set,
+		retries:      set.NewCounter(`frontdoor_retries_total{reason="upstream"}`),
+		clientAborts: set.NewCounter(`frontdoor_client_aborts_total`),
+		streamErrors: set.NewCounter(`frontdoor_stream_errors_total`),
+	}
+	for i, ep := range endpointLabel {
+		m.durations[i] = set.NewPrometheusHistogram(`frontdoor_request_duration_seconds{endpoint="` + ep + `"}`)
+	}
+	set.NewGauge(`frontdoor_streams_active`, func() float64 { return float64(m.streams.Load()) })
+	for _, n := range g.pool.Nodes() {
+		n := n
+		set.NewGauge(`frontdoor_node_inflight{node="`+n.Name()+`"}`, func() float64 { return float64(n.Inflight()) })
+		set.NewGauge(`frontdoor_node_healthy{node="`+n.Name()+`"}`, func() float64 {
+			if n.Healthy() {
+				return 1
+			}
+			return 0
+		})
+	}
+	return m
+}
+
+func (m *gatewayMetrics) requestCounter(ep, status int) *metrics.Counter {
+	if status < 100 || status >= 600 {
+		status = 599
+	}
+	p := &m.requests[ep][status]
+	if c := p.Load(); c != nil {
+		return c
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c := p.Load(); c != nil {
+		return c
+	}
+	c := m.set.GetOrCreateCounter(`frontdoor_requests_total{endpoint="` + endpointLabel[ep] + `",code="` + strconv.Itoa(status) + `"}`)
+	p.Store(c)
+	return c
+}
+
+func (m *gatewayMetrics) observe(x *exchange) {
+	ep := int(x.endpoint)
+	m.requestCounter(ep, x.status).Inc()
+	m.durations[ep].UpdateDuration(x.start)
+}
+
+func (m *gatewayMetrics) write(ctx *fasthttp.RequestCtx) {
+	m.set.WritePrometheus(ctx)
+	metrics.WriteProcessMetrics(ctx)
+}
