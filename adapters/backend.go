@@ -1,6 +1,7 @@
 package adapters
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -120,9 +121,9 @@ type UpstreamRequest struct {
 // body is read with Next; otherwise Body holds it whole. Close must be called.
 type UpstreamResponse struct {
 	Status      int
-	ContentType string
-	RetryAfter  string
-	Body        []byte
+	ContentType []byte // valid until Close
+	RetryAfter  []byte // valid until Close
+	Body        []byte // valid until Close
 
 	resp     *fasthttp.Response
 	conn     *trackedConn
@@ -301,8 +302,8 @@ func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamR
 	}
 	out := &UpstreamResponse{
 		Status:      resp.StatusCode(),
-		ContentType: string(resp.Header.ContentType()),
-		RetryAfter:  string(resp.Header.Peek(fasthttp.HeaderRetryAfter)),
+		ContentType: resp.Header.ContentType(),
+		RetryAfter:  resp.Header.Peek(fasthttp.HeaderRetryAfter),
 		resp:        resp,
 		idle:        b.cfg.Idle,
 		deadline:    total,
@@ -316,7 +317,7 @@ func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamR
 		_ = a.conn.Conn.SetReadDeadline(time.Time{})
 	}
 	stream := resp.BodyStream()
-	if out.Status/100 != 2 || !strings.HasPrefix(out.ContentType, "text/event-stream") {
+	if out.Status/100 != 2 || !bytes.HasPrefix(out.ContentType, []byte("text/event-stream")) {
 		// An error (or a server that ignored stream:true): read it whole.
 		if out.conn != nil {
 			_ = out.conn.Conn.SetReadDeadline(time.Now().Add(b.cfg.Idle))

@@ -1,9 +1,5 @@
 package adapters
 
-import (
-	"strconv"
-)
-
 // Error types used in the OpenAI error envelope.
 const (
 	TypeInvalidRequest = "invalid_request_error"
@@ -33,9 +29,9 @@ func (e *APIError) Error() string { return e.Message }
 // AppendJSON appends the error envelope to dst.
 func (e *APIError) AppendJSON(dst []byte) []byte {
 	dst = append(dst, `{"error":{"message":`...)
-	dst = strconv.AppendQuote(dst, e.Message)
+	dst = AppendJSONString(dst, e.Message)
 	dst = append(dst, `,"type":`...)
-	dst = strconv.AppendQuote(dst, e.Type)
+	dst = AppendJSONString(dst, e.Type)
 	dst = append(dst, `,"param":`...)
 	dst = appendNullableString(dst, e.Param)
 	dst = append(dst, `,"code":`...)
@@ -47,7 +43,7 @@ func appendNullableString(dst []byte, s string) []byte {
 	if s == "" {
 		return append(dst, "null"...)
 	}
-	return strconv.AppendQuote(dst, s)
+	return AppendJSONString(dst, s)
 }
 
 // BadRequest is a 400 invalid_request_error about param.

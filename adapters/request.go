@@ -60,6 +60,11 @@ func (r *Request) Release() {
 // ParseRequest parses and validates an OpenAI chat or completion request.
 // The body is copied, so the caller's buffer may be reused.
 func ParseRequest(ep Endpoint, body []byte) (*Request, *APIError) {
+	// fastjson's parser is lenient with numbers (it accepts a lone "."), so
+	// the strict validator runs first: nothing invalid is ever forwarded.
+	if err := fastjson.ValidateBytes(body); err != nil {
+		return nil, BadRequest("", "invalid JSON body: "+err.Error())
+	}
 	p := parserPool.Get()
 	root, err := p.ParseBytes(body)
 	if err != nil {

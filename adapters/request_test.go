@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/valyala/fastjson"
 )
@@ -118,4 +119,17 @@ func FuzzParseRequest(f *testing.F) {
 			t.Fatalf("model rewrite failed: %s", out)
 		}
 	})
+}
+
+func TestAppendJSONString(t *testing.T) {
+	for _, s := range []string{"plain", "q\"b\\s", "\a\x00\x1f\n\t", "中文 ok", "bad \xff\xfe utf8", "\u2028"} {
+		out := AppendJSONString(nil, s)
+		var back string
+		if err := json.Unmarshal(out, &back); err != nil {
+			t.Fatalf("%q -> %s: %v", s, out, err)
+		}
+		if utf8.ValidString(s) && back != s {
+			t.Fatalf("round trip %q -> %q", s, back)
+		}
+	}
 }

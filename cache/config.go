@@ -59,7 +59,7 @@ func DefaultConfig() Config {
 		MaxBytes:     512 << 20,
 		VectorSearch: "auto",
 		Exact:        ExactConfig{Enabled: true},
-		Semantic:     SemanticConfig{Enabled: true, Threshold: 0.92, Guards: Guards{Numbers: true, Negation: true}},
+		Semantic:     SemanticConfig{Enabled: true, Threshold: 0.91, Guards: Guards{Numbers: true, Negation: true}},
 		Embedder:     embed.DefaultConfig(),
 		Eligibility:  Eligibility{MaxTemperature: 2.0, CacheToolCalls: true},
 		Coalesce:     true,

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"time"
@@ -264,7 +265,7 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, n *balancer.Node
 	}
 	if !resp.Streaming() {
 		ctx.SetStatusCode(resp.Status)
-		ctx.SetContentType(resp.ContentType)
+		ctx.Response.Header.SetContentTypeBytes(resp.ContentType)
 		ctx.SetBody(resp.Body)
 		resp.Close()
 		n.Release()
@@ -330,9 +331,11 @@ func (g *Gateway) finish(ctx *fasthttp.RequestCtx, x *exchange) {
 		if model == "" && x.req != nil {
 			model = x.req.Model
 		}
-		g.log.Info("request", "request_id", x.id, "path", string(ctx.Path()), "status", x.status, "model", model,
-			"stream", x.req != nil && x.req.Stream, "upstream", x.upstream, "attempts", x.attempts,
-			"duration_ms", float64(time.Since(x.start).Microseconds())/1000)
+		g.log.LogAttrs(context.Background(), slog.LevelInfo, "request",
+			slog.String("request_id", x.id), slog.String("path", string(ctx.Path())), slog.Int("status", x.status),
+			slog.String("model", model), slog.Bool("stream", x.req != nil && x.req.Stream),
+			slog.String("upstream", x.upstream), slog.Int("attempts", x.attempts),
+			slog.Float64("duration_ms", float64(time.Since(x.start).Microseconds())/1000))
 	}
 }
 

@@ -40,7 +40,7 @@ func testConfig(sims ...*sim.Server) Config {
 	return cfg
 }
 
-func startGateway(t *testing.T, cfg Config) *testGateway {
+func startGateway(t testing.TB, cfg Config) *testGateway {
 	t.Helper()
 	logs := &syncBuffer{}
 	gw, err := New(cfg, Deps{Logger: NewLogger(cfg.Logging, logs)})
@@ -61,7 +61,7 @@ func startGateway(t *testing.T, cfg Config) *testGateway {
 }
 
 // simAndGateway starts n default sims and a gateway in front of them.
-func simAndGateway(t *testing.T, n int, mutate func(*sim.Config)) (*testGateway, []*sim.Server) {
+func simAndGateway(t testing.TB, n int, mutate func(*sim.Config)) (*testGateway, []*sim.Server) {
 	t.Helper()
 	var sims []*sim.Server
 	for i := 0; i < n; i++ {

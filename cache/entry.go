@@ -1,0 +1,58 @@
+package cache
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"time"
+)
+
+// Usage is the token accounting of a stored answer.
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// Entry is one stored answer: enough to replay it as a chat.completion JSON
+// or as an SSE stream.
+type Entry struct {
+	ID        string          `json:"id"`       // stable id, for X-Cache-Entry and admin deletes
+	Namespace string          `json:"ns"`       // tenant cache namespace
+	Model     string          `json:"model"`    // the model that answered
+	Endpoint  string          `json:"endpoint"` // "chat" or "completion"
+	Content   string          `json:"content"`  // assembled answer text
+	Reasoning string          `json:"reasoning,omitempty"`
+	ToolCalls json.RawMessage `json:"tool_calls,omitempty"` // OpenAI tool_calls array
+	Finish    string          `json:"finish"`
+	Usage     Usage           `json:"usage"`
+	Created   time.Time       `json:"created"`
+	Query     string          `json:"query,omitempty"` // last user turn, semantic entries only
+	Scope     string          `json:"scope,omitempty"` // semantic scope hash
+	ExactKey  string          `json:"key,omitempty"`   // exact key it is stored under
+}
+
+// Size is an estimate of the memory the entry holds, for the byte budget.
+func (e *Entry) Size() int64 {
+	return int64(256 + len(e.ID) + len(e.Namespace) + len(e.Model) + len(e.Content) + len(e.Reasoning) +
+		len(e.ToolCalls) + len(e.Query) + len(e.Scope) + len(e.ExactKey))
+}
+
+// NewEntryID returns a random 16-hex-digit id.
+func NewEntryID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Marshal encodes the entry for a remote store.
+func (e *Entry) Marshal() ([]byte, error) { return json.Marshal(e) }
+
+// UnmarshalEntry decodes what Marshal wrote.
+func UnmarshalEntry(b []byte) (*Entry, error) {
+	var e Entry
+	if err := json.Unmarshal(b, &e); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}

@@ -1,0 +1,48 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrNotFound means no live entry is stored under the key or id.
+var ErrNotFound = errors.New("cache: not found")
+
+// Match is a semantic search result.
+type Match struct {
+	Entry      *Entry
+	Similarity float32 // cosine similarity in [-1, 1]
+}
+
+// Stats describes a store's content.
+type Stats struct {
+	Entries        int64  `json:"entries"`        // exact entries
+	VectorEntries  int64  `json:"vector_entries"` // semantic entries
+	Bytes          int64  `json:"bytes"`          // approximate memory (memory store) or 0 when unknown
+	Scopes         int64  `json:"scopes"`         // semantic scopes with at least one vector
+	Evictions      int64  `json:"evictions"`      // entries dropped for the byte budget
+	VectorSearchBy string `json:"vector_search"`  // "local" or "redisearch"
+}
+
+// Store keeps answers under exact keys and, for semantic lookups, under
+// vectors grouped by scope. Implementations are safe for concurrent use.
+// Every method respects ctx; a remote store returns its errors (the caller
+// fails open) and never blocks longer than its configured timeout.
+type Store interface {
+	// Get returns the entry stored under the exact key.
+	Get(ctx context.Context, key string) (*Entry, error)
+	// Put stores e under the exact key e.ExactKey for ttl. When vec is not
+	// nil, e is also indexed for semantic search in e.Scope.
+	Put(ctx context.Context, e *Entry, vec []float32, ttl time.Duration) error
+	// Search returns up to k live entries of scope, most similar first.
+	Search(ctx context.Context, scope string, vec []float32, k int) ([]Match, error)
+	// Delete removes an entry by id: its exact key and its vector.
+	Delete(ctx context.Context, id string) error
+	// Purge removes every entry of a namespace and returns how many.
+	Purge(ctx context.Context, namespace string) (int, error)
+	// Stats reports the content.
+	Stats(ctx context.Context) (Stats, error)
+	// Close stops background work.
+	Close() error
+}
