@@ -14,8 +14,13 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
+	"github.com/redis/go-redis/v9"
+
 	"frontdoor/adapters"
 	"frontdoor/balancer"
+	"frontdoor/cache"
+	"frontdoor/embed"
+	"frontdoor/internal/redisconn"
 )
 
 // Deps are the components the gateway orchestrates. Nil fields are built
@@ -25,6 +30,9 @@ type Deps struct {
 	Pool     *balancer.Pool
 	Backends map[string]adapters.Backend // by node name
 	Metrics  *metrics.Set
+	Store    cache.Store    // nil: built from cache: (memory or redis), none when off
+	Embedder embed.Embedder // nil: built from cache.embedder
+	Redis    redis.UniversalClient
 }
 
 // Gateway is the frontdoor server.
@@ -36,6 +44,14 @@ type Gateway struct {
 	metrics  *gatewayMetrics
 	admin    *adminGuard
 	server   *fasthttp.Server
+	tenants  *tenantSet
+
+	store        cache.Store
+	ownStore     bool
+	storeBreaker *cache.Breaker
+	embedder     embed.Embedder
+	flights      flightGroup
+	cm           *cacheMetrics
 
 	models []byte // cached GET /v1/models body
 
@@ -84,7 +100,14 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		return nil, err
 	}
 	g.admin = admin
+	if g.tenants, err = newTenantSet(cfg); err != nil {
+		return nil, err
+	}
+	if err := g.buildCache(deps); err != nil {
+		return nil, err
+	}
 	g.metrics = newGatewayMetrics(set, g)
+	g.cm = newCacheMetrics(set)
 	g.models = g.modelsBody()
 	g.server = &fasthttp.Server{
 		Handler:                       g.handle,
@@ -138,10 +161,67 @@ func (g *Gateway) Pool() *balancer.Pool { return g.pool }
 func (g *Gateway) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	g.runCancel, g.runDone = cancel, make(chan struct{})
-	go func() {
-		defer close(g.runDone)
-		g.pool.Run(ctx)
-	}()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); g.pool.Run(ctx) }()
+	if g.store != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); g.refreshStats(ctx) }()
+	}
+	go func() { wg.Wait(); close(g.runDone) }()
+}
+
+// buildCache sets up the store, the embedder and the store's breaker.
+func (g *Gateway) buildCache(deps Deps) error {
+	c := g.cfg.Cache
+	// A failing Redis is bypassed for a second after 5 errors in 10s, then
+	// probed again: recovery is automatic.
+	g.storeBreaker = cache.NewBreaker(5, 10*time.Second, time.Second)
+	g.embedder = deps.Embedder
+	if g.embedder == nil && c.Semantic.Enabled && c.Backend != "off" {
+		e, err := embed.New(c.Embedder)
+		if err != nil {
+			return fmt.Errorf("cache.embedder: %w", err)
+		}
+		g.embedder = e
+	}
+	g.store = deps.Store
+	if g.store != nil || c.Backend == "off" {
+		return nil
+	}
+	dims := c.Embedder.Dims
+	if g.embedder != nil {
+		dims = g.embedder.Dims()
+	}
+	switch c.Backend {
+	case "memory":
+		g.store = cache.NewMemoryStore(int64(c.MaxBytes), dims)
+	case "redis":
+		client := deps.Redis
+		if client == nil {
+			var err error
+			if client, err = redisconn.New(g.cfg.Redis, redisPassword(g.cfg.Redis)); err != nil {
+				return err
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st, err := cache.NewRedisStore(ctx, client, cache.RedisOptions{Prefix: g.cfg.Redis.KeyPrefix, Dims: dims,
+			VectorSearch: c.VectorSearch, Timeout: g.cfg.Redis.Timeout.D()})
+		if err != nil {
+			return fmt.Errorf("cache: redis: %w", err)
+		}
+		g.store = st
+	}
+	g.ownStore = true
+	return nil
+}
+
+func redisPassword(c redisconn.Config) string {
+	if c.PasswordEnv == "" {
+		return ""
+	}
+	return os.Getenv(c.PasswordEnv)
 }
 
 // Serve serves HTTP on ln until Shutdown.
@@ -173,6 +253,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	if g.runCancel != nil {
 		g.runCancel()
 		<-g.runDone
+	}
+	if g.ownStore {
+		_ = g.store.Close()
 	}
 	return err
 }

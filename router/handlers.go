@@ -131,14 +131,19 @@ func isJSON(ct []byte) bool {
 
 // exchange is one inference request as it moves through the gateway.
 type exchange struct {
-	start    time.Time
-	id       string
-	endpoint adapters.Endpoint
-	req      *adapters.Request
-	model    string // after alias resolution
-	upstream string
-	attempts int
-	status   int
+	start       time.Time
+	id          string
+	endpoint    adapters.Endpoint
+	req         *adapters.Request
+	tenant      *tenant
+	model       string // after alias resolution
+	upstream    string
+	attempts    int
+	status      int
+	cacheResult string // X-Cache value; "" when the cache was not consulted
+	cacheReason string
+	plan        *cachePlan
+	flight      *flight
 }
 
 func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint) {
@@ -149,6 +154,12 @@ func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint)
 		g.onlyMethod(ctx, fasthttp.MethodPost)
 		return
 	}
+	t, apiErr := g.tenants.resolve(ctx)
+	if apiErr != nil {
+		g.writeError(ctx, apiErr)
+		return
+	}
+	x.tenant = t
 	if !isJSON(ctx.Request.Header.ContentType()) {
 		g.writeError(ctx, &adapters.APIError{Status: 415, Type: adapters.TypeInvalidRequest, Code: "unsupported_media_type",
 			Message: "Content-Type must be application/json, got " + strconv.Quote(string(ctx.Request.Header.ContentType()))})
@@ -161,14 +172,49 @@ func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint)
 	}
 	defer req.Release()
 	x.req = req
+	if !t.allows(req.Model) {
+		g.writeError(ctx, &adapters.APIError{Status: 403, Type: adapters.TypePermission, Code: "model_not_allowed", Param: "model",
+			Message: "tenant " + strconv.Quote(t.name) + " may not use model " + strconv.Quote(req.Model)})
+		return
+	}
 	model, ok := g.pool.Resolve(req.Model, x.id)
 	if !ok {
 		g.writeError(ctx, adapters.NotFound("model", "The model `"+req.Model+"` does not exist"))
 		return
 	}
 	x.model = model
+
+	p := g.planCache(ctx, &x)
+	x.plan = p
+	x.cacheResult, x.cacheReason = cacheBypass, p.reason
+	if p.lookup && g.tryHit(ctx, &x, p) {
+		return
+	}
+	if p.store {
+		x.cacheResult = cacheMiss
+		if g.cfg.Cache.Coalesce && p.lookup { // no-cache wants a fresh answer of its own
+			f, leader := g.flights.join(p.keys.Exact)
+			if !leader {
+				if g.follow(ctx, &x, f) {
+					return
+				}
+				f = newFlight(p.keys.Exact, false) // the leader failed: go alone
+				ctx.Response.Header.Del("X-Coalesced")
+			}
+			x.flight = f
+		} else {
+			x.flight = newFlight(p.keys.Exact, false)
+		}
+		ctx.Response.Header.Set("X-Cache-Entry", x.flight.entryID)
+	}
 	body := req.Body
-	if model != req.Model {
+	switch {
+	case x.flight != nil && req.Stream && !req.IncludeUsage:
+		if model != req.Model {
+			req.Root().Set("model", new(fastjson.Arena).NewString(model))
+		}
+		body = withIncludeUsage(req.Root())
+	case model != req.Model:
 		body = rewriteModel(req.Root(), model)
 	}
 	g.forward(ctx, &x, &adapters.UpstreamRequest{Endpoint: ep, Body: body, Stream: req.Stream, RequestID: x.id})
@@ -229,6 +275,11 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.Up
 			lastErr = adapters.Unavailable("no healthy node serves "+x.model+" right now; retry shortly", 1)
 		}
 	}
+	if f := x.flight; f != nil {
+		f.failed = true
+		close(f.ready)
+		g.flights.leave(f)
+	}
 	g.writeError(ctx, lastErr)
 }
 
@@ -251,15 +302,25 @@ func sendError(node string, err error) *adapters.APIError {
 	return adapters.UpstreamError("upstream " + node + " failed: " + err.Error())
 }
 
-// commit sends the chosen upstream's answer to the client.
+// commit sends the chosen upstream's answer to the client, and hands it to
+// the flight (followers, write-back) when there is one.
 func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, n *balancer.Node, be adapters.Backend, resp *adapters.UpstreamResponse) {
 	h := &ctx.Response.Header
 	h.Set("X-Upstream", n.Name())
 	h.Set("X-Upstream-Attempts", strconv.Itoa(x.attempts))
+	f := x.flight
+	if f != nil {
+		f.upstream, f.attempts = n.Name(), x.attempts
+	}
 	if resp.Status >= 400 {
 		e := be.MapError(resp.Status, resp.Body)
 		resp.Close()
 		n.Release()
+		if f != nil {
+			f.failed = true
+			close(f.ready)
+			g.flights.leave(f)
+		}
 		g.writeError(ctx, e)
 		return
 	}
@@ -267,6 +328,16 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, n *balancer.Node
 		ctx.SetStatusCode(resp.Status)
 		ctx.Response.Header.SetContentTypeBytes(resp.ContentType)
 		ctx.SetBody(resp.Body)
+		if f != nil {
+			answer, err := adapters.ParseAnswer(x.endpoint, resp.Body)
+			if err != nil {
+				answer = nil
+			}
+			f.status, f.contentType, f.body = resp.Status, append([]byte(nil), resp.ContentType...), append([]byte(nil), resp.Body...)
+			f.finish(answer, answer == nil)
+			close(f.ready)
+			go g.writeBack(f, x.plan, answer)
+		}
 		resp.Close()
 		n.Release()
 		return
@@ -275,57 +346,177 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, n *balancer.Node
 	ctx.SetContentType("text/event-stream")
 	h.Set(fasthttp.HeaderCacheControl, "no-cache")
 	h.Set("X-Accel-Buffering", "no")
+	var asm *adapters.Assembler
+	if f != nil {
+		f.streaming, f.status = true, resp.Status
+		close(f.ready)
+		asm = adapters.NewAssembler(x.endpoint)
+	}
+	wantUsage := x.req.IncludeUsage
+	id, plan := x.id, x.plan
 	g.streams.Add(1)
 	g.live.add(resp)
 	g.metrics.streams.Add(1)
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		broken := true
 		defer func() {
 			if r := recover(); r != nil {
-				g.log.Error("stream pump panicked", "request_id", x.id, "panic", r)
+				g.log.Error("stream pump panicked", "request_id", id, "panic", r)
 			}
 			g.live.remove(resp)
 			resp.Close()
 			n.Release()
 			g.metrics.streams.Add(-1)
 			g.streams.Done()
+			if f != nil {
+				var answer *adapters.Answer
+				if !broken {
+					answer, _ = asm.Answer()
+				}
+				f.finish(answer, broken)
+				go g.writeBack(f, plan, answer)
+			}
 		}()
-		g.pump(w, x.id, resp)
+		broken = g.pump(w, id, resp, f, asm, wantUsage)
 	})
 }
 
 // pump copies upstream events to the client as they arrive, flushing
-// whenever nothing more is buffered. It stops when the client goes away,
-// which closes the upstream connection at once.
-func (g *Gateway) pump(w *bufio.Writer, id string, resp *adapters.UpstreamResponse) {
+// whenever nothing more is buffered, and publishes them to the flight. When
+// the client goes away the upstream is closed at once, unless followers of
+// the flight still read it. It reports whether the stream broke.
+func (g *Gateway) pump(w *bufio.Writer, id string, resp *adapters.UpstreamResponse, f *flight, asm *adapters.Assembler, wantUsage bool) (broken bool) {
+	clientOK := true
 	for {
 		ev, err := resp.Next()
 		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				g.log.Warn("upstream stream broke", "request_id", id, "error", err.Error())
-				g.metrics.streamErrors.Inc()
-				e := adapters.UpstreamError("upstream stream ended early: " + err.Error())
-				_, _ = w.Write(adapters.AppendSSEData(nil, e.AppendJSON(nil)))
+			if errors.Is(err, io.EOF) {
+				return false
+			}
+			g.log.Warn("upstream stream broke", "request_id", id, "error", err.Error())
+			g.metrics.streamErrors.Inc()
+			e := adapters.UpstreamError("upstream stream ended early: " + err.Error())
+			errEvent := adapters.AppendSSEData(nil, e.AppendJSON(nil))
+			if f != nil {
+				f.publish(errEvent, false)
+			}
+			if clientOK {
+				_, _ = w.Write(errEvent)
 				_ = w.Flush()
 			}
-			return
+			return true
 		}
-		if _, err := w.Write(ev.Raw); err != nil {
-			g.metrics.clientAborts.Inc()
-			return
+		usageOnly := false
+		if asm != nil && !ev.IsDone() {
+			usageOnly = asm.Add(ev.Data)
 		}
-		if !resp.Buffered() {
-			if err := w.Flush(); err != nil {
+		if f != nil {
+			f.publish(ev.Raw, usageOnly)
+		}
+		if clientOK && (!usageOnly || wantUsage) {
+			if _, err := w.Write(ev.Raw); err == nil && !resp.Buffered() {
+				err = w.Flush()
+				clientOK = err == nil
+			} else if err != nil {
+				clientOK = false
+			}
+			if !clientOK {
 				g.metrics.clientAborts.Inc()
+			}
+		}
+		if !clientOK && (f == nil || f.followers.Load() == 0) {
+			return true
+		}
+	}
+}
+
+// follow serves a request from a flight led by an identical one. It
+// returns false when the leader got no usable answer, so the caller goes
+// upstream itself.
+func (g *Gateway) follow(ctx *fasthttp.RequestCtx, x *exchange, f *flight) bool {
+	select {
+	case <-f.ready:
+	case <-time.After(g.cfg.Timeouts.Total.D()):
+		return false
+	}
+	if f.failed {
+		return false
+	}
+	if a := f.finished(); a != nil {
+		// The answer is complete and on its way into the store: serve it as
+		// the hit it is about to be.
+		x.cacheResult = cacheHitExact
+		ctx.Response.Header.Set("X-Cache-Entry", f.entryID)
+		ctx.Response.Header.Set("X-Cache-Age", "0")
+		g.cm.tokensSaved.Add(a.Usage.TotalTokens)
+		g.replay(ctx, x, a)
+		return true
+	}
+	var answer *adapters.Answer
+	if !f.streaming || !x.req.Stream {
+		answer, _ = f.result()
+		if answer == nil && x.req.Stream {
+			return false // the leader's JSON answer can't be replayed as a stream
+		}
+	}
+	x.cacheResult, x.cacheReason = cacheMiss, "coalesced"
+	x.upstream = f.upstream
+	ctx.Response.Header.Set("X-Upstream", f.upstream)
+	ctx.Response.Header.Set("X-Upstream-Attempts", "0")
+	ctx.Response.Header.Set("X-Coalesced", "true")
+	if !f.streaming {
+		if answer == nil {
+			ctx.SetStatusCode(f.status)
+			ctx.Response.Header.SetContentTypeBytes(f.contentType)
+			ctx.SetBody(f.body)
+			return true
+		}
+		g.replay(ctx, x, answer)
+		return true
+	}
+	if !x.req.Stream {
+		if answer == nil {
+			g.writeError(ctx, adapters.UpstreamError("the shared upstream stream for this request failed"))
+			return true
+		}
+		g.replay(ctx, x, answer)
+		return true
+	}
+	ctx.SetStatusCode(f.status)
+	ctx.SetContentType("text/event-stream")
+	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
+	wantUsage := x.req.IncludeUsage
+	f.followers.Add(1)
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer f.followers.Add(-1)
+		for i := 0; ; i++ {
+			ev, ok := f.next(i)
+			if !ok {
+				_ = w.Flush()
+				return
+			}
+			if ev.usageOnly && !wantUsage {
+				continue
+			}
+			if _, err := w.Write(ev.raw); err != nil {
+				return
+			}
+			if f.caughtUp(i+1) && w.Flush() != nil {
 				return
 			}
 		}
-	}
+	})
+	return true
 }
 
 // finish records metrics and the access log line. Prompts never appear.
 func (g *Gateway) finish(ctx *fasthttp.RequestCtx, x *exchange) {
 	x.status = ctx.Response.StatusCode()
 	g.metrics.observe(x)
+	if x.cacheResult != "" {
+		ctx.Response.Header.Set("X-Cache", x.cacheResult)
+		g.cm.request(x.cacheResult, x.cacheReason)
+	}
 	if g.cfg.Logging.AccessLog {
 		model := x.model
 		if model == "" && x.req != nil {
@@ -334,7 +525,7 @@ func (g *Gateway) finish(ctx *fasthttp.RequestCtx, x *exchange) {
 		g.log.LogAttrs(context.Background(), slog.LevelInfo, "request",
 			slog.String("request_id", x.id), slog.String("path", string(ctx.Path())), slog.Int("status", x.status),
 			slog.String("model", model), slog.Bool("stream", x.req != nil && x.req.Stream),
-			slog.String("upstream", x.upstream), slog.Int("attempts", x.attempts),
+			slog.String("upstream", x.upstream), slog.Int("attempts", x.attempts), slog.String("cache", x.cacheResult),
 			slog.Float64("duration_ms", float64(time.Since(x.start).Microseconds())/1000))
 	}
 }

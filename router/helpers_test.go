@@ -25,10 +25,12 @@ type testGateway struct {
 	Logs *syncBuffer
 }
 
-// testConfig is a config with one node per sim, all serving qwen3-8b.
+// testConfig is a config with one node per sim, all serving qwen3-8b. The
+// cache is off: cache tests turn it on.
 func testConfig(sims ...*sim.Server) Config {
 	cfg := DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
+	cfg.Cache.Backend = "off"
 	cfg.Balancer.HealthInterval = 3600e9 // tests probe explicitly
 	cfg.Balancer.Backoff.Base, cfg.Balancer.Backoff.Max = 1e6, 5e6
 	for i, s := range sims {

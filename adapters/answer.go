@@ -1,0 +1,339 @@
+package adapters
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/valyala/fastjson"
+)
+
+// Answer is a complete, assembled model answer: what the cache stores and
+// what a replay renders.
+type Answer struct {
+	Model     string
+	Content   string
+	Reasoning string
+	ToolCalls json.RawMessage // OpenAI tool_calls array, or nil
+	Finish    string
+	Usage     Usage
+}
+
+// ErrNotAssembled means the answer is incomplete or cannot be cached (an
+// error, several choices, no finish reason).
+var ErrNotAssembled = errors.New("answer incomplete")
+
+// ParseAnswer assembles an answer from a non-streaming response body.
+func ParseAnswer(ep Endpoint, body []byte) (*Answer, error) {
+	v, err := fastjson.ParseBytes(body)
+	if err != nil {
+		return nil, err
+	}
+	choices := v.GetArray("choices")
+	if len(choices) != 1 {
+		return nil, ErrNotAssembled
+	}
+	c := choices[0]
+	a := &Answer{Model: string(v.GetStringBytes("model")), Finish: string(c.GetStringBytes("finish_reason"))}
+	if ep == EndpointCompletion {
+		a.Content = string(c.GetStringBytes("text"))
+	} else {
+		m := c.Get("message")
+		if m == nil {
+			return nil, ErrNotAssembled
+		}
+		a.Content = string(m.GetStringBytes("content"))
+		a.Reasoning = string(m.GetStringBytes("reasoning_content"))
+		if tc := m.Get("tool_calls"); tc != nil && len(tc.GetArray()) > 0 {
+			a.ToolCalls = tc.MarshalTo(nil)
+		}
+	}
+	parseUsage(v.Get("usage"), &a.Usage)
+	if a.Finish == "" {
+		return nil, ErrNotAssembled
+	}
+	return a, nil
+}
+
+func parseUsage(u *fastjson.Value, dst *Usage) {
+	if u == nil || u.Type() != fastjson.TypeObject {
+		return
+	}
+	dst.PromptTokens = u.GetInt("prompt_tokens")
+	dst.CompletionTokens = u.GetInt("completion_tokens")
+	dst.TotalTokens = u.GetInt("total_tokens")
+	if dst.TotalTokens == 0 {
+		dst.TotalTokens = dst.PromptTokens + dst.CompletionTokens
+	}
+}
+
+// Assembler rebuilds an answer from the events of a stream as they pass.
+type Assembler struct {
+	ep        Endpoint
+	parser    fastjson.Parser
+	model     string
+	content   []byte
+	reasoning []byte
+	calls     []toolCallParts
+	finish    string
+	usage     Usage
+	choices   int // highest choice index seen + 1
+	broken    bool
+}
+
+type toolCallParts struct {
+	id, typ, name string
+	args          []byte
+}
+
+// NewAssembler starts assembling a stream for ep.
+func NewAssembler(ep Endpoint) *Assembler { return &Assembler{ep: ep} }
+
+// Add takes one event's data. It reports whether the event carries only
+// usage (the include_usage chunk, with no choices).
+func (s *Assembler) Add(data []byte) (usageOnly bool) {
+	if s.broken || len(data) == 0 || data[0] != '{' {
+		return false
+	}
+	v, err := s.parser.ParseBytes(data)
+	if err != nil {
+		s.broken = true
+		return false
+	}
+	if v.Get("error") != nil {
+		s.broken = true
+		return false
+	}
+	if m := v.GetStringBytes("model"); len(m) > 0 && s.model == "" {
+		s.model = string(m)
+	}
+	choices := v.GetArray("choices")
+	if u := v.Get("usage"); u != nil && u.Type() == fastjson.TypeObject {
+		parseUsage(u, &s.usage)
+		if len(choices) == 0 {
+			return true
+		}
+	}
+	for _, c := range choices {
+		idx := c.GetInt("index")
+		if idx+1 > s.choices {
+			s.choices = idx + 1
+		}
+		if idx != 0 {
+			continue
+		}
+		if f := c.GetStringBytes("finish_reason"); len(f) > 0 {
+			s.finish = string(f)
+		}
+		if s.ep == EndpointCompletion {
+			s.content = append(s.content, c.GetStringBytes("text")...)
+			continue
+		}
+		d := c.Get("delta")
+		if d == nil {
+			continue
+		}
+		s.content = append(s.content, d.GetStringBytes("content")...)
+		s.reasoning = append(s.reasoning, d.GetStringBytes("reasoning_content")...)
+		for _, tc := range d.GetArray("tool_calls") {
+			i := tc.GetInt("index")
+			if i < 0 || i > 128 {
+				s.broken = true
+				continue
+			}
+			for len(s.calls) <= i {
+				s.calls = append(s.calls, toolCallParts{})
+			}
+			p := &s.calls[i]
+			if id := tc.GetStringBytes("id"); len(id) > 0 {
+				p.id = string(id)
+			}
+			if t := tc.GetStringBytes("type"); len(t) > 0 {
+				p.typ = string(t)
+			}
+			if n := tc.GetStringBytes("function", "name"); len(n) > 0 {
+				p.name += string(n)
+			}
+			p.args = append(p.args, tc.GetStringBytes("function", "arguments")...)
+		}
+	}
+	return false
+}
+
+// Answer returns the assembled answer once the stream has finished cleanly.
+func (s *Assembler) Answer() (*Answer, error) {
+	if s.broken || s.finish == "" || s.choices > 1 {
+		return nil, ErrNotAssembled
+	}
+	a := &Answer{Model: s.model, Content: string(s.content), Reasoning: string(s.reasoning), Finish: s.finish, Usage: s.usage}
+	if len(s.calls) > 0 {
+		calls := make([]ToolCall, len(s.calls))
+		for i, p := range s.calls {
+			typ := p.typ
+			if typ == "" {
+				typ = "function"
+			}
+			calls[i] = ToolCall{ID: p.id, Type: typ, Function: ToolCallFunction{Name: p.name, Arguments: string(p.args)}}
+		}
+		a.ToolCalls, _ = json.Marshal(calls)
+	}
+	return a, nil
+}
+
+// AppendCompletionJSON renders a as a non-streaming answer: chat.completion
+// for chat, text_completion for completions.
+func AppendCompletionJSON(dst []byte, ep Endpoint, id string, created int64, a *Answer) []byte {
+	dst = append(dst, `{"id":`...)
+	dst = AppendJSONString(dst, id)
+	if ep == EndpointCompletion {
+		dst = append(dst, `,"object":"text_completion","created":`...)
+	} else {
+		dst = append(dst, `,"object":"chat.completion","created":`...)
+	}
+	dst = strconv.AppendInt(dst, created, 10)
+	dst = append(dst, `,"model":`...)
+	dst = AppendJSONString(dst, a.Model)
+	dst = append(dst, `,"choices":[{"index":0,`...)
+	if ep == EndpointCompletion {
+		dst = append(dst, `"text":`...)
+		dst = AppendJSONString(dst, a.Content)
+	} else {
+		dst = append(dst, `"message":{"role":"assistant","content":`...)
+		if a.Content == "" && len(a.ToolCalls) > 0 {
+			dst = append(dst, "null"...)
+		} else {
+			dst = AppendJSONString(dst, a.Content)
+		}
+		if a.Reasoning != "" {
+			dst = append(dst, `,"reasoning_content":`...)
+			dst = AppendJSONString(dst, a.Reasoning)
+		}
+		if len(a.ToolCalls) > 0 {
+			dst = append(dst, `,"tool_calls":`...)
+			dst = append(dst, a.ToolCalls...)
+		}
+		dst = append(dst, '}')
+	}
+	dst = append(dst, `,"logprobs":null,"finish_reason":`...)
+	dst = AppendJSONString(dst, a.Finish)
+	dst = append(dst, `}],"usage":`...)
+	dst = appendUsage(dst, a.Usage)
+	return append(dst, '}')
+}
+
+func appendUsage(dst []byte, u Usage) []byte {
+	dst = append(dst, `{"prompt_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(u.PromptTokens), 10)
+	dst = append(dst, `,"completion_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(u.CompletionTokens), 10)
+	dst = append(dst, `,"total_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(u.TotalTokens), 10)
+	return append(dst, '}')
+}
+
+// StreamEvents renders a as a complete SSE stream: a role chunk, the text
+// in pieces of about chunkTokens tokens, tool calls, a finish chunk, a usage
+// chunk when includeUsage, then [DONE]. Each element is one whole event.
+func StreamEvents(ep Endpoint, id string, created int64, a *Answer, chunkTokens int, includeUsage bool) [][]byte {
+	object := "chat.completion.chunk"
+	if ep == EndpointCompletion {
+		object = "text_completion"
+	}
+	head := func() []byte {
+		b := append([]byte(`{"id":`), AppendJSONString(nil, id)...)
+		b = append(b, `,"object":"`+object+`","created":`...)
+		b = strconv.AppendInt(b, created, 10)
+		b = append(b, `,"model":`...)
+		b = AppendJSONString(b, a.Model)
+		return append(b, `,"choices":[`...)
+	}
+	var events [][]byte
+	emit := func(b []byte) { events = append(events, AppendSSEData(nil, b)) }
+	delta := func(field, text string) {
+		b := head()
+		if ep == EndpointCompletion {
+			b = append(b, `{"index":0,"text":`...)
+			b = AppendJSONString(b, text)
+			b = append(b, `,"finish_reason":null}]}`...)
+		} else {
+			b = append(b, `{"index":0,"delta":{"`+field+`":`...)
+			b = AppendJSONString(b, text)
+			b = append(b, `},"logprobs":null,"finish_reason":null}]}`...)
+		}
+		emit(b)
+	}
+	if ep == EndpointChat {
+		emit(append(head(), `{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`...))
+		for _, piece := range SplitTokens(a.Reasoning, chunkTokens) {
+			delta("reasoning_content", piece)
+		}
+	}
+	for _, piece := range SplitTokens(a.Content, chunkTokens) {
+		delta("content", piece)
+	}
+	if ep == EndpointChat && len(a.ToolCalls) > 0 {
+		if calls, err := fastjson.ParseBytes(a.ToolCalls); err == nil {
+			var arena fastjson.Arena
+			for i, c := range calls.GetArray() {
+				c.Set("index", arena.NewNumberInt(i))
+			}
+			b := append(head(), `{"index":0,"delta":{"tool_calls":`...)
+			b = calls.MarshalTo(b)
+			emit(append(b, `},"logprobs":null,"finish_reason":null}]}`...))
+		}
+	}
+	fin := head()
+	if ep == EndpointCompletion {
+		fin = append(fin, `{"index":0,"text":"","finish_reason":`...)
+	} else {
+		fin = append(fin, `{"index":0,"delta":{},"logprobs":null,"finish_reason":`...)
+	}
+	fin = AppendJSONString(fin, a.Finish)
+	emit(append(fin, `}]}`...))
+	if includeUsage {
+		b := head()
+		b = append(b, `],"usage":`...)
+		b = appendUsage(b, a.Usage)
+		emit(append(b, '}'))
+	}
+	return append(events, AppendSSEDone(nil))
+}
+
+// SplitTokens cuts text into pieces of about n tokens each, cutting only
+// after whitespace or after a CJK character, so that the pieces joined give
+// the text back exactly.
+func SplitTokens(text string, n int) []string {
+	if text == "" {
+		return nil
+	}
+	if n < 1 {
+		n = 1
+	}
+	var out []string
+	start, count, inWord := 0, 0, false
+	for i, r := range text {
+		size := utf8.RuneLen(r)
+		switch {
+		case unicode.Is(unicode.Han, r) || unicode.Is(unicode.Hiragana, r) || unicode.Is(unicode.Katakana, r) || unicode.Is(unicode.Hangul, r):
+			count++
+			inWord = false
+		case unicode.IsSpace(r):
+			if inWord {
+				count++
+			}
+			inWord = false
+		default:
+			inWord = true
+		}
+		if count >= n && !inWord {
+			out = append(out, text[start:i+size])
+			start, count = i+size, 0
+		}
+	}
+	if start < len(text) {
+		out = append(out, text[start:])
+	}
+	return out
+}

@@ -1,0 +1,239 @@
+package cache
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/valyala/fastjson"
+)
+
+// Keys are the cache keys of one request.
+type Keys struct {
+	// Exact is the hash of the canonical request: namespace, endpoint, model
+	// and every field that changes the output.
+	Exact string
+	// Scope is the hash of the same form with the last user turn's text left
+	// out; "" when the request has no text-only last user turn (semantic
+	// lookups are then skipped).
+	Scope string
+	// Query is the text of the last user turn, what the semantic lookup
+	// embeds.
+	Query string
+}
+
+// Fields that never change the output, so they are not part of the key:
+// streaming is a transport choice, and user is an end-user id for abuse
+// monitoring.
+var ignoredFields = map[string]bool{"stream": true, "stream_options": true, "model": true, "user": true}
+
+// specDefaults are the values the OpenAI API documents as defaults: a field
+// sent with its default equals the field left out. null always equals absent.
+var specDefaults = map[string]string{
+	"temperature": "n1", "top_p": "n1", "n": "n1", "best_of": "n1",
+	"presence_penalty": "n0", "frequency_penalty": "n0",
+	"logprobs": "f", "echo": "f", "store": "f", "parallel_tool_calls": "t",
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+// ComputeKeys derives the exact key and the semantic scope of a request.
+// model is the resolved model (after alias resolution); endpoint names the
+// API ("chat" or "completion"); root is the request's JSON object.
+func ComputeKeys(namespace, model, endpoint string, root *fastjson.Value) Keys {
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	obj, err := root.Object()
+	if err != nil {
+		return Keys{}
+	}
+	lastUser, query, ok := lastUserTurn(root)
+	if !ok {
+		lastUser = -1
+	}
+	var k Keys
+	for pass := 0; pass < 2; pass++ {
+		skip := -1
+		if pass == 1 {
+			if lastUser < 0 || endpoint != "chat" {
+				break
+			}
+			skip = lastUser
+		}
+		b := (*bp)[:0]
+		b = append(b, "frontdoor-cache-v1\x00"...)
+		b = appendStr(b, namespace)
+		b = appendStr(b, endpoint)
+		b = appendStr(b, model)
+		b = appendTopLevel(b, obj, skip)
+		sum := sha256.Sum256(b)
+		*bp = b
+		h := hex.EncodeToString(sum[:16])
+		if pass == 0 {
+			k.Exact = h
+		} else {
+			k.Scope, k.Query = h, query
+		}
+	}
+	return k
+}
+
+// lastUserTurn finds the last message with role user whose content is text
+// only, and returns its index and text.
+func lastUserTurn(root *fastjson.Value) (int, string, bool) {
+	msgs := root.GetArray("messages")
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if string(msgs[i].GetStringBytes("role")) != "user" {
+			continue
+		}
+		c := msgs[i].Get("content")
+		if c == nil {
+			return 0, "", false
+		}
+		switch c.Type() {
+		case fastjson.TypeString:
+			return i, string(c.GetStringBytes()), true
+		case fastjson.TypeArray:
+			var sb strings.Builder
+			for j, part := range c.GetArray() {
+				if string(part.GetStringBytes("type")) != "text" {
+					return 0, "", false
+				}
+				if j > 0 {
+					sb.WriteByte('\n')
+				}
+				sb.Write(part.GetStringBytes("text"))
+			}
+			return i, sb.String(), true
+		}
+		return 0, "", false
+	}
+	return 0, "", false
+}
+
+func appendTopLevel(b []byte, obj *fastjson.Object, skipMessage int) []byte {
+	type kv struct {
+		k string
+		v *fastjson.Value
+	}
+	fields := make([]kv, 0, 16)
+	maxTokens := int64(-1)
+	obj.Visit(func(key []byte, v *fastjson.Value) {
+		k := string(key)
+		if ignoredFields[k] || v.Type() == fastjson.TypeNull {
+			return
+		}
+		if k == "max_tokens" || k == "max_completion_tokens" {
+			// Synonyms: the effective limit is the smaller one.
+			if f, err := v.Float64(); err == nil && f >= 0 && (maxTokens < 0 || int64(f) < maxTokens) {
+				maxTokens = int64(f)
+			}
+			return
+		}
+		if def, ok := specDefaults[k]; ok && string(appendValue(nil, v)) == def {
+			return
+		}
+		fields = append(fields, kv{k, v})
+	})
+	slices.SortFunc(fields, func(a, b kv) int { return strings.Compare(a.k, b.k) })
+	b = append(b, '{')
+	if maxTokens >= 0 {
+		b = appendStr(b, "max_tokens")
+		b = append(b, 'n')
+		b = strconv.AppendInt(b, maxTokens, 10)
+	}
+	for _, f := range fields {
+		b = appendStr(b, f.k)
+		if f.k == "messages" && skipMessage >= 0 {
+			b = appendMessagesWithout(b, f.v, skipMessage)
+			continue
+		}
+		b = appendValue(b, f.v)
+	}
+	return append(b, '}')
+}
+
+// appendMessagesWithout writes the messages with the content of one left out.
+func appendMessagesWithout(b []byte, msgs *fastjson.Value, skip int) []byte {
+	b = append(b, '[')
+	for i, m := range msgs.GetArray() {
+		if i != skip {
+			b = appendValue(b, m)
+			continue
+		}
+		o, _ := m.Object()
+		b = append(b, "{Q"...)
+		var keys []string
+		o.Visit(func(k []byte, _ *fastjson.Value) {
+			if string(k) != "content" {
+				keys = append(keys, string(k))
+			}
+		})
+		slices.Sort(keys)
+		for _, k := range keys {
+			b = appendStr(b, k)
+			b = appendValue(b, o.Get(k))
+		}
+		b = append(b, '}')
+	}
+	return append(b, ']')
+}
+
+// appendValue writes an unambiguous canonical form: objects with sorted
+// keys, strings length-prefixed, numbers by value (0.7 == 0.70, 1 == 1.0).
+func appendValue(b []byte, v *fastjson.Value) []byte {
+	switch v.Type() {
+	case fastjson.TypeObject:
+		o, _ := v.Object()
+		keys := make([]string, 0, o.Len())
+		o.Visit(func(k []byte, _ *fastjson.Value) { keys = append(keys, string(k)) })
+		slices.Sort(keys)
+		b = append(b, '{')
+		for _, k := range keys {
+			b = appendStr(b, k)
+			b = appendValue(b, o.Get(k))
+		}
+		return append(b, '}')
+	case fastjson.TypeArray:
+		b = append(b, '[')
+		for _, e := range v.GetArray() {
+			b = appendValue(b, e)
+		}
+		return append(b, ']')
+	case fastjson.TypeString:
+		return appendStr(b, string(v.GetStringBytes()))
+	case fastjson.TypeNumber:
+		b = append(b, 'n')
+		if i, err := v.Int64(); err == nil {
+			return strconv.AppendInt(b, i, 10)
+		}
+		// fastjson's float parser rounds 7e-1 to 0.7000000000000001; strconv
+		// is exact, so 0.7, 0.70 and 7e-1 agree.
+		var raw [32]byte
+		f, err := strconv.ParseFloat(string(v.MarshalTo(raw[:0])), 64)
+		if err != nil {
+			f, _ = v.Float64()
+		}
+		if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+			return strconv.AppendInt(b, int64(f), 10)
+		}
+		return strconv.AppendFloat(b, f, 'g', -1, 64)
+	case fastjson.TypeTrue:
+		return append(b, 't')
+	case fastjson.TypeFalse:
+		return append(b, 'f')
+	default:
+		return append(b, 'z')
+	}
+}
+
+func appendStr(b []byte, s string) []byte {
+	b = append(b, 's')
+	b = strconv.AppendInt(b, int64(len(s)), 10)
+	b = append(b, ':')
+	return append(b, s...)
+}

@@ -1,0 +1,117 @@
+package cache
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/valyala/fastjson"
+)
+
+func keysOf(t *testing.T, ns, model, body string) Keys {
+	t.Helper()
+	v, err := fastjson.Parse(body)
+	if err != nil {
+		t.Fatalf("bad test JSON %s: %v", body, err)
+	}
+	return ComputeKeys(ns, model, "chat", v)
+}
+
+const baseReq = `{"model":"m","temperature":0.7,"max_tokens":64,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is 2+2?"}]}`
+
+func TestExactKeyIgnoresFormAndTransport(t *testing.T) {
+	base := keysOf(t, "acme", "m", baseReq)
+	same := []string{
+		`{ "messages" : [ {"content":"You are terse.","role":"system"}, {"role":"user","content":"What is 2+2?"} ], "max_tokens":64, "temperature":0.70, "model":"m" }`,
+		`{"model":"m","temperature":7e-1,"max_tokens":64.0,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is 2+2?"}],"stream":true,"stream_options":{"include_usage":true}}`,
+		`{"model":"alias","temperature":0.7,"max_completion_tokens":64,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is 2+2?"}],"top_p":1,"n":1,"presence_penalty":0,"seed":null,"user":"u-42"}`,
+		`{"model":"m","temperature":0.7,"max_tokens":64,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is 2\u002b2?"}]}`,
+	}
+	for _, b := range same {
+		if k := keysOf(t, "acme", "m", b); k.Exact != base.Exact || k.Scope != base.Scope {
+			t.Fatalf("same request, different key:\n%s", b)
+		}
+	}
+	if base.Query != "What is 2+2?" || base.Scope == "" || len(base.Exact) != 32 {
+		t.Fatalf("keys %+v", base)
+	}
+}
+
+func TestExactKeyCoversEverythingThatChangesOutput(t *testing.T) {
+	base := keysOf(t, "acme", "m", baseReq)
+	variants := map[string]string{
+		"system prompt":   `{"model":"m","temperature":0.7,"max_tokens":64,"messages":[{"role":"system","content":"You are verbose."},{"role":"user","content":"What is 2+2?"}]}`,
+		"no system":       `{"model":"m","temperature":0.7,"max_tokens":64,"messages":[{"role":"user","content":"What is 2+2?"}]}`,
+		"temperature":     `{"model":"m","temperature":0.8,"max_tokens":64,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is 2+2?"}]}`,
+		"max_tokens":      `{"model":"m","temperature":0.7,"max_tokens":65,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is 2+2?"}]}`,
+		"tools":           `{"model":"m","temperature":0.7,"max_tokens":64,"tools":[{"type":"function","function":{"name":"calc"}}],"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is 2+2?"}]}`,
+		"response_format": `{"model":"m","temperature":0.7,"max_tokens":64,"response_format":{"type":"json_object"},"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is 2+2?"}]}`,
+		"seed":            `{"model":"m","temperature":0.7,"max_tokens":64,"seed":1,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is 2+2?"}]}`,
+		"unknown field":   `{"model":"m","temperature":0.7,"max_tokens":64,"x_vendor":1,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is 2+2?"}]}`,
+		"enable_thinking": `{"model":"m","temperature":0.7,"max_tokens":64,"enable_thinking":false,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is 2+2?"}]}`,
+		"name":            `{"model":"m","temperature":0.7,"max_tokens":64,"messages":[{"role":"system","content":"You are terse."},{"role":"user","name":"bob","content":"What is 2+2?"}]}`,
+		"history":         `{"model":"m","temperature":0.7,"max_tokens":64,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"hi"},{"role":"assistant","content":"hello"},{"role":"user","content":"What is 2+2?"}]}`,
+		"string vs parts": `{"model":"m","temperature":0.7,"max_tokens":64,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":[{"type":"text","text":"What is 2+2?"}]}]}`,
+	}
+	for name, b := range variants {
+		k := keysOf(t, "acme", "m", b)
+		if k.Exact == base.Exact {
+			t.Fatalf("%s: same exact key", name)
+		}
+		// The scope leaves out the last user turn's content, whatever its form.
+		if k.Scope == base.Scope && name != "string vs parts" {
+			t.Fatalf("%s: same semantic scope", name)
+		}
+	}
+	if keysOf(t, "acme", "m2", baseReq).Exact == base.Exact || keysOf(t, "acme", "m2", baseReq).Scope == base.Scope {
+		t.Fatal("model must be part of the key and scope")
+	}
+	if keysOf(t, "other", "m", baseReq).Exact == base.Exact || keysOf(t, "other", "m", baseReq).Scope == base.Scope {
+		t.Fatal("namespace must be part of the key and scope")
+	}
+	if v, _ := fastjson.Parse(baseReq); ComputeKeys("acme", "m", "completion", v).Exact == base.Exact {
+		t.Fatal("endpoint must be part of the key")
+	}
+}
+
+func TestScopeLeavesOutOnlyTheLastUserText(t *testing.T) {
+	a := keysOf(t, "acme", "m", baseReq)
+	b := keysOf(t, "acme", "m", `{"model":"m","temperature":0.7,"max_tokens":64,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"what's 2 + 2"}]}`)
+	if a.Exact == b.Exact || a.Scope != b.Scope || b.Query != "what's 2 + 2" {
+		t.Fatalf("reworded question: %+v vs %+v", a, b)
+	}
+	img := keysOf(t, "acme", "m", `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"what is this"},{"type":"image_url","image_url":{"url":"x"}}]}]}`)
+	if img.Scope != "" || img.Exact == "" {
+		t.Fatalf("multimodal last turn must have no semantic scope: %+v", img)
+	}
+	tool := keysOf(t, "acme", "m", `{"model":"m","messages":[{"role":"user","content":"weather?"},{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"w","arguments":"{}"}}]},{"role":"tool","tool_call_id":"1","content":"sunny"}]}`)
+	if tool.Scope == "" || tool.Query != "weather?" {
+		t.Fatalf("last user turn before a tool result: %+v", tool)
+	}
+}
+
+// Property: whatever the request, two namespaces never share a key or scope.
+func TestNamespacesNeverShareKeys(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	words := []string{"a", "b", "what", "is", "2", "2+2", "你好", " ", "\"", "\\n"}
+	for i := 0; i < 2000; i++ {
+		text := ""
+		for j := 0; j < 1+r.IntN(6); j++ {
+			text += words[r.IntN(len(words))]
+		}
+		body := fmt.Sprintf(`{"model":"m","temperature":%g,"messages":[{"role":"user","content":%q}]}`, float64(r.IntN(20))/10, text)
+		nsA, nsB := fmt.Sprintf("t%d", r.IntN(5)), fmt.Sprintf("t%d", 5+r.IntN(5))
+		a, b := keysOf(t, nsA, "m", body), keysOf(t, nsB, "m", body)
+		if a.Exact == b.Exact || a.Scope == b.Scope {
+			t.Fatalf("namespaces %s and %s share a key for %s", nsA, nsB, body)
+		}
+	}
+}
+
+func BenchmarkComputeKeys(b *testing.B) {
+	v, _ := fastjson.Parse(baseReq)
+	b.ReportAllocs()
+	for b.Loop() {
+		ComputeKeys("acme", "m", "chat", v)
+	}
+}

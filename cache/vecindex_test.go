@@ -1,0 +1,274 @@
+package cache
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/viterin/vek/vek32"
+)
+
+// viBruteForce is the exact top k of vecs (id -> vector) by dot product.
+func viBruteForce(vecs map[string][]float32, q []float32, k int) []IndexHit {
+	hits := make([]IndexHit, 0, len(vecs))
+	for id, v := range vecs {
+		hits = append(hits, IndexHit{ID: id, Similarity: vek32.Dot(q, v)})
+	}
+	sort.Slice(hits, func(a, b int) bool { return hits[a].Similarity > hits[b].Similarity })
+	return hits[:min(k, len(hits))]
+}
+
+func viSameHits(t *testing.T, label string, got, want []IndexHit) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d hits; want %d", label, len(got), len(want))
+	}
+	for i := range want {
+		if got[i].ID != want[i].ID || math.Abs(float64(got[i].Similarity-want[i].Similarity)) > 1e-5 {
+			t.Fatalf("%s: hit %d = %+v; want %+v", label, i, got[i], want[i])
+		}
+	}
+}
+
+// viNear returns a unit vector whose cosine with the unit vector q is c:
+// c*q plus sqrt(1-c²) times random noise orthogonal to q.
+func viNear(rng *rand.Rand, q []float32, c float32) []float32 {
+	u := memUnit(rng, len(q))
+	d := vek32.Dot(u, q)
+	for i := range u {
+		u[i] -= d * q[i]
+	}
+	vek32.MulNumber_Inplace(u, 1/vek32.Norm(u))
+	s := float32(math.Sqrt(float64(1 - c*c)))
+	v := make([]float32, len(q))
+	for i := range v {
+		v[i] = c*q[i] + s*u[i]
+	}
+	vek32.MulNumber_Inplace(v, 1/vek32.Norm(v))
+	return v
+}
+
+func TestVectorIndexExactSmallScope(t *testing.T) {
+	const dims, n = 128, 1000
+	rng := rand.New(rand.NewPCG(21, 22))
+	x := NewVectorIndex(dims)
+	ref := map[string][]float32{}
+	for i := range n {
+		id := fmt.Sprint("v", i)
+		ref[id] = memUnit(rng, dims)
+		x.Add("s", id, ref[id], time.Time{})
+	}
+	x.Add("other", "twin", ref["v0"], time.Time{})
+	now := time.Now()
+	for i := range 50 {
+		q := memUnit(rng, dims)
+		viSameHits(t, fmt.Sprint("query ", i), x.Search("s", q, 10, now), viBruteForce(ref, q, 10))
+	}
+	if got := x.Search("s", ref["v7"], 1, now); len(got) != 1 || got[0].ID != "v7" {
+		t.Fatalf("self query = %+v; want v7", got)
+	}
+	if got := x.Search("s", ref["v0"], n+10, now); len(got) != n {
+		t.Fatalf("k > n: %d hits; want %d", len(got), n)
+	}
+	if x.Len() != n+1 || x.Scopes() != 2 {
+		t.Fatalf("Len, Scopes = %d, %d; want %d, 2", x.Len(), x.Scopes(), n+1)
+	}
+}
+
+func TestVectorIndexEdgeCases(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	x := NewVectorIndex(16)
+	v := memUnit(rng, 16)
+	x.Add("s", "bad", make([]float32, 15), time.Time{})
+	if x.Len() != 0 {
+		t.Fatal("Add with wrong dims was indexed")
+	}
+	now := time.Now()
+	x.Add("s", "a", v, time.Time{})
+	if got := x.Search("s", make([]float32, 8), 1, now); got != nil {
+		t.Fatalf("Search with wrong dims = %+v", got)
+	}
+	if got := x.Search("s", v, 0, now); got != nil {
+		t.Fatalf("Search k=0 = %+v", got)
+	}
+	// Re-adding an id moves it, across scopes too.
+	x.Add("t", "a", v, time.Time{})
+	if got := x.Search("s", v, 1, now); len(got) != 0 {
+		t.Fatalf("old scope still returns a: %+v", got)
+	}
+	if got := x.Search("t", v, 1, now); len(got) != 1 || got[0].ID != "a" {
+		t.Fatalf("new scope = %+v; want a", got)
+	}
+	if x.Len() != 1 || x.Scopes() != 1 {
+		t.Fatalf("Len, Scopes = %d, %d; want 1, 1", x.Len(), x.Scopes())
+	}
+	if !x.Remove("a") || x.Remove("a") {
+		t.Fatal("Remove should report true then false")
+	}
+	if x.Len() != 0 || x.Scopes() != 0 {
+		t.Fatalf("Len, Scopes = %d, %d after Remove; want 0, 0", x.Len(), x.Scopes())
+	}
+}
+
+// TestVectorIndexRecall plants near-duplicates of each query in a large
+// random scope, which takes the Hamming prefilter path.
+func TestVectorIndexRecall(t *testing.T) {
+	const (
+		dims    = 512
+		n       = 20000
+		queries = 200
+		decoys  = 7
+	)
+	if testing.Short() {
+		t.Skip("large index")
+	}
+	rng := rand.New(rand.NewPCG(25, 26))
+	x := NewVectorIndex(dims)
+	for i := range n {
+		x.Add("s", fmt.Sprint("r", i), memUnit(rng, dims), time.Time{})
+	}
+	qs := make([][]float32, queries)
+	for i := range qs {
+		qs[i] = memUnit(rng, dims)
+		// The best at cosine 0.88-0.97 and decoys between 0.85 and 0.01
+		// below it: the prefilter must keep enough candidates to rerank.
+		c := 0.88 + 0.09*rng.Float32()
+		x.Add("s", fmt.Sprint("best", i), viNear(rng, qs[i], c), time.Time{})
+		for j := range decoys {
+			d := 0.85 + (c-0.01-0.85)*rng.Float32()
+			x.Add("s", fmt.Sprint("decoy", i, "-", j), viNear(rng, qs[i], d), time.Time{})
+		}
+	}
+	now := time.Now()
+	found := 0
+	for i, q := range qs {
+		hits := x.Search("s", q, 4, now)
+		if len(hits) == 4 && hits[0].ID == fmt.Sprint("best", i) {
+			found++
+		}
+	}
+	if recall := float64(found) / queries; recall < 0.99 {
+		t.Fatalf("recall@1 = %.3f; want >= 0.99", recall)
+	}
+}
+
+// TestVectorIndexRemove checks swap-delete: after many random removes and
+// re-adds, results match a brute-force reference.
+func TestVectorIndexRemove(t *testing.T) {
+	const dims = 64
+	rng := rand.New(rand.NewPCG(27, 28))
+	for _, n := range []int{3000, 2 * (exactScanMax + 1000)} { // the second stays above exactScanMax
+		x := NewVectorIndex(dims)
+		ref := map[string][]float32{}
+		for i := range n {
+			id := fmt.Sprint("v", i)
+			ref[id] = memUnit(rng, dims)
+			x.Add("s", id, ref[id], time.Time{})
+		}
+		var removed []string
+		for id := range ref { // random order
+			if len(removed) == n/2 {
+				break
+			}
+			if !x.Remove(id) {
+				t.Fatalf("Remove(%s) = false", id)
+			}
+			removed = append(removed, id)
+		}
+		for _, id := range removed {
+			delete(ref, id)
+		}
+		// Re-add a few under new and old ids.
+		for i := range 100 {
+			id := fmt.Sprint("new", i)
+			if i%2 == 0 {
+				id = removed[i]
+			}
+			ref[id] = memUnit(rng, dims)
+			x.Add("s", id, ref[id], time.Time{})
+		}
+		if x.Len() != len(ref) {
+			t.Fatalf("n=%d: Len = %d; want %d", n, x.Len(), len(ref))
+		}
+		now := time.Now()
+		if n <= exactScanMax {
+			for i := range 50 {
+				q := memUnit(rng, dims)
+				viSameHits(t, fmt.Sprint("n=", n, " query ", i), x.Search("s", q, 8, now), viBruteForce(ref, q, 8))
+			}
+		}
+		// Above exactScanMax results are approximate, but each stored
+		// vector must find itself (its sign bits moved with it) and no
+		// removed id may come back.
+		checked := 0
+		for id, v := range ref {
+			if checked == 200 {
+				break
+			}
+			checked++
+			hits := x.Search("s", v, 3, now)
+			if len(hits) == 0 || hits[0].ID != id || hits[0].Similarity < 0.999 {
+				t.Fatalf("n=%d: self query of %s = %+v", n, id, hits)
+			}
+			for _, h := range hits {
+				if _, ok := ref[h.ID]; !ok {
+					t.Fatalf("n=%d: removed id %s returned", n, h.ID)
+				}
+			}
+		}
+		for id := range ref {
+			x.Remove(id)
+		}
+		if x.Len() != 0 || x.Scopes() != 0 {
+			t.Fatalf("n=%d: Len, Scopes = %d, %d after removing all", n, x.Len(), x.Scopes())
+		}
+	}
+}
+
+func TestVectorIndexSweep(t *testing.T) {
+	const dims = 32
+	rng := rand.New(rand.NewPCG(29, 30))
+	x := NewVectorIndex(dims)
+	now := time.Now()
+	q := memUnit(rng, dims)
+	x.Add("s", "past", q, now.Add(-time.Second))
+	x.Add("s", "future", q, now.Add(time.Hour))
+	x.Add("s", "never", q, time.Time{})
+	x.Add("t", "past2", q, now.Add(-time.Millisecond))
+	ids := func(hits []IndexHit) map[string]bool {
+		m := map[string]bool{}
+		for _, h := range hits {
+			m[h.ID] = true
+		}
+		return m
+	}
+	if got := ids(x.Search("s", q, 10, now)); len(got) != 2 || !got["future"] || !got["never"] {
+		t.Fatalf("Search skips expired: got %v; want future, never", got)
+	}
+	if got := x.Search("t", q, 10, now); len(got) != 0 {
+		t.Fatalf("Search(t) = %+v; want none", got)
+	}
+	if got := ids(x.Search("s", q, 10, now.Add(2*time.Hour))); len(got) != 1 || !got["never"] {
+		t.Fatalf("Search later = %v; want never", got)
+	}
+	dead := x.Sweep(now)
+	sort.Strings(dead)
+	if fmt.Sprint(dead) != "[past past2]" {
+		t.Fatalf("Sweep = %v; want [past past2]", dead)
+	}
+	if x.Len() != 2 || x.Scopes() != 1 {
+		t.Fatalf("Len, Scopes = %d, %d; want 2, 1", x.Len(), x.Scopes())
+	}
+	if dead := x.Sweep(now); dead != nil {
+		t.Fatalf("second Sweep = %v; want nil", dead)
+	}
+	if dead := x.Sweep(now.Add(2 * time.Hour)); len(dead) != 1 || dead[0] != "future" {
+		t.Fatalf("later Sweep = %v; want [future]", dead)
+	}
+	if got := x.Search("s", q, 10, now); len(got) != 1 || got[0].ID != "never" {
+		t.Fatalf("Search after Sweep = %+v; want never", got)
+	}
+}

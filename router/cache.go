@@ -1,0 +1,437 @@
+package router
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
+
+	"frontdoor/adapters"
+	"frontdoor/cache"
+)
+
+// Values of the X-Cache response header.
+const (
+	cacheHitExact    = "hit-exact"
+	cacheHitSemantic = "hit-semantic"
+	cacheMiss        = "miss"
+	cacheBypass      = "bypass"
+)
+
+// cachePlan is what the cache does for one request, decided before any
+// lookup. It holds copies only, so it outlives the request's parse tree
+// (the write-back runs after the handler has returned).
+type cachePlan struct {
+	lookup    bool   // look up before going upstream
+	store     bool   // write the answer back
+	reason    string // why lookup or store is off (metrics label)
+	keys      cache.Keys
+	namespace string
+	endpoint  string
+	model     string
+	semantic  bool    // a semantic lookup/store applies
+	threshold float32 // least similarity for a semantic hit
+	ttl       time.Duration
+	vec       []float32 // embedding of keys.Query, once computed
+}
+
+// cacheControl reads the client's Cache-Control directives.
+func cacheControl(ctx *fasthttp.RequestCtx) (noStore, noCache bool) {
+	v := ctx.Request.Header.Peek(fasthttp.HeaderCacheControl)
+	if len(v) == 0 {
+		return false, false
+	}
+	s := string(v)
+	return containsToken(s, "no-store"), containsToken(s, "no-cache")
+}
+
+func containsToken(list, tok string) bool {
+	for len(list) > 0 {
+		i := 0
+		for i < len(list) && list[i] != ',' {
+			i++
+		}
+		part := list[:i]
+		for len(part) > 0 && (part[0] == ' ' || part[0] == '\t') {
+			part = part[1:]
+		}
+		for len(part) > 0 && (part[len(part)-1] == ' ' || part[len(part)-1] == '\t') {
+			part = part[:len(part)-1]
+		}
+		if len(part) == len(tok) && (part == tok || equalFold(part, tok)) {
+			return true
+		}
+		if i == len(list) {
+			break
+		}
+		list = list[i+1:]
+	}
+	return false
+}
+
+func equalFold(a, b string) bool {
+	for i := 0; i < len(a); i++ {
+		x, y := a[i]|0x20, b[i]|0x20
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// planCache decides how the cache treats the request.
+func (g *Gateway) planCache(ctx *fasthttp.RequestCtx, x *exchange) *cachePlan {
+	c := &g.cfg.Cache
+	req := x.req
+	p := &cachePlan{namespace: x.tenant.namespace, model: x.model, ttl: c.TTL.D()}
+	p.endpoint = "chat"
+	if x.endpoint == adapters.EndpointCompletion {
+		p.endpoint = "completion"
+	}
+	noStore, noCache := cacheControl(ctx)
+	switch {
+	case g.store == nil:
+		p.reason = "off"
+	case noStore:
+		p.reason = "no_store"
+	case req.Multimodal && !c.Eligibility.CacheMultimodal:
+		p.reason = "multimodal"
+	case req.N > 1:
+		p.reason = "n"
+	case req.HasTemperature && req.Temperature > c.Eligibility.MaxTemperature:
+		p.reason = "temperature"
+	case x.endpoint == adapters.EndpointCompletion && len(req.Root().GetArray("prompt")) > 1:
+		p.reason = "batch_prompt"
+	case !c.Exact.Enabled && !c.Semantic.Enabled:
+		p.reason = "disabled"
+	default:
+		p.store = true
+		p.lookup = !noCache
+		if noCache {
+			p.reason = "no_cache"
+		}
+	}
+	if !p.store {
+		return p
+	}
+	if v := ctx.Request.Header.Peek("X-Cache-TTL"); len(v) > 0 {
+		if secs, err := strconv.Atoi(string(v)); err == nil && secs > 0 {
+			maxTTL := c.MaxTTL.D()
+			if maxTTL <= 0 {
+				maxTTL = c.TTL.D()
+			}
+			p.ttl = min(time.Duration(secs)*time.Second, maxTTL)
+		}
+	}
+	p.keys = cache.ComputeKeys(p.namespace, p.model, p.endpoint, req.Root())
+	p.semantic = c.Semantic.Enabled && g.embedder != nil && p.keys.Scope != ""
+	if p.semantic {
+		thr := c.Semantic.Threshold
+		if t, ok := c.Semantic.ModelThresholds[x.model]; ok {
+			thr = t
+		}
+		if v := ctx.Request.Header.Peek("X-Cache-Threshold"); len(v) > 0 && x.tenant.allowThreshold {
+			if t, err := strconv.ParseFloat(string(v), 64); err == nil && t > 0 && t <= 1 {
+				thr = t
+			}
+		}
+		p.threshold = float32(thr)
+	}
+	return p
+}
+
+// tryHit looks the request up and answers it from the cache on a hit.
+func (g *Gateway) tryHit(ctx *fasthttp.RequestCtx, x *exchange, p *cachePlan) bool {
+	if g.cfg.Cache.Exact.Enabled {
+		e, err := g.storeGet(p.keys.Exact)
+		if err != nil {
+			x.cacheResult, x.cacheReason = cacheBypass, "store_error"
+			p.lookup, p.store = false, false
+			return false
+		}
+		if e != nil && e.Namespace == p.namespace {
+			g.serveEntry(ctx, x, e, cacheHitExact, 0)
+			return true
+		}
+	}
+	if !p.semantic {
+		return false
+	}
+	vec, err := g.embedder.Embed(context.Background(), p.keys.Query)
+	if err != nil {
+		g.cm.errors("embed").Inc()
+		p.semantic = false // the exact cache still works
+		return false
+	}
+	p.vec = vec
+	matches, err := g.storeSearch(p.keys.Scope, vec)
+	if err != nil {
+		return false
+	}
+	if len(matches) > 0 {
+		g.cm.similarity.Update(float64(matches[0].Similarity))
+	}
+	for _, m := range matches {
+		if m.Similarity < p.threshold {
+			break
+		}
+		if m.Entry.Namespace != p.namespace {
+			continue // the scope hash covers the namespace; this is defence in depth
+		}
+		if ok, reason := cache.GuardsAllow(g.cfg.Cache.Semantic.Guards, p.keys.Query, m.Entry.Query); !ok {
+			g.cm.guardRejects(reason).Inc()
+			continue
+		}
+		g.serveEntry(ctx, x, m.Entry, cacheHitSemantic, m.Similarity)
+		return true
+	}
+	return false
+}
+
+func (g *Gateway) storeGet(key string) (*cache.Entry, error) {
+	if !g.storeBreaker.Allow() {
+		g.cm.errors("breaker_open").Inc()
+		return nil, errStoreUnavailable
+	}
+	e, err := g.store.Get(context.Background(), key)
+	switch {
+	case err == nil:
+		g.storeBreaker.Success()
+		return e, nil
+	case errors.Is(err, cache.ErrNotFound):
+		g.storeBreaker.Success()
+		return nil, nil
+	default:
+		g.storeBreaker.Failure()
+		g.cm.errors("get").Inc()
+		return nil, err
+	}
+}
+
+func (g *Gateway) storeSearch(scope string, vec []float32) ([]cache.Match, error) {
+	if !g.storeBreaker.Allow() {
+		return nil, errStoreUnavailable
+	}
+	m, err := g.store.Search(context.Background(), scope, vec, 4)
+	if err != nil {
+		g.storeBreaker.Failure()
+		g.cm.errors("search").Inc()
+		return nil, err
+	}
+	g.storeBreaker.Success()
+	return m, nil
+}
+
+var errStoreUnavailable = errors.New("cache store unavailable (breaker open)")
+
+func entryAnswer(e *cache.Entry) *adapters.Answer {
+	return &adapters.Answer{Model: e.Model, Content: e.Content, Reasoning: e.Reasoning, ToolCalls: e.ToolCalls, Finish: e.Finish,
+		Usage: adapters.Usage{PromptTokens: e.Usage.PromptTokens, CompletionTokens: e.Usage.CompletionTokens, TotalTokens: e.Usage.TotalTokens}}
+}
+
+func newCompletionID(ep adapters.Endpoint) string {
+	var b [12]byte
+	for i := 0; i < len(b); i += 8 {
+		v := rand.Uint64()
+		for j := 0; j < 8 && i+j < len(b); j++ {
+			b[i+j] = byte(v >> (8 * j))
+		}
+	}
+	if ep == adapters.EndpointCompletion {
+		return "cmpl-" + hex.EncodeToString(b[:])
+	}
+	return "chatcmpl-" + hex.EncodeToString(b[:])
+}
+
+// serveEntry answers from a cache entry, as SSE or JSON as the client asked,
+// with a fresh id and created time.
+func (g *Gateway) serveEntry(ctx *fasthttp.RequestCtx, x *exchange, e *cache.Entry, result string, similarity float32) {
+	x.cacheResult = result
+	h := &ctx.Response.Header
+	h.Set("X-Cache-Entry", e.ID)
+	h.Set("X-Cache-Age", strconv.FormatInt(int64(time.Since(e.Created).Seconds()), 10))
+	if result == cacheHitSemantic {
+		h.Set("X-Cache-Similarity", strconv.FormatFloat(float64(similarity), 'f', 4, 32))
+	}
+	g.cm.tokensSaved.Add(e.Usage.TotalTokens)
+	g.replay(ctx, x, entryAnswer(e))
+}
+
+// replay renders an assembled answer to the client.
+func (g *Gateway) replay(ctx *fasthttp.RequestCtx, x *exchange, a *adapters.Answer) {
+	id, now := newCompletionID(x.endpoint), time.Now().Unix()
+	if !x.req.Stream {
+		ctx.SetContentType("application/json")
+		ctx.Response.SetBodyRaw(adapters.AppendCompletionJSON(make([]byte, 0, 256+len(a.Content)), x.endpoint, id, now, a))
+		return
+	}
+	events := adapters.StreamEvents(x.endpoint, id, now, a, g.cfg.Cache.StreamReplay.ChunkTokens, x.req.IncludeUsage)
+	pace := g.cfg.Cache.StreamReplay.Pace.D()
+	ctx.SetContentType("text/event-stream")
+	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		for i, ev := range events {
+			if _, err := w.Write(ev); err != nil {
+				return
+			}
+			if pace > 0 && i < len(events)-1 {
+				if w.Flush() != nil {
+					return
+				}
+				time.Sleep(pace)
+			}
+		}
+		_ = w.Flush()
+	})
+}
+
+// writeBack stores a finished answer, then retires the flight. It runs after
+// the client has its answer.
+func (g *Gateway) writeBack(f *flight, p *cachePlan, a *adapters.Answer) {
+	defer g.flights.leave(f)
+	if a == nil || !p.store || (len(a.ToolCalls) > 0 && !g.cfg.Cache.Eligibility.CacheToolCalls) {
+		return
+	}
+	if !g.storeBreaker.Allow() {
+		g.cm.errors("breaker_open").Inc()
+		return
+	}
+	vec := p.vec
+	if p.semantic && vec == nil {
+		v, err := g.embedder.Embed(context.Background(), p.keys.Query)
+		if err != nil {
+			g.cm.errors("embed").Inc()
+		}
+		vec = v
+	}
+	e := &cache.Entry{ID: f.entryID, Namespace: p.namespace, Model: a.Model, Endpoint: p.endpoint,
+		Content: a.Content, Reasoning: a.Reasoning, ToolCalls: a.ToolCalls, Finish: a.Finish,
+		Usage:   cache.Usage{PromptTokens: a.Usage.PromptTokens, CompletionTokens: a.Usage.CompletionTokens, TotalTokens: a.Usage.TotalTokens},
+		Created: time.Now(), ExactKey: p.keys.Exact}
+	if e.Model == "" {
+		e.Model = p.model
+	}
+	if !g.cfg.Cache.Exact.Enabled {
+		e.ExactKey = ""
+	}
+	if p.semantic && vec != nil {
+		e.Query, e.Scope = p.keys.Query, p.keys.Scope
+	} else {
+		vec = nil
+	}
+	if e.ExactKey == "" && vec == nil {
+		return
+	}
+	if err := g.store.Put(context.Background(), e, vec, p.ttl); err != nil {
+		g.storeBreaker.Failure()
+		g.cm.errors("put").Inc()
+		return
+	}
+	g.storeBreaker.Success()
+}
+
+// withIncludeUsage asks the upstream for the usage chunk, which the cache
+// needs; the chunk is stripped again for clients that did not ask for it.
+func withIncludeUsage(root *fastjson.Value) []byte {
+	var arena fastjson.Arena
+	so := root.Get("stream_options")
+	if so == nil || so.Type() != fastjson.TypeObject {
+		so = arena.NewObject()
+		root.Set("stream_options", so)
+	}
+	so.Set("include_usage", arena.NewTrue())
+	return root.MarshalTo(nil)
+}
+
+// cacheMetrics are the cache's Prometheus series.
+type cacheMetrics struct {
+	set         *metrics.Set
+	requests    map[[2]string]*metrics.Counter
+	errs        map[string]*metrics.Counter
+	guards      map[string]*metrics.Counter
+	similarity  *metrics.PrometheusHistogram
+	tokensSaved *metrics.Counter
+	entries     atomic.Int64
+	vectors     atomic.Int64
+	bytes       atomic.Int64
+}
+
+var (
+	cacheResults = []string{"hit_exact", "hit_semantic", "miss", "bypass"}
+	cacheReasons = []string{"", "off", "no_store", "no_cache", "multimodal", "n", "temperature", "batch_prompt", "disabled", "store_error", "coalesced"}
+	cacheErrOps  = []string{"get", "put", "search", "embed", "breaker_open", "stats"}
+)
+
+func newCacheMetrics(set *metrics.Set) *cacheMetrics {
+	m := &cacheMetrics{set: set, requests: map[[2]string]*metrics.Counter{}, errs: map[string]*metrics.Counter{}, guards: map[string]*metrics.Counter{}}
+	for _, r := range cacheResults {
+		for _, reason := range cacheReasons {
+			m.requests[[2]string{r, reason}] = set.NewCounter(`frontdoor_cache_requests_total{result="` + r + `",reason="` + reason + `"}`)
+		}
+	}
+	for _, op := range cacheErrOps {
+		m.errs[op] = set.NewCounter(`frontdoor_cache_errors_total{op="` + op + `"}`)
+	}
+	for _, g := range []string{cache.GuardNumbers, cache.GuardNegation} {
+		m.guards[g] = set.NewCounter(`frontdoor_cache_guard_rejections_total{guard="` + g + `"}`)
+	}
+	m.similarity = set.NewPrometheusHistogramExt(`frontdoor_cache_similarity`,
+		[]float64{0.5, 0.6, 0.7, 0.8, 0.85, 0.88, 0.9, 0.91, 0.92, 0.93, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 1})
+	m.tokensSaved = set.NewCounter(`frontdoor_cache_tokens_saved_total`)
+	set.NewGauge(`frontdoor_cache_entries`, func() float64 { return float64(m.entries.Load()) })
+	set.NewGauge(`frontdoor_cache_vector_entries`, func() float64 { return float64(m.vectors.Load()) })
+	set.NewGauge(`frontdoor_cache_bytes`, func() float64 { return float64(m.bytes.Load()) })
+	return m
+}
+
+func (m *cacheMetrics) request(result, reason string) {
+	label := "bypass"
+	switch result {
+	case cacheHitExact:
+		label = "hit_exact"
+	case cacheHitSemantic:
+		label = "hit_semantic"
+	case cacheMiss:
+		label = "miss"
+	}
+	if c := m.requests[[2]string{label, reason}]; c != nil {
+		c.Inc()
+	}
+}
+
+func (m *cacheMetrics) errors(op string) *metrics.Counter { return m.errs[op] }
+
+func (m *cacheMetrics) guardRejects(reason string) *metrics.Counter {
+	if c := m.guards[reason]; c != nil {
+		return c
+	}
+	return m.errs["search"]
+}
+
+// refreshStats keeps the entry gauges current without a store call per scrape.
+func (g *Gateway) refreshStats(ctx context.Context) {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		if st, err := g.store.Stats(ctx); err == nil {
+			g.cm.entries.Store(st.Entries)
+			g.cm.vectors.Store(st.VectorEntries)
+			g.cm.bytes.Store(st.Bytes)
+		} else if ctx.Err() == nil {
+			g.cm.errors("stats").Inc()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

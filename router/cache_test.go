@@ -1,0 +1,362 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"frontdoor/cmd/gpusim/sim"
+	"frontdoor/internal/testenv"
+)
+
+// cacheGateway starts a gpusim serving two models and a gateway with the
+// cache on, on the given backend ("memory" or "redis"), and two tenants.
+func cacheGateway(t *testing.T, backend string, mutate func(*Config)) (*testGateway, *sim.Server) {
+	t.Helper()
+	s := testenv.GPUSim(t, func(c *sim.Config) { c.Models = []string{"qwen3-8b", "qwen3-8b-v2"} })
+	cfg := testConfig(s)
+	cfg.Nodes[0].Models = []string{"qwen3-8b", "qwen3-8b-v2"}
+	cfg.Cache.Backend = backend
+	if backend == "redis" {
+		cfg.Redis.URL = testenv.StartRedis(t).URL()
+		cfg.Redis.KeyPrefix = "fdtest:"
+	}
+	t.Setenv("TEST_ACME_KEYS", "sk-acme-1,sk-acme-2")
+	t.Setenv("TEST_GLOBEX_KEYS", "sk-globex")
+	cfg.Tenants = []Tenant{{Name: "acme", APIKeysEnv: "TEST_ACME_KEYS"}, {Name: "globex", APIKeysEnv: "TEST_GLOBEX_KEYS"}}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	return startGateway(t, cfg), s
+}
+
+// ask posts a chat request and returns its X-Cache value and body.
+func ask(t *testing.T, gw *testGateway, body string, headers ...string) (string, *http.Response, []byte) {
+	t.Helper()
+	resp, b := post(t, gw.URL+"/v1/chat/completions", body, headers...)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	return resp.Header.Get("X-Cache"), resp, b
+}
+
+func chatContent(t *testing.T, body []byte) string {
+	t.Helper()
+	var cc struct {
+		Object  string `json:"object"`
+		Choices []struct {
+			Message struct{ Content string } `json:"message"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(body, &cc); err != nil || cc.Object != "chat.completion" || len(cc.Choices) != 1 {
+		t.Fatalf("not a chat.completion: %v %s", err, body)
+	}
+	return cc.Choices[0].Message.Content
+}
+
+// eventuallyHit repeats a request until it is answered from the cache: the
+// write-back runs after the first answer has been sent.
+func eventuallyHit(t *testing.T, gw *testGateway, body string, want string, headers ...string) (*http.Response, []byte) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		xc, resp, b := ask(t, gw, body, headers...)
+		if xc == want {
+			return resp, b
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("X-Cache %q, want %q", xc, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// askStored sends a request that must miss, and waits until its answer is
+// in the store (write-backs run after the answer was sent).
+func askStored(t *testing.T, gw *testGateway, body string) {
+	t.Helper()
+	count := func() int64 {
+		st, err := gw.store.Stats(context.Background())
+		if err != nil {
+			t.Fatalf("stats: %v", err)
+		}
+		return st.VectorEntries
+	}
+	before := count()
+	if xc, _, _ := ask(t, gw, body); xc != "miss" {
+		t.Fatalf("X-Cache %q, want miss", xc)
+	}
+	testenv.Eventually(t, 3*time.Second, func() bool { return count() > before }, "the answer was never stored")
+}
+
+func forEachBackend(t *testing.T, f func(t *testing.T, backend string)) {
+	for _, b := range []string{"memory", "redis"} {
+		t.Run(b, func(t *testing.T) { f(t, b) })
+	}
+}
+
+const sysPrompt = `{"role":"system","content":"You are a helpful assistant."}`
+
+func cbody(user string, extra string) string {
+	u, _ := json.Marshal(user)
+	s := `{"model":"qwen3-8b","temperature":0.7,"max_tokens":16,"messages":[` + sysPrompt + `,{"role":"user","content":` + string(u) + `}]`
+	if extra != "" {
+		s += "," + extra
+	}
+	return s + "}"
+}
+
+func TestCacheExactHit(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		gw, s := cacheGateway(t, backend, nil)
+		body := cbody("What is the capital of France?", "")
+		xc, resp, first := ask(t, gw, body)
+		if xc != "miss" || resp.Header.Get("X-Cache-Entry") == "" {
+			t.Fatalf("first request: X-Cache %q entry %q", xc, resp.Header.Get("X-Cache-Entry"))
+		}
+		resp, second := eventuallyHit(t, gw, body, "hit-exact")
+		received := s.Stats().Received
+		if chatContent(t, first) != chatContent(t, second) {
+			t.Fatal("a hit must return the stored content")
+		}
+		if resp.Header.Get("X-Cache-Age") == "" || resp.Header.Get("X-Cache-Entry") == "" {
+			t.Fatalf("hit headers: %v", resp.Header)
+		}
+		// Same request in another form: key order, whitespace, 0.70.
+		reordered := `{ "messages": [ {"content":"You are a helpful assistant.","role":"system"}, {"role":"user","content":"What is the capital of France?"} ],
+			"max_tokens": 16, "temperature": 0.70, "model": "qwen3-8b" }`
+		if xc, _, _ := ask(t, gw, reordered); xc != "hit-exact" {
+			t.Fatalf("reordered request: X-Cache %q", xc)
+		}
+		if got := s.Stats().Received; got != received {
+			t.Fatalf("hits reached the node: %d requests, want %d", got, received)
+		}
+		var first1, second1 struct{ ID string }
+		_ = json.Unmarshal(first, &first1)
+		_ = json.Unmarshal(second, &second1)
+		if first1.ID == second1.ID {
+			t.Fatal("a replayed answer needs a fresh id")
+		}
+	})
+}
+
+func TestCacheMissesWhenAnythingChanges(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		gw, _ := cacheGateway(t, backend, nil)
+		base := cbody("Name three rivers", "")
+		ask(t, gw, base, "Authorization", "Bearer sk-acme-1")
+		eventuallyHit(t, gw, base, "hit-exact", "Authorization", "Bearer sk-acme-2") // same tenant, other key
+		variants := map[string]string{
+			"system prompt": strings.Replace(base, "helpful assistant", "pirate", 1),
+			"temperature":   strings.Replace(base, `"temperature":0.7`, `"temperature":0.9`, 1),
+			"max_tokens":    strings.Replace(base, `"max_tokens":16`, `"max_tokens":17`, 1),
+			"tools":         cbody("Name three rivers", `"tools":[{"type":"function","function":{"name":"search"}}]`),
+			"model":         strings.Replace(base, `"model":"qwen3-8b"`, `"model":"qwen3-8b-v2"`, 1),
+		}
+		for name, b := range variants {
+			if xc, _, _ := ask(t, gw, b, "Authorization", "Bearer sk-acme-1"); xc != "miss" {
+				t.Fatalf("%s changed: X-Cache %q, want miss", name, xc)
+			}
+		}
+		if xc, _, _ := ask(t, gw, base, "Authorization", "Bearer sk-globex"); xc != "miss" {
+			t.Fatalf("another tenant: X-Cache %q, want miss", xc)
+		}
+		if xc, _, _ := ask(t, gw, base); xc != "miss" {
+			t.Fatalf("the default tenant: X-Cache %q, want miss", xc)
+		}
+	})
+}
+
+func TestCacheSemanticHitAndGuards(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		// A low threshold, so that the guards, not the threshold, decide.
+		gw, _ := cacheGateway(t, backend, func(c *Config) { c.Cache.Semantic.Threshold = 0.5 })
+		askStored(t, gw, cbody("What is the capital of France?", ""))
+		resp, b := eventuallyHit(t, gw, cbody("what is the capital of france", ""), "hit-semantic")
+		if sim := resp.Header.Get("X-Cache-Similarity"); sim == "" || sim < "0.99" {
+			t.Fatalf("similarity header %q", sim)
+		}
+		if chatContent(t, b) != sim.ExpectedText("You are a helpful assistant.\nWhat is the capital of France?", 16) {
+			t.Fatal("a semantic hit must return the stored answer")
+		}
+		// Numbers guard: a different number is never a hit, however similar.
+		askStored(t, gw, cbody("What is 12*7?", ""))
+		if xc, _, _ := ask(t, gw, cbody("What is 12*8?", "")); xc != "miss" {
+			t.Fatalf("numbers guard: X-Cache %q", xc)
+		}
+		// Negation guard.
+		askStored(t, gw, cbody("Is Paris in France?", ""))
+		if xc, _, _ := ask(t, gw, cbody("Is Paris not in France?", "")); xc != "miss" {
+			t.Fatalf("negation guard: X-Cache %q", xc)
+		}
+		// A different system prompt is another scope: never a semantic hit.
+		other := strings.Replace(cbody("what is the capital of france", ""), "helpful assistant", "pirate", 1)
+		if xc, _, _ := ask(t, gw, other); xc != "miss" {
+			t.Fatalf("other system prompt: X-Cache %q", xc)
+		}
+		mresp, err := httpClient.Get(gw.URL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		mb, _ := io.ReadAll(mresp.Body)
+		mresp.Body.Close()
+		for _, series := range []string{`frontdoor_cache_guard_rejections_total{guard="numbers"}`, `frontdoor_cache_guard_rejections_total{guard="negation"}`,
+			`frontdoor_cache_requests_total{result="hit_semantic",reason=""}`, `frontdoor_cache_similarity_count`} {
+			if metricValue(t, string(mb), series) < 1 {
+				t.Fatalf("metric %s never counted", series)
+			}
+		}
+	})
+}
+
+// metricValue returns the value of one series in a Prometheus exposition.
+func metricValue(t *testing.T, exposition, series string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(exposition, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("bad sample %q", line)
+			}
+			return f
+		}
+	}
+	return 0
+}
+
+func TestCacheStreamWrittenBackAndReplayed(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		gw, s := cacheGateway(t, backend, nil)
+		prompt := "Tell me about lighthouses"
+		stream := cbody(prompt, `"stream":true`)
+		resp, b := post(t, gw.URL+"/v1/chat/completions", stream)
+		text, _, done := streamText(t, strings.NewReader(string(b)))
+		want := sim.ExpectedText("You are a helpful assistant.\n"+prompt, 16)
+		if resp.Header.Get("X-Cache") != "miss" || text != want || !done {
+			t.Fatalf("streamed miss: %q %q done=%v", resp.Header.Get("X-Cache"), text, done)
+		}
+		if strings.Contains(string(b), `"usage"`) {
+			t.Fatal("the usage chunk the gateway asked for must be stripped for this client")
+		}
+		// Replayed as SSE, with usage when asked for.
+		resp, b = eventuallyHit(t, gw, cbody(prompt, `"stream":true,"stream_options":{"include_usage":true}`), "hit-exact")
+		text, events, done := streamText(t, strings.NewReader(string(b)))
+		if text != want || !done || events < 4 || !strings.Contains(string(b), `"completion_tokens":16`) {
+			t.Fatalf("SSE replay: %q (%d events, done=%v): %s", text, events, done, b)
+		}
+		if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+			t.Fatalf("replay content type %q", resp.Header.Get("Content-Type"))
+		}
+		// And as JSON.
+		xc, _, jb := ask(t, gw, cbody(prompt, ""))
+		if xc != "hit-exact" || chatContent(t, jb) != want {
+			t.Fatalf("JSON replay: %q %s", xc, jb)
+		}
+		if s.Stats().Received != 1 {
+			t.Fatalf("node saw %d requests, want 1", s.Stats().Received)
+		}
+	})
+}
+
+func TestCacheControlAndEligibility(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		gw, s := cacheGateway(t, backend, nil)
+		body := cbody("Cache control please", "")
+		if xc, _, _ := ask(t, gw, body, "Cache-Control", "no-store"); xc != "bypass" {
+			t.Fatalf("no-store: %q", xc)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if xc, _, _ := ask(t, gw, body); xc != "miss" {
+			t.Fatalf("no-store must not store: next request %q", xc)
+		}
+		eventuallyHit(t, gw, body, "hit-exact")
+		before := s.Stats().Received
+		if xc, _, _ := ask(t, gw, body, "Cache-Control", "no-cache"); xc != "miss" {
+			t.Fatalf("no-cache must skip the lookup: %q", xc)
+		}
+		if s.Stats().Received != before+1 {
+			t.Fatal("no-cache must go upstream")
+		}
+		mm := `{"model":"qwen3-8b","messages":[{"role":"user","content":[{"type":"text","text":"what is this?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}]}`
+		for i := 0; i < 2; i++ {
+			if xc, _, _ := ask(t, gw, mm); xc != "bypass" {
+				t.Fatalf("multimodal: %q", xc)
+			}
+		}
+		if xc, _, _ := ask(t, gw, cbody("hot", `"temperature":2`), "X-Cache-TTL", "5"); xc != "miss" {
+			t.Fatalf("temperature 2 is within max_temperature 2: %q", xc)
+		}
+		if xc, _, _ := ask(t, gw, cbody("many", `"n":2`)); xc != "bypass" {
+			t.Fatalf("n=2: %q", xc)
+		}
+	})
+}
+
+// 50 identical concurrent streaming requests make one upstream call, and
+// every client gets the whole answer.
+func TestCacheCoalescesIdenticalMisses(t *testing.T) {
+	s := testenv.GPUSim(t, func(c *sim.Config) { c.ITL, c.OutputTokens = 20*time.Millisecond, 30 })
+	cfg := testConfig(s)
+	cfg.Cache.Backend = "memory"
+	gw := startGateway(t, cfg)
+	body := chatBody("coalesce me", `"stream":true`)
+	want := sim.ExpectedText("coalesce me", 30)
+	var wg sync.WaitGroup
+	results := make([]string, 50)
+	for i := range results {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			resp, b := post(t, gw.URL+"/v1/chat/completions", body)
+			text, _, done := streamText(t, strings.NewReader(string(b)))
+			results[i] = fmt.Sprintf("%d|%s|%v", resp.StatusCode, text, done)
+		}(i)
+	}
+	wg.Wait()
+	for i, r := range results {
+		if r != "200|"+want+"|true" {
+			t.Fatalf("client %d got %q", i, r)
+		}
+	}
+	if got := s.Stats().Received; got != 1 {
+		t.Fatalf("node received %d requests, want exactly 1", got)
+	}
+}
+
+// Property: across random traffic of two tenants, every hit a tenant gets
+// is an entry that tenant's own misses created.
+func TestCacheNeverCrossesTenants(t *testing.T) {
+	gw, _ := cacheGateway(t, "memory", nil)
+	tenants := map[string]string{"acme": "Bearer sk-acme-1", "globex": "Bearer sk-globex"}
+	owner := map[string]string{}
+	prompts := []string{"What is the capital of France?", "what is the capital of france", "Capital of France?", "Name a river", "name a river!"}
+	rnd := uint64(42)
+	next := func(n int) int { rnd = rnd*6364136223846793005 + 1442695040888963407; return int(rnd>>33) % n }
+	hits := 0
+	for i := 0; i < 300; i++ {
+		tn := []string{"acme", "globex"}[next(2)]
+		xc, resp, _ := ask(t, gw, cbody(prompts[next(len(prompts))], ""), "Authorization", tenants[tn])
+		id := resp.Header.Get("X-Cache-Entry")
+		switch xc {
+		case "miss":
+			owner[id] = tn
+		case "hit-exact", "hit-semantic":
+			hits++
+			if o, ok := owner[id]; ok && o != tn {
+				t.Fatalf("tenant %s was answered from %s's entry %s", tn, o, id)
+			} else if !ok {
+				t.Fatalf("hit on unknown entry %s", id)
+			}
+		}
+	}
+	if hits < 100 {
+		t.Fatalf("only %d hits: the property was barely exercised", hits)
+	}
+}

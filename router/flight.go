@@ -1,0 +1,151 @@
+package router
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"frontdoor/adapters"
+	"frontdoor/cache"
+)
+
+// A flight is one upstream call for a cacheable request, shared by every
+// identical request (same exact key) that arrives while it runs. The first
+// request (the leader) makes the call; the others (followers) wait for its
+// head, then receive the stream's events live or the finished answer. The
+// flight stays registered until its answer is written to the cache, so no
+// identical request can slip between "answered" and "stored".
+type flight struct {
+	key     string
+	shared  bool   // registered in the group (coalescing on)
+	entryID string // the id the answer will be stored under
+
+	ready chan struct{} // closed once the head outcome below is known
+
+	// Head outcome, set before ready is closed.
+	failed      bool // no usable upstream answer: followers go upstream on their own
+	streaming   bool
+	status      int
+	contentType []byte
+	body        []byte // non-streaming answer
+	upstream    string
+	attempts    int
+
+	mu     sync.Mutex
+	wake   chan struct{} // closed and replaced when events grow or the flight ends
+	events []flightEvent
+	done   bool
+	broken bool             // the stream ended early or with an error
+	answer *adapters.Answer // the assembled answer, when complete and cacheable
+
+	followers atomic.Int32 // followers still reading the stream
+}
+
+type flightEvent struct {
+	raw       []byte
+	usageOnly bool
+}
+
+func newFlight(key string, shared bool) *flight {
+	return &flight{key: key, shared: shared, entryID: cache.NewEntryID(), ready: make(chan struct{}), wake: make(chan struct{})}
+}
+
+// publish appends one stream event and wakes the followers.
+func (f *flight) publish(raw []byte, usageOnly bool) {
+	f.mu.Lock()
+	f.events = append(f.events, flightEvent{raw: append([]byte(nil), raw...), usageOnly: usageOnly})
+	close(f.wake)
+	f.wake = make(chan struct{})
+	f.mu.Unlock()
+}
+
+// finish marks the flight complete; answer is nil when it is not cacheable.
+func (f *flight) finish(answer *adapters.Answer, broken bool) {
+	f.mu.Lock()
+	f.done, f.broken, f.answer = true, broken, answer
+	close(f.wake)
+	f.mu.Unlock()
+}
+
+// next returns event i, or waits for it. ok is false when the flight ended
+// before event i.
+func (f *flight) next(i int) (ev flightEvent, ok bool) {
+	for {
+		f.mu.Lock()
+		if i < len(f.events) {
+			ev = f.events[i]
+			f.mu.Unlock()
+			return ev, true
+		}
+		if f.done {
+			f.mu.Unlock()
+			return ev, false
+		}
+		wake := f.wake
+		f.mu.Unlock()
+		<-wake
+	}
+}
+
+// result waits for the end of the flight and returns its answer.
+func (f *flight) result() (answer *adapters.Answer, broken bool) {
+	for {
+		f.mu.Lock()
+		if f.done {
+			defer f.mu.Unlock()
+			return f.answer, f.broken
+		}
+		wake := f.wake
+		f.mu.Unlock()
+		<-wake
+	}
+}
+
+// finished returns the answer if the flight has already ended with one.
+func (f *flight) finished() *adapters.Answer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.done {
+		return f.answer
+	}
+	return nil
+}
+
+// caughtUp reports whether event i is the latest one so far.
+func (f *flight) caughtUp(i int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return i >= len(f.events)
+}
+
+// flightGroup holds the flights in progress by exact key.
+type flightGroup struct {
+	mu sync.Mutex
+	m  map[string]*flight
+}
+
+// join returns the flight for key and whether the caller leads it.
+func (g *flightGroup) join(key string) (*flight, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if f, ok := g.m[key]; ok {
+		return f, false
+	}
+	if g.m == nil {
+		g.m = map[string]*flight{}
+	}
+	f := newFlight(key, true)
+	g.m[key] = f
+	return f, true
+}
+
+// leave unregisters a finished flight.
+func (g *flightGroup) leave(f *flight) {
+	if !f.shared {
+		return
+	}
+	g.mu.Lock()
+	if g.m[f.key] == f {
+		delete(g.m, f.key)
+	}
+	g.mu.Unlock()
+}

@@ -1,0 +1,112 @@
+package router
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/valyala/fasthttp"
+
+	"frontdoor/adapters"
+)
+
+// DefaultTenant is the tenant of requests without a (known) key when auth
+// is not required.
+const DefaultTenant = "default"
+
+// tenant is a configured tenant, ready for the hot path.
+type tenant struct {
+	name           string
+	namespace      string
+	models         map[string]bool // nil: every model
+	spillover      bool
+	allowThreshold bool
+	cfg            Tenant
+}
+
+// Allows reports whether the tenant may use model (the name it asked for).
+func (t *tenant) allows(model string) bool { return t.models == nil || t.models[model] }
+
+// tenantSet maps API keys to tenants. Keys are held only as SHA-256
+// digests: the raw key is never stored, logged or put in a metric label.
+type tenantSet struct {
+	byDigest map[[32]byte]*tenant
+	byName   map[string]*tenant
+	def      *tenant
+	required bool
+}
+
+func newTenantSet(cfg Config) (*tenantSet, error) {
+	ts := &tenantSet{byDigest: map[[32]byte]*tenant{}, byName: map[string]*tenant{}, required: cfg.Auth.Required}
+	for _, tc := range cfg.Tenants {
+		t := &tenant{name: tc.Name, namespace: tc.CacheNamespace, spillover: tc.Spillover == nil || *tc.Spillover,
+			allowThreshold: tc.AllowCacheThreshold, cfg: tc}
+		if t.namespace == "" {
+			t.namespace = tc.Name
+		}
+		if len(tc.Models) > 0 {
+			t.models = map[string]bool{}
+			for _, m := range tc.Models {
+				if m == "*" {
+					t.models = nil
+					break
+				}
+				t.models[m] = true
+			}
+		}
+		if tc.APIKeysEnv != "" {
+			for _, k := range strings.Split(os.Getenv(tc.APIKeysEnv), ",") {
+				if k = strings.TrimSpace(k); k != "" {
+					ts.byDigest[sha256.Sum256([]byte(k))] = t
+				}
+			}
+		}
+		for _, h := range tc.APIKeySHA256 {
+			var d [32]byte
+			if _, err := hex.Decode(d[:], []byte(strings.ToLower(h))); err != nil {
+				return nil, fmt.Errorf("tenants: %s: api_key_sha256: %w", tc.Name, err)
+			}
+			ts.byDigest[d] = t
+		}
+		ts.byName[t.name] = t
+	}
+	ts.def = ts.byName[DefaultTenant]
+	if ts.def == nil {
+		ts.def = &tenant{name: DefaultTenant, namespace: DefaultTenant, spillover: true}
+		ts.byName[DefaultTenant] = ts.def
+	}
+	return ts, nil
+}
+
+// resolve identifies the tenant of a request from its bearer key. The key
+// is compared by its SHA-256 digest, so the lookup's timing says nothing
+// about the key itself.
+func (ts *tenantSet) resolve(ctx *fasthttp.RequestCtx) (*tenant, *adapters.APIError) {
+	key := bearer(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
+	if len(key) > 0 {
+		d := sha256.Sum256(key)
+		if t, ok := ts.byDigest[d]; ok {
+			return t, nil
+		}
+	}
+	if !ts.required {
+		return ts.def, nil
+	}
+	if len(key) == 0 {
+		return nil, &adapters.APIError{Status: 401, Type: adapters.TypeAuthentication, Code: "missing_api_key",
+			Message: "missing API key: send Authorization: Bearer <key>"}
+	}
+	return nil, &adapters.APIError{Status: 401, Type: adapters.TypeAuthentication, Code: "invalid_api_key",
+		Message: "invalid API key"}
+}
+
+func bearer(h []byte) []byte {
+	const p = "Bearer "
+	if len(h) > len(p) && bytes.EqualFold(h[:len(p)], []byte(p)) {
+		return h[len(p):]
+	}
+	return nil
+}
