@@ -581,7 +581,7 @@ func (r *RedisStore) resync(ctx context.Context) (string, error) {
 	}
 	fresh := NewVectorIndex(r.opt.Dims)
 	prefix := r.vecKey("")
-	err = r.scanKeys(ctx, prefix+"*", func(ctx context.Context, keys []string) error {
+	err = r.scanKeys(ctx, escapeGlob(prefix)+"*", func(ctx context.Context, keys []string) error {
 		ids := make([]string, len(keys))
 		for i, k := range keys {
 			ids[i] = strings.TrimPrefix(k, prefix)
@@ -653,12 +653,15 @@ func (r *RedisStore) fetchVectors(ctx context.Context, ids []string) (map[string
 		fields[i] = pipe.HMGet(ctx, k, "vec", "scope")
 		ttls[i] = pipe.PTTL(ctx, k)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if _, err := pipe.Exec(ctx); err != nil && !isServerError(err) {
 		return nil, err
 	}
 	now := time.Now()
 	out := make(map[string]storedVec, len(ids))
 	for i, id := range ids {
+		if fields[i].Err() != nil || ttls[i].Err() != nil {
+			continue // e.g. WRONGTYPE: not ours
+		}
 		vals := fields[i].Val()
 		if len(vals) != 2 {
 			continue
@@ -681,9 +684,27 @@ func (r *RedisStore) fetchVectors(ctx context.Context, ids []string) (map[string
 	return out, nil
 }
 
-func isNoSuchKey(err error) bool {
+// isServerError reports an error reply of the server, as opposed to a
+// connection problem.
+func isServerError(err error) bool {
 	var re redis.Error
-	return errors.As(err, &re) && strings.Contains(strings.ToLower(err.Error()), "no such key")
+	return errors.As(err, &re)
+}
+
+func isNoSuchKey(err error) bool {
+	return isServerError(err) && strings.Contains(strings.ToLower(err.Error()), "no such key")
+}
+
+// escapeGlob escapes the characters SCAN MATCH treats specially.
+func escapeGlob(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		if strings.ContainsRune(`*?[]\`, c) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }
 
 // compareStreamIDs orders two stream ids "ms-seq".

@@ -58,8 +58,7 @@ func (r *RedisStore) ensureIndex(ctx context.Context) error {
 }
 
 func noSearchIfServerError(err error) error {
-	var re redis.Error
-	if errors.As(err, &re) {
+	if isServerError(err) {
 		return fmt.Errorf("%w: %w", errNoVectorSearch, err)
 	}
 	return err

@@ -359,6 +359,7 @@ type cacheMetrics struct {
 	guards      map[string]*metrics.Counter
 	similarity  *metrics.PrometheusHistogram
 	tokensSaved *metrics.Counter
+	results     [4]atomic.Int64 // hit_exact, hit_semantic, miss, bypass
 	entries     atomic.Int64
 	vectors     atomic.Int64
 	bytes       atomic.Int64
@@ -393,18 +394,37 @@ func newCacheMetrics(set *metrics.Set) *cacheMetrics {
 }
 
 func (m *cacheMetrics) request(result, reason string) {
-	label := "bypass"
+	label, i := "bypass", 3
 	switch result {
 	case cacheHitExact:
-		label = "hit_exact"
+		label, i = "hit_exact", 0
 	case cacheHitSemantic:
-		label = "hit_semantic"
+		label, i = "hit_semantic", 1
 	case cacheMiss:
-		label = "miss"
+		label, i = "miss", 2
 	}
+	m.results[i].Add(1)
 	if c := m.requests[[2]string{label, reason}]; c != nil {
 		c.Inc()
 	}
+}
+
+// totals returns the request counts by result since start.
+func (m *cacheMetrics) totals() map[string]int64 {
+	out := map[string]int64{}
+	for i, r := range cacheResults {
+		out[r] = m.results[i].Load()
+	}
+	return out
+}
+
+// hitRatio is hits over lookups (hits and misses) since start.
+func (m *cacheMetrics) hitRatio() float64 {
+	hits := m.results[0].Load() + m.results[1].Load()
+	if total := hits + m.results[2].Load(); total > 0 {
+		return float64(hits) / float64(total)
+	}
+	return 0
 }
 
 func (m *cacheMetrics) errors(op string) *metrics.Counter { return m.errs[op] }

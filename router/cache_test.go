@@ -80,7 +80,7 @@ func eventuallyHit(t *testing.T, gw *testGateway, body string, want string, head
 
 // askStored sends a request that must miss, and waits until its answer is
 // in the store (write-backs run after the answer was sent).
-func askStored(t *testing.T, gw *testGateway, body string) {
+func askStored(t *testing.T, gw *testGateway, body string, headers ...string) {
 	t.Helper()
 	count := func() int64 {
 		st, err := gw.store.Stats(context.Background())
@@ -90,7 +90,7 @@ func askStored(t *testing.T, gw *testGateway, body string) {
 		return st.VectorEntries
 	}
 	before := count()
-	if xc, _, _ := ask(t, gw, body); xc != "miss" {
+	if xc, _, _ := ask(t, gw, body, headers...); xc != "miss" {
 		t.Fatalf("X-Cache %q, want miss", xc)
 	}
 	testenv.Eventually(t, 3*time.Second, func() bool { return count() > before }, "the answer was never stored")
@@ -358,5 +358,159 @@ func TestCacheNeverCrossesTenants(t *testing.T) {
 	}
 	if hits < 100 {
 		t.Fatalf("only %d hits: the property was barely exercised", hits)
+	}
+}
+
+func TestCacheAdmin(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		t.Setenv("TEST_ADMIN_TOKEN", "admin-secret")
+		gw, _ := cacheGateway(t, backend, func(c *Config) {
+			c.Admin.TokenEnv = "TEST_ADMIN_TOKEN"
+			c.Admin.AllowCIDRs = nil // only the token opens admin endpoints
+		})
+		admin := func(method, path, token string) (int, string) {
+			req, _ := http.NewRequest(method, gw.URL+path, nil)
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			resp, err := httpClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return resp.StatusCode, string(b)
+		}
+		if code, _ := admin("GET", "/admin/cache/stats", ""); code != 403 {
+			t.Fatalf("admin without token: %d", code)
+		}
+		if code, _ := admin("GET", "/admin/cache/stats", "wrong"); code != 403 {
+			t.Fatalf("admin with a wrong token: %d", code)
+		}
+		body := cbody("Delete me later", "")
+		askStored(t, gw, body)
+		_, resp, _ := ask(t, gw, body)
+		id := resp.Header.Get("X-Cache-Entry")
+		if resp.Header.Get("X-Cache") != "hit-exact" || id == "" {
+			t.Fatalf("expected a hit with an entry id, got %v", resp.Header)
+		}
+		code, stats := admin("GET", "/admin/cache/stats", "admin-secret")
+		if code != 200 || !strings.Contains(stats, `"hit_exact":1`) || !strings.Contains(stats, `"entries":1`) {
+			t.Fatalf("stats %d: %s", code, stats)
+		}
+		if code, b := admin("DELETE", "/admin/cache/entries/"+id, "admin-secret"); code != 200 {
+			t.Fatalf("delete: %d %s", code, b)
+		}
+		if xc, _, _ := ask(t, gw, body); xc != "miss" {
+			t.Fatalf("after delete: X-Cache %q", xc)
+		}
+		if code, _ := admin("DELETE", "/admin/cache/entries/"+id, "admin-secret"); code != 404 {
+			t.Fatalf("second delete: %d", code)
+		}
+		askStored(t, gw, cbody("acme's question", ""), "Authorization", "Bearer sk-acme-1")
+		if code, b := admin("DELETE", "/admin/cache?namespace=acme", "admin-secret"); code != 200 || !strings.Contains(b, `"deleted":1`) {
+			t.Fatalf("purge: %d %s", code, b)
+		}
+		if xc, _, _ := ask(t, gw, cbody("acme's question", ""), "Authorization", "Bearer sk-acme-1"); xc != "miss" {
+			t.Fatalf("after purge: %q", xc)
+		}
+		if code, _ := admin("DELETE", "/admin/cache", "admin-secret"); code != 400 {
+			t.Fatalf("purge without namespace: %d", code)
+		}
+	})
+}
+
+// A dead Redis never fails a request: the cache is bypassed, errors are
+// counted, and hits resume once Redis is back.
+func TestCacheSurvivesRedisOutage(t *testing.T) {
+	s := testenv.GPUSim(t, nil)
+	r := testenv.StartRedis(t)
+	cfg := testConfig(s)
+	cfg.Cache.Backend, cfg.Redis.URL = "redis", r.URL()
+	gw := startGateway(t, cfg)
+	askStored(t, gw, cbody("before the outage", ""))
+	if xc, _, _ := ask(t, gw, cbody("before the outage", "")); xc != "hit-exact" {
+		t.Fatalf("before the outage: %q", xc)
+	}
+	r.Kill()
+	for i := 0; i < 40; i++ {
+		start := time.Now()
+		resp, b := post(t, gw.URL+"/v1/chat/completions", cbody(fmt.Sprintf("during the outage %d", i%5), ""))
+		if resp.StatusCode != 200 || resp.Header.Get("X-Cache") != "bypass" {
+			t.Fatalf("request %d during the outage: %d %q %s", i, resp.StatusCode, resp.Header.Get("X-Cache"), b)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("request %d took %v: a dead Redis must not slow requests down", i, d)
+		}
+	}
+	mresp, _ := httpClient.Get(gw.URL + "/metrics")
+	mb, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	if metricValue(t, string(mb), `frontdoor_cache_errors_total{op="get"}`) < 1 ||
+		metricValue(t, string(mb), `frontdoor_cache_requests_total{result="bypass",reason="store_error"}`) < 40 {
+		t.Fatalf("errors not counted:\n%s", mb)
+	}
+	r.Start()
+	back := time.Now()
+	for {
+		xc, _, _ := ask(t, gw, cbody("after the outage", ""))
+		if xc == "hit-exact" {
+			break
+		}
+		if time.Since(back) > 5*time.Second {
+			t.Fatalf("hits did not resume within 5s of Redis coming back (last X-Cache %q)", xc)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("hits resumed %v after Redis came back", time.Since(back))
+}
+
+// Two gateways sharing one plain Redis: an answer cached through one is an
+// exact and a semantic hit on the other.
+func TestCacheSharedAcrossGateways(t *testing.T) {
+	s := testenv.GPUSim(t, nil)
+	r := testenv.StartRedis(t)
+	cfg := testConfig(s)
+	cfg.Cache.Backend, cfg.Redis.URL = "redis", r.URL()
+	a, b := startGateway(t, cfg), startGateway(t, cfg)
+	askStored(t, a, cbody("Which ocean is the largest?", ""))
+	if xc, _, _ := ask(t, b, cbody("Which ocean is the largest?", "")); xc != "hit-exact" {
+		t.Fatalf("exact on the other gateway: %q", xc)
+	}
+	testenv.Eventually(t, 3*time.Second, func() bool {
+		st, err := b.store.Stats(context.Background())
+		return err == nil && st.VectorEntries == 1
+	}, "the vector never reached the other gateway's index")
+	before := s.Stats().Received
+	if xc, _, _ := ask(t, b, cbody("which ocean is the largest", "")); xc != "hit-semantic" {
+		t.Fatalf("semantic on the other gateway: %q", xc)
+	}
+	if s.Stats().Received != before {
+		t.Fatal("the semantic hit reached the node")
+	}
+}
+
+// A gateway whose Redis is down at start serves uncached and picks the
+// cache up when Redis arrives.
+func TestCacheRedisDownAtStart(t *testing.T) {
+	s := testenv.GPUSim(t, nil)
+	r := testenv.StartRedis(t)
+	r.Kill()
+	cfg := testConfig(s)
+	cfg.Cache.Backend, cfg.Redis.URL = "redis", r.URL()
+	gw := startGateway(t, cfg)
+	if xc, resp, _ := ask(t, gw, cbody("early", "")); xc != "bypass" || resp.StatusCode != 200 {
+		t.Fatalf("with Redis down: %q", xc)
+	}
+	r.Start()
+	deadline := time.Now().Add(8 * time.Second)
+	for {
+		if xc, _, _ := ask(t, gw, cbody("early", "")); xc == "hit-exact" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the cache never came up after Redis started")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

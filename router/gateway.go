@@ -204,13 +204,12 @@ func (g *Gateway) buildCache(deps Deps) error {
 				return err
 			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		st, err := cache.NewRedisStore(ctx, client, cache.RedisOptions{Prefix: g.cfg.Redis.KeyPrefix, Dims: dims,
-			VectorSearch: c.VectorSearch, Timeout: g.cfg.Redis.Timeout.D()})
-		if err != nil {
-			return fmt.Errorf("cache: redis: %w", err)
-		}
+		opts := cache.RedisOptions{Prefix: g.cfg.Redis.KeyPrefix, Dims: dims, VectorSearch: c.VectorSearch, Timeout: g.cfg.Redis.Timeout.D()}
+		st := cache.NewLazyStore(func(ctx context.Context) (cache.Store, error) {
+			return cache.NewRedisStore(ctx, client, opts)
+		}, 2*time.Second, func(err error) {
+			g.log.Warn("cache: redis store not ready; serving uncached and retrying", "error", err.Error())
+		})
 		g.store = st
 	}
 	g.ownStore = true

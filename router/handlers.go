@@ -46,6 +46,10 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 			g.metrics.write(ctx)
 		}
 	default:
+		if bytes.HasPrefix(ctx.Path(), []byte("/admin/")) || string(ctx.Path()) == "/admin" {
+			g.serveAdmin(ctx)
+			return
+		}
 		g.writeError(ctx, &adapters.APIError{Status: 404, Type: adapters.TypeNotFound, Code: "unknown_url",
 			Message: "unknown path " + strconv.Quote(string(ctx.Path()))})
 	}
