@@ -175,11 +175,14 @@ func (r *RedisStore) Get(ctx context.Context, key string) (*Entry, error) {
 }
 
 // Put stores e under e.ExactKey (when set) and, with vec, in e.Scope for
-// semantic search, all in one pipeline. e.ID must be set; ttl must be > 0.
+// semantic search, all in one pipeline. An empty e.ID is set to
+// NewEntryID(). ttl must be > 0: nothing in Redis lives forever. A later Put
+// under the same exact key replaces the exact entry; the earlier one's vector
+// stays searchable until its own TTL.
 func (r *RedisStore) Put(ctx context.Context, e *Entry, vec []float32, ttl time.Duration) error {
 	switch {
-	case e == nil || e.ID == "":
-		return errors.New("cache: redis put: entry without id")
+	case e == nil:
+		return errors.New("cache: redis put: nil entry")
 	case ttl <= 0:
 		return errors.New("cache: redis put: ttl must be > 0")
 	case vec != nil && len(vec) != r.opt.Dims:
@@ -189,6 +192,9 @@ func (r *RedisStore) Put(ctx context.Context, e *Entry, vec []float32, ttl time.
 	case vec != nil && (e.Scope == "" || strings.ContainsRune(e.Scope, ',')):
 		// ',' would split the RediSearch TAG into several scopes.
 		return errors.New("cache: redis put: a vector needs a scope without ','")
+	}
+	if e.ID == "" {
+		e.ID = NewEntryID()
 	}
 	ttl = max(ttl, time.Millisecond)
 	payload, err := encodePayload(e)

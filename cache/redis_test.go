@@ -160,7 +160,7 @@ func TestRedisPutValidation(t *testing.T) {
 	ctx := context.Background()
 	v := rdsUnit(rand.New(rand.NewPCG(1, 1)))
 	for name, put := range map[string]func() error{
-		"no id":       func() error { e := rdsEntry("n", "s", "x"); e.ID = ""; return s.Put(ctx, e, nil, time.Minute) },
+		"nil entry":   func() error { return s.Put(ctx, nil, nil, time.Minute) },
 		"zero ttl":    func() error { return s.Put(ctx, rdsEntry("n", "s", "x"), nil, 0) },
 		"bad dims":    func() error { return s.Put(ctx, rdsEntry("n", "s", "x"), v[:10], time.Minute) },
 		"no scope":    func() error { return s.Put(ctx, rdsEntry("n", "", "x"), v, time.Minute) },
@@ -173,6 +173,14 @@ func TestRedisPutValidation(t *testing.T) {
 	}
 	if _, err := s.Search(ctx, "s", v[:10], 1); err == nil {
 		t.Error("Search with bad dims succeeded")
+	}
+	e := rdsEntry("n", "s", "x")
+	e.ID = ""
+	if err := s.Put(ctx, e, v, time.Minute); err != nil || len(e.ID) != 16 {
+		t.Fatalf("Put without id: %v, id %q", err, e.ID)
+	}
+	if ms, _ := s.Search(ctx, "s", v, 1); len(ms) != 1 || ms[0].Entry.ID != e.ID {
+		t.Fatalf("entry put without id not found: %+v", ms)
 	}
 }
 

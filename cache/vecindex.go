@@ -2,7 +2,6 @@ package cache
 
 import (
 	"math/bits"
-	"sort"
 	"sync"
 	"time"
 
@@ -12,7 +11,7 @@ import (
 // exactScanMax is the scope size up to which search scans every vector
 // exactly. Larger scopes are pre-filtered by Hamming distance over sign bits
 // and the best candidates re-ranked exactly (see VectorIndex).
-const exactScanMax = 4096
+const exactScanMax = 1024
 
 // rerankMin is how many prefiltered candidates are re-ranked exactly at least.
 const rerankMin = 64
@@ -131,23 +130,35 @@ func (x *VectorIndex) Search(scope string, vec []float32, k int, now time.Time) 
 	n := len(s.ids)
 	live := func(i int) bool { return s.expires[i] == 0 || s.expires[i] > nowNs }
 	var cand []int
-	if n <= exactScanMax {
-		cand = make([]int, 0, n)
-		for i := 0; i < n; i++ {
-			if live(i) {
-				cand = append(cand, i)
-			}
-		}
-	} else {
+	if n > exactScanMax {
 		cand = x.prefilter(s, vec, max(8*k, rerankMin), live)
 	}
-	hits := make([]IndexHit, 0, len(cand))
-	for _, i := range cand {
-		hits = append(hits, IndexHit{ID: s.ids[i], Similarity: vek32.Dot(vec, s.vecs[i*x.dims:(i+1)*x.dims])})
-	}
-	sort.Slice(hits, func(a, b int) bool { return hits[a].Similarity > hits[b].Similarity })
-	if len(hits) > k {
-		hits = hits[:k]
+	hits := make([]IndexHit, 0, k+1)
+	for c := 0; c < n; c++ {
+		i := c
+		if cand != nil {
+			if c >= len(cand) {
+				break
+			}
+			i = cand[c]
+		} else if !live(i) {
+			continue
+		}
+		sim := vek32.Dot(vec, s.vecs[i*x.dims:(i+1)*x.dims])
+		if len(hits) == k && sim <= hits[k-1].Similarity {
+			continue
+		}
+		j := len(hits)
+		if j < k {
+			hits = append(hits, IndexHit{})
+		} else {
+			j = k - 1
+		}
+		for j > 0 && hits[j-1].Similarity < sim {
+			hits[j] = hits[j-1]
+			j--
+		}
+		hits[j] = IndexHit{ID: s.ids[i], Similarity: sim}
 	}
 	return hits
 }
@@ -186,11 +197,19 @@ func (x *VectorIndex) prefilter(s *scopeVectors, vec []float32, r int, live func
 		}
 	}
 	w := x.words
+	var q8 [8]uint64
+	copy(q8[:], q)
 	for i := 0; i < len(s.ids); i++ {
-		row := s.signs[i*w : (i+1)*w]
 		d := 0
-		for j, v := range row {
-			d += bits.OnesCount64(v ^ q[j])
+		if w == 8 {
+			r := (*[8]uint64)(s.signs[i*8 : i*8+8])
+			d = bits.OnesCount64(r[0]^q8[0]) + bits.OnesCount64(r[1]^q8[1]) + bits.OnesCount64(r[2]^q8[2]) + bits.OnesCount64(r[3]^q8[3]) +
+				bits.OnesCount64(r[4]^q8[4]) + bits.OnesCount64(r[5]^q8[5]) + bits.OnesCount64(r[6]^q8[6]) + bits.OnesCount64(r[7]^q8[7])
+		} else {
+			row := s.signs[i*w : (i+1)*w]
+			for j, v := range row {
+				d += bits.OnesCount64(v ^ q[j])
+			}
 		}
 		if len(heap) < r {
 			if live(i) {
@@ -224,11 +243,19 @@ func (x *VectorIndex) Sweep(now time.Time) []string {
 		return nil
 	}
 	x.mu.Lock()
+	removed := dead[:0]
 	for _, id := range dead {
-		x.removeLocked(id)
+		// Re-check under the write lock: the id may have been re-added
+		// with a later expiry since the scan.
+		if s := x.where[id]; s != nil {
+			if e := s.expires[s.pos[id]]; e != 0 && e <= nowNs {
+				x.removeLocked(id)
+				removed = append(removed, id)
+			}
+		}
 	}
 	x.mu.Unlock()
-	return dead
+	return removed
 }
 
 // Len returns the number of vectors; Scopes the number of non-empty scopes.

@@ -1,0 +1,233 @@
+// Command cachehit measures cache hits through frontdoor: throughput of
+// exact hits against a bare fasthttp server answering the same bytes, and
+// hit latency with the memory and the Redis backends. Everything runs as
+// separate processes on loopback, driven by the same load generator in
+// alternating rounds.
+//
+//	go run ./bench/cachehit [-rounds 3] [-duration 3s] [-conc 32]
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"frontdoor/bench/internal/load"
+)
+
+func main() {
+	bare := flag.String("bare-server", "", "internal: serve the bytes of -body on this address")
+	bodyFile := flag.String("body", "", "internal: response body file for -bare-server")
+	rounds := flag.Int("rounds", 3, "alternating rounds")
+	dur := flag.Duration("duration", 3*time.Second, "length of each measured run")
+	conc := flag.Int("conc", 32, "connections for the throughput runs")
+	flag.Parse()
+	if *bare != "" {
+		serveBare(*bare, *bodyFile)
+		return
+	}
+	if err := run(*rounds, *dur, *conc); err != nil {
+		fmt.Fprintln(os.Stderr, "cachehit:", err)
+		os.Exit(1)
+	}
+}
+
+// serveBare answers every request with the same JSON bytes, as fast as
+// fasthttp can: the ceiling for a cache hit.
+func serveBare(addr, bodyFile string) {
+	body, err := os.ReadFile(bodyFile)
+	if err != nil {
+		panic(err)
+	}
+	_ = fasthttp.ListenAndServe(addr, func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/json")
+		ctx.SetBody(body)
+	})
+}
+
+func run(rounds int, dur time.Duration, conc int) error {
+	dir, err := os.MkdirTemp("", "fd-cachehit")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	for _, b := range []string{"frontdoor", "gpusim"} {
+		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, b), "./cmd/"+b).CombinedOutput(); err != nil {
+			return fmt.Errorf("build %s: %w\n%s", b, err, out)
+		}
+	}
+	var procs []*exec.Cmd
+	defer func() {
+		for _, p := range procs {
+			_ = p.Process.Kill()
+			_ = p.Wait()
+		}
+	}()
+	start := func(name string, args ...string) error {
+		c := exec.Command(name, args...)
+		c.Stderr = nil
+		if err := c.Start(); err != nil {
+			return err
+		}
+		procs = append(procs, c)
+		return nil
+	}
+	simPort, memPort, redisGwPort, redisPort, barePort := freePort(), freePort(), freePort(), freePort(), freePort()
+	if err := start(filepath.Join(dir, "gpusim"), "--listen", addr(simPort), "--ttft", "0", "--itl", "0", "--output-tokens", "64"); err != nil {
+		return err
+	}
+	haveRedis := true
+	if err := start("redis-server", "--port", fmt.Sprint(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"); err != nil {
+		haveRedis = false
+		fmt.Fprintln(os.Stderr, "no redis-server: skipping the Redis rows")
+	}
+	gwCfg := func(port int, backend string) string {
+		return fmt.Sprintf("listen: %s\nlogging: {level: warn, access_log: false}\ncache: {backend: %s}\nredis: {url: redis://%s/0, timeout: 100ms}\nnodes:\n  - {name: sim, url: http://%s, models: [qwen3-8b], max_concurrency: 1024}\n",
+			addr(port), backend, addr(redisPort), addr(simPort))
+	}
+	type target struct {
+		name string
+		url  string
+	}
+	targets := []target{{"frontdoor, memory cache", fmt.Sprintf("http://%s/v1/chat/completions", addr(memPort))}}
+	for _, gw := range []struct {
+		port    int
+		backend string
+	}{{memPort, "memory"}, {redisGwPort, "redis"}} {
+		if gw.backend == "redis" && !haveRedis {
+			continue
+		}
+		p := filepath.Join(dir, gw.backend+".yaml")
+		if err := os.WriteFile(p, []byte(gwCfg(gw.port, gw.backend)), 0o600); err != nil {
+			return err
+		}
+		if err := start(filepath.Join(dir, "frontdoor"), "serve", "--config", p); err != nil {
+			return err
+		}
+		if gw.backend == "redis" {
+			targets = append(targets, target{"frontdoor, redis cache", fmt.Sprintf("http://%s/v1/chat/completions", addr(gw.port))})
+		}
+	}
+	body := []byte(`{"model":"qwen3-8b","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"What is the capital of France? Answer in one word."}],"temperature":0.7,"max_tokens":64}`)
+	var hitBody []byte
+	for _, t := range targets {
+		if err := waitUp(t.url); err != nil {
+			return err
+		}
+		// Prime: the first request is a miss, then wait for the write-back.
+		for i := 0; i < 100; i++ {
+			resp, err := http.Post(t.url, "application/json", bytes.NewReader(body))
+			if err != nil {
+				return err
+			}
+			b := new(bytes.Buffer)
+			_, _ = b.ReadFrom(resp.Body)
+			resp.Body.Close()
+			if resp.Header.Get("X-Cache") == "hit-exact" {
+				hitBody = b.Bytes()
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if hitBody == nil {
+		return fmt.Errorf("no cache hit after priming")
+	}
+	bodyFile := filepath.Join(dir, "hit.json")
+	if err := os.WriteFile(bodyFile, hitBody, 0o600); err != nil {
+		return err
+	}
+	self, _ := os.Executable()
+	if err := start(self, "-bare-server", addr(barePort), "-body", bodyFile); err != nil {
+		return err
+	}
+	bare := target{"bare fasthttp, same bytes", fmt.Sprintf("http://%s/v1/chat/completions", addr(barePort))}
+	if err := waitUp(bare.url); err != nil {
+		return err
+	}
+	all := append([]target{bare}, targets...)
+	check := func(status int, b []byte) error {
+		if status != 200 || !bytes.Contains(b, []byte(`"chat.completion"`)) {
+			return fmt.Errorf("status %d: %.200s", status, b)
+		}
+		return nil
+	}
+	hitCheck := func(status int, b []byte) error { return check(status, b) }
+
+	fmt.Printf("command: go run ./bench/cachehit -rounds %d -duration %s -conc %d\n", rounds, dur, conc)
+	fmt.Printf("%d alternating rounds; each server is its own process on loopback; the hit body is %d bytes\n\n", rounds, len(hitBody))
+	fmt.Println("| target | concurrency | p50 | p99 | req/s | ratio to bare | errors |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	for _, c := range []int{1, conc} {
+		results := map[string][]load.Result{}
+		for r := 0; r < rounds; r++ {
+			for _, t := range all {
+				res, err := load.Run(load.Target{URL: t.url, Body: body, Check: hitCheck}, c, dur, 300*time.Millisecond)
+				if err != nil {
+					return fmt.Errorf("%s: %w", t.name, err)
+				}
+				results[t.name] = append(results[t.name], res)
+			}
+		}
+		bareTP := median(results[bare.name], load.Result.Throughput)
+		for _, t := range all {
+			rs := results[t.name]
+			tp := median(rs, load.Result.Throughput)
+			errs := 0
+			for _, r := range rs {
+				errs += r.Errors
+			}
+			fmt.Printf("| %s | %d | %.0f µs | %.0f µs | %.0f | **%.2f** | %d |\n", t.name, c,
+				median(rs, func(r load.Result) float64 { return us(r.Quantile(0.5)) }),
+				median(rs, func(r load.Result) float64 { return us(r.Quantile(0.99)) }), tp, tp/bareTP, errs)
+		}
+	}
+	fmt.Println("\n(medians over rounds; every gateway response was checked to be a chat.completion)")
+	return nil
+}
+
+func addr(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+
+func median(rs []load.Result, f func(load.Result) float64) float64 {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = f(r)
+	}
+	sort.Float64s(v)
+	return v[len(v)/2]
+}
+
+func freePort() int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func waitUp(u string) error {
+	base := u[:strings.Index(u, "/v1/")]
+	for i := 0; i < 200; i++ {
+		for _, p := range []string{"/healthz", "/health", "/"} {
+			if resp, err := http.Get(base + p); err == nil {
+				resp.Body.Close()
+				return nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not come up", base)
+}
