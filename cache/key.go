@@ -45,41 +45,46 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b 
 // model is the resolved model (after alias resolution); endpoint names the
 // API ("chat" or "completion"); root is the request's JSON object.
 func ComputeKeys(namespace, model, endpoint string, root *fastjson.Value) Keys {
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
+	k := Keys{Exact: ExactKey(namespace, model, endpoint, root)}
+	k.Scope, k.Query = SemanticScope(namespace, model, endpoint, root)
+	return k
+}
+
+// ExactKey is the hash of the canonical request.
+func ExactKey(namespace, model, endpoint string, root *fastjson.Value) string {
+	return canonicalHash(namespace, model, endpoint, root, -1)
+}
+
+// SemanticScope is the hash of the canonical request without the text of
+// the last user turn, and that text. Both are "" when the request has no
+// text-only last user turn (chat only).
+func SemanticScope(namespace, model, endpoint string, root *fastjson.Value) (scope, query string) {
+	if endpoint != "chat" {
+		return "", ""
+	}
+	i, query, ok := lastUserTurn(root)
+	if !ok {
+		return "", ""
+	}
+	return canonicalHash(namespace, model, endpoint, root, i), query
+}
+
+func canonicalHash(namespace, model, endpoint string, root *fastjson.Value, skipMessage int) string {
 	obj, err := root.Object()
 	if err != nil {
-		return Keys{}
+		return ""
 	}
-	lastUser, query, ok := lastUserTurn(root)
-	if !ok {
-		lastUser = -1
-	}
-	var k Keys
-	for pass := 0; pass < 2; pass++ {
-		skip := -1
-		if pass == 1 {
-			if lastUser < 0 || endpoint != "chat" {
-				break
-			}
-			skip = lastUser
-		}
-		b := (*bp)[:0]
-		b = append(b, "frontdoor-cache-v1\x00"...)
-		b = appendStr(b, namespace)
-		b = appendStr(b, endpoint)
-		b = appendStr(b, model)
-		b = appendTopLevel(b, obj, skip)
-		sum := sha256.Sum256(b)
-		*bp = b
-		h := hex.EncodeToString(sum[:16])
-		if pass == 0 {
-			k.Exact = h
-		} else {
-			k.Scope, k.Query = h, query
-		}
-	}
-	return k
+	bp := bufPool.Get().(*[]byte)
+	b := (*bp)[:0]
+	b = append(b, "frontdoor-cache-v1\x00"...)
+	b = appendStr(b, namespace)
+	b = appendStr(b, endpoint)
+	b = appendStr(b, model)
+	b = appendTopLevel(b, obj, skipMessage)
+	sum := sha256.Sum256(b)
+	*bp = b
+	bufPool.Put(bp)
+	return hex.EncodeToString(sum[:16])
 }
 
 // lastUserTurn finds the last message with role user whose content is text

@@ -131,8 +131,8 @@ func (g *Gateway) planCache(ctx *fasthttp.RequestCtx, x *exchange) *cachePlan {
 			p.ttl = min(time.Duration(secs)*time.Second, maxTTL)
 		}
 	}
-	p.keys = cache.ComputeKeys(p.namespace, p.model, p.endpoint, req.Root())
-	p.semantic = c.Semantic.Enabled && g.embedder != nil && p.keys.Scope != ""
+	p.keys.Exact = cache.ExactKey(p.namespace, p.model, p.endpoint, req.Root())
+	p.semantic = c.Semantic.Enabled && g.embedder != nil && x.endpoint == adapters.EndpointChat
 	if p.semantic {
 		thr := c.Semantic.Threshold
 		if t, ok := c.Semantic.ModelThresholds[x.model]; ok {
@@ -162,7 +162,7 @@ func (g *Gateway) tryHit(ctx *fasthttp.RequestCtx, x *exchange, p *cachePlan) bo
 			return true
 		}
 	}
-	if !p.semantic {
+	if !g.semanticScope(x, p) {
 		return false
 	}
 	vec, err := g.embedder.Embed(context.Background(), p.keys.Query)
@@ -194,6 +194,16 @@ func (g *Gateway) tryHit(ctx *fasthttp.RequestCtx, x *exchange, p *cachePlan) bo
 		return true
 	}
 	return false
+}
+
+// semanticScope computes the scope on first use (an exact hit never needs
+// it) and reports whether a semantic lookup or store applies.
+func (g *Gateway) semanticScope(x *exchange, p *cachePlan) bool {
+	if p.semantic && p.keys.Scope == "" {
+		p.keys.Scope, p.keys.Query = cache.SemanticScope(p.namespace, p.model, p.endpoint, x.req.Root())
+		p.semantic = p.keys.Scope != ""
+	}
+	return p.semantic
 }
 
 func (g *Gateway) storeGet(key string) (*cache.Entry, error) {

@@ -204,7 +204,8 @@ func (g *Gateway) buildCache(deps Deps) error {
 				return err
 			}
 		}
-		opts := cache.RedisOptions{Prefix: g.cfg.Redis.KeyPrefix, Dims: dims, VectorSearch: c.VectorSearch, Timeout: g.cfg.Redis.Timeout.D()}
+		// The cache's keys live under <key_prefix>c:, apart from admission's.
+		opts := cache.RedisOptions{Prefix: g.cfg.Redis.KeyPrefix + "c:", Dims: dims, VectorSearch: c.VectorSearch, Timeout: g.cfg.Redis.Timeout.D()}
 		st := cache.NewLazyStore(func(ctx context.Context) (cache.Store, error) {
 			return cache.NewRedisStore(ctx, client, opts)
 		}, 2*time.Second, func(err error) {

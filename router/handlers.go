@@ -195,6 +195,7 @@ func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint)
 		return
 	}
 	if p.store {
+		g.semanticScope(&x, p) // the write-back needs it; the request is gone by then
 		x.cacheResult = cacheMiss
 		if g.cfg.Cache.Coalesce && p.lookup { // no-cache wants a fresh answer of its own
 			f, leader := g.flights.join(p.keys.Exact)

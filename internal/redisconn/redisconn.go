@@ -3,6 +3,7 @@
 package redisconn
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -45,6 +46,16 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+func init() {
+	// go-redis logs every failed dial; the gateway counts and logs store
+	// errors itself.
+	redis.SetLogger(quietLogger{})
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
 // New builds the client: standalone from url, or a cluster/sentinel client
 // from addrs.
 func New(c Config, password string) (redis.UniversalClient, error) {
@@ -53,7 +64,7 @@ func New(c Config, password string) (redis.UniversalClient, error) {
 		return redis.NewUniversalClient(&redis.UniversalOptions{
 			Addrs: c.Addrs, MasterName: c.MasterName, Password: password,
 			DialTimeout: 4 * t, ReadTimeout: t, WriteTimeout: t, PoolSize: c.PoolSize,
-			MaxRetries: -1,
+			MaxRetries: -1, DialerRetries: 1,
 		}), nil
 	}
 	opt, err := redis.ParseURL(c.URL)
@@ -65,6 +76,7 @@ func New(c Config, password string) (redis.UniversalClient, error) {
 	}
 	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = 4*t, t, t
 	opt.MaxRetries = -1 // a slow Redis must not slow requests: fail fast, fail open
+	opt.DialerRetries = 1
 	if c.PoolSize > 0 {
 		opt.PoolSize = c.PoolSize
 	}
