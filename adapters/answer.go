@@ -1,6 +1,7 @@
 package adapters
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strconv"
@@ -180,6 +181,12 @@ func (s *Assembler) Answer() (*Answer, error) {
 		a.ToolCalls, _ = json.Marshal(calls)
 	}
 	return a, nil
+}
+
+// IsUsageOnly reports whether a stream event's data is the usage chunk that
+// include_usage adds (no choices), cheaply and without parsing.
+func IsUsageOnly(data []byte) bool {
+	return bytes.Contains(data, []byte(`"choices":[]`)) && bytes.Contains(data, []byte(`"usage":`))
 }
 
 // AppendCompletionJSON renders a as a non-streaming answer: chat.completion

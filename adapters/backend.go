@@ -115,6 +115,7 @@ type UpstreamRequest struct {
 	Body      []byte
 	Stream    bool
 	RequestID string
+	Model     string // the model named in Body (after alias resolution)
 }
 
 // UpstreamResponse is an upstream answer. For a stream with a 2xx status the
@@ -124,6 +125,9 @@ type UpstreamResponse struct {
 	ContentType []byte // valid until Close
 	RetryAfter  []byte // valid until Close
 	Body        []byte // valid until Close
+	Model       string // the upstream's real model, when a backend maps names
+
+	modelFrom, modelTo []byte // renaming of the model in streamed events
 
 	resp     *fasthttp.Response
 	conn     *trackedConn
@@ -145,7 +149,7 @@ func (r *UpstreamResponse) Next() (SSEEvent, error) {
 	if r.first != nil {
 		ev := *r.first
 		r.first = nil
-		return ev, nil
+		return r.rename(ev), nil
 	}
 	if r.conn != nil && !r.sse.Buffered() {
 		d := time.Now().Add(r.idle)
@@ -158,7 +162,15 @@ func (r *UpstreamResponse) Next() (SSEEvent, error) {
 	if err != nil && isTimeout(err) {
 		return ev, fmt.Errorf("upstream idle for more than %s: %w", r.idle, ErrIdleTimeout)
 	}
-	return ev, err
+	return r.rename(ev), err
+}
+
+func (r *UpstreamResponse) rename(ev SSEEvent) SSEEvent {
+	if r.modelFrom != nil && bytes.Contains(ev.Raw, r.modelFrom) {
+		ev.Raw = bytes.ReplaceAll(ev.Raw, r.modelFrom, r.modelTo)
+		ev.Data = bytes.ReplaceAll(ev.Data, r.modelFrom, r.modelTo)
+	}
+	return ev
 }
 
 // Buffered reports whether the next event is already in memory, so a flush

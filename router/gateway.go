@@ -52,6 +52,7 @@ type Gateway struct {
 	embedder     embed.Embedder
 	flights      flightGroup
 	cm           *cacheMetrics
+	spill        *spillover
 
 	models []byte // cached GET /v1/models body
 
@@ -108,12 +109,17 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	}
 	g.metrics = newGatewayMetrics(set, g)
 	g.cm = newCacheMetrics(set)
+	if g.spill, err = newSpillover(cfg, set); err != nil {
+		return nil, err
+	}
 	g.models = g.modelsBody()
 	g.server = &fasthttp.Server{
-		Handler:                       g.handle,
-		ErrorHandler:                  g.handleTransportError,
-		Name:                          "frontdoor",
-		MaxRequestBodySize:            int(cfg.Limits.MaxBodyBytes),
+		Handler:      g.handle,
+		ErrorHandler: g.handleTransportError,
+		Name:         "frontdoor",
+		// Bodies up to twice the limit are read and answered with a clean
+		// 413 by the handler; only larger ones are cut at the socket.
+		MaxRequestBodySize:            2 * int(cfg.Limits.MaxBodyBytes),
 		ReadTimeout:                   cfg.Timeouts.Total.D(),
 		IdleTimeout:                   2 * time.Minute,
 		NoDefaultServerHeader:         false,

@@ -69,13 +69,17 @@ func (g *Gateway) onlyMethod(ctx *fasthttp.RequestCtx, method string) bool {
 // oversize body, with the OpenAI envelope.
 func (g *Gateway) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		g.writeError(ctx, &adapters.APIError{Status: 413, Type: adapters.TypeInvalidRequest, Code: "request_too_large",
-			Message: "request body exceeds limits.max_body_bytes (" + strconv.FormatInt(int64(g.cfg.Limits.MaxBodyBytes), 10) + " bytes)"})
+		g.writeError(ctx, g.tooLarge())
 		ctx.SetConnectionClose()
 		return
 	}
 	g.writeError(ctx, adapters.BadRequest("", "malformed HTTP request"))
 	ctx.SetConnectionClose()
+}
+
+func (g *Gateway) tooLarge() *adapters.APIError {
+	return &adapters.APIError{Status: 413, Type: adapters.TypeInvalidRequest, Code: "request_too_large",
+		Message: "request body exceeds limits.max_body_bytes (" + strconv.FormatInt(int64(g.cfg.Limits.MaxBodyBytes), 10) + " bytes)"}
 }
 
 func (g *Gateway) serveReady(ctx *fasthttp.RequestCtx) {
@@ -135,19 +139,20 @@ func isJSON(ct []byte) bool {
 
 // exchange is one inference request as it moves through the gateway.
 type exchange struct {
-	start       time.Time
-	id          string
-	endpoint    adapters.Endpoint
-	req         *adapters.Request
-	tenant      *tenant
-	model       string // after alias resolution
-	upstream    string
-	attempts    int
-	status      int
-	cacheResult string // X-Cache value; "" when the cache was not consulted
-	cacheReason string
-	plan        *cachePlan
-	flight      *flight
+	start        time.Time
+	id           string
+	endpoint     adapters.Endpoint
+	req          *adapters.Request
+	tenant       *tenant
+	model        string // after alias resolution
+	upstream     string
+	attempts     int
+	status       int
+	cacheResult  string // X-Cache value; "" when the cache was not consulted
+	cacheReason  string
+	spillRefused bool // spill-over would have applied but the tenant may not leave
+	plan         *cachePlan
+	flight       *flight
 }
 
 func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint) {
@@ -167,6 +172,10 @@ func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint)
 	if !isJSON(ctx.Request.Header.ContentType()) {
 		g.writeError(ctx, &adapters.APIError{Status: 415, Type: adapters.TypeInvalidRequest, Code: "unsupported_media_type",
 			Message: "Content-Type must be application/json, got " + strconv.Quote(string(ctx.Request.Header.ContentType()))})
+		return
+	}
+	if len(ctx.PostBody()) > int(g.cfg.Limits.MaxBodyBytes) {
+		g.writeError(ctx, g.tooLarge())
 		return
 	}
 	req, apiErr := adapters.ParseRequest(ep, ctx.PostBody())
@@ -222,7 +231,7 @@ func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint)
 	case model != req.Model:
 		body = rewriteModel(req.Root(), model)
 	}
-	g.forward(ctx, &x, &adapters.UpstreamRequest{Endpoint: ep, Body: body, Stream: req.Stream, RequestID: x.id})
+	g.forward(ctx, &x, &adapters.UpstreamRequest{Endpoint: ep, Body: body, Stream: req.Stream, RequestID: x.id, Model: model})
 }
 
 // rewriteModel re-encodes the request with another model name. Only alias
@@ -271,21 +280,93 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.Up
 		}
 		g.pool.Report(n, balancer.OutcomeSuccess, time.Since(sent))
 		x.upstream = n.Name()
-		g.commit(ctx, x, n, be, resp)
+		g.commit(ctx, x, n.Name(), n.Release, be, resp)
 		return
 	}
-	if lastErr == nil {
-		lastErr = adapters.Unavailable("all nodes serving "+x.model+" are at capacity; retry shortly", 1)
-		if !g.pool.AnyUsable(x.model) {
-			lastErr = adapters.Unavailable("no healthy node serves "+x.model+" right now; retry shortly", 1)
-		}
+	reason := "failed"
+	if x.attempts == 0 {
+		reason = "saturated"
 	}
+	if g.trySpill(ctx, x, ur, reason) {
+		return
+	}
+	switch {
+	case x.spillRefused:
+		lastErr = adapters.Unavailable("no local capacity for "+x.model+", and this tenant's traffic may not leave for the hosted API; retry shortly", 1)
+	case lastErr == nil && !g.pool.AnyUsable(x.model):
+		lastErr = adapters.Unavailable("no healthy node serves "+x.model+" right now; retry shortly", 1)
+	case lastErr == nil:
+		lastErr = adapters.Unavailable("all nodes serving "+x.model+" are at capacity; retry shortly", 1)
+	}
+	g.failFlight(x)
+	g.writeError(ctx, lastErr)
+}
+
+// failFlight tells the followers of x's flight that it got no answer.
+func (g *Gateway) failFlight(x *exchange) {
 	if f := x.flight; f != nil {
 		f.failed = true
 		close(f.ready)
 		g.flights.leave(f)
+		x.flight = nil
 	}
-	g.writeError(ctx, lastErr)
+}
+
+// trySpill sends the request to the hosted API when the policy allows it,
+// and reports whether it answered the client (with the hosted answer or an
+// error of its own).
+func (g *Gateway) trySpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.UpstreamRequest, reason string) bool {
+	s := g.spill
+	if s == nil || (reason == "saturated" && !s.onSat) || (reason == "failed" && !s.onFail) {
+		return false
+	}
+	if !x.tenant.spillover {
+		x.spillRefused = true
+		return false
+	}
+	maxTokens := x.req.MaxTokens
+	if maxTokens == 0 {
+		maxTokens = g.cfg.Admission.DefaultMaxTokens
+	}
+	if wait, limit := s.take(len(ur.Body)/4 + maxTokens); wait > 0 {
+		g.failFlight(x)
+		g.writeError(ctx, &adapters.APIError{Status: 429, Type: adapters.TypeRateLimit, Code: limit, RetryAfter: ceilSeconds(wait),
+			Message: "local capacity is full and the hosted API's quota (" + limit + ") is used up; retry after the Retry-After delay"})
+		return true
+	}
+	s.inflight.Add(1)
+	x.attempts++
+	resp, err := s.backend.Send(context.Background(), ur)
+	if err != nil {
+		s.inflight.Add(-1)
+		g.failFlight(x)
+		g.writeError(ctx, sendError(s.name, err))
+		return true
+	}
+	x.upstream = s.name
+	s.count(reason, x.model)
+	ctx.Response.Header.Set("X-Upstream-Model", resp.Model)
+	if resp.Status == 429 {
+		s.throttled()
+		e := s.backend.MapError(resp.Status, resp.Body)
+		e.RetryAfter = 1
+		if ra, err := strconv.Atoi(string(resp.RetryAfter)); err == nil && ra > 0 {
+			e.RetryAfter = ra
+		}
+		resp.Close()
+		s.inflight.Add(-1)
+		ctx.Response.Header.Set("X-Upstream", s.name)
+		g.failFlight(x)
+		g.writeError(ctx, e)
+		return true
+	}
+	g.commit(ctx, x, s.name, func() { s.inflight.Add(-1) }, s.backend, resp)
+	return true
+}
+
+func ceilSeconds(d time.Duration) int {
+	s := int((d + time.Second - 1) / time.Second)
+	return max(s, 1)
 }
 
 func (g *Gateway) backoff(attempt int) time.Duration {
@@ -309,23 +390,19 @@ func sendError(node string, err error) *adapters.APIError {
 
 // commit sends the chosen upstream's answer to the client, and hands it to
 // the flight (followers, write-back) when there is one.
-func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, n *balancer.Node, be adapters.Backend, resp *adapters.UpstreamResponse) {
+func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, upstream string, release func(), be adapters.Backend, resp *adapters.UpstreamResponse) {
 	h := &ctx.Response.Header
-	h.Set("X-Upstream", n.Name())
+	h.Set("X-Upstream", upstream)
 	h.Set("X-Upstream-Attempts", strconv.Itoa(x.attempts))
 	f := x.flight
 	if f != nil {
-		f.upstream, f.attempts = n.Name(), x.attempts
+		f.upstream, f.attempts = upstream, x.attempts
 	}
 	if resp.Status >= 400 {
 		e := be.MapError(resp.Status, resp.Body)
 		resp.Close()
-		n.Release()
-		if f != nil {
-			f.failed = true
-			close(f.ready)
-			g.flights.leave(f)
-		}
+		release()
+		g.failFlight(x)
 		g.writeError(ctx, e)
 		return
 	}
@@ -344,7 +421,7 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, n *balancer.Node
 			go g.writeBack(f, x.plan, answer)
 		}
 		resp.Close()
-		n.Release()
+		release()
 		return
 	}
 	ctx.SetStatusCode(resp.Status)
@@ -370,7 +447,7 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, n *balancer.Node
 			}
 			g.live.remove(resp)
 			resp.Close()
-			n.Release()
+			release()
 			g.metrics.streams.Add(-1)
 			g.streams.Done()
 			if f != nil {
@@ -414,6 +491,8 @@ func (g *Gateway) pump(w *bufio.Writer, id string, resp *adapters.UpstreamRespon
 		usageOnly := false
 		if asm != nil && !ev.IsDone() {
 			usageOnly = asm.Add(ev.Data)
+		} else if !wantUsage {
+			usageOnly = adapters.IsUsageOnly(ev.Data)
 		}
 		if f != nil {
 			f.publish(ev.Raw, usageOnly)

@@ -1,0 +1,152 @@
+package router
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"frontdoor/adapters"
+)
+
+// spillover sends requests the local pool cannot take to a hosted API
+// (DashScope's OpenAI-compatible mode, or any OpenAI-compatible service).
+type spillover struct {
+	name     string // "spillover:<kind>", the X-Upstream value
+	backend  *adapters.DashScope
+	onSat    bool
+	onFail   bool
+	rpm, tpm *bucket // the account's quota mirrored locally; nil = unlimited
+	inflight atomic.Int64
+
+	mu       sync.Mutex
+	counters map[string]*metrics.Counter // reason|model
+	set      *metrics.Set
+}
+
+func newSpillover(cfg Config, set *metrics.Set) (*spillover, error) {
+	sc := cfg.Spillover
+	if !sc.Enabled {
+		return nil, nil
+	}
+	base := sc.BaseURL
+	if sc.Region != "" && (base == "" || base == DefaultConfig().Spillover.BaseURL) {
+		var ok bool
+		if base, ok = adapters.DashScopeRegions[sc.Region]; !ok {
+			return nil, fmt.Errorf("spillover.region: %q is not one of beijing, singapore, us", sc.Region)
+		}
+	}
+	t := adapters.Target{Name: "spillover:" + sc.Kind, URL: base, Kind: adapters.Kind(sc.Kind)}
+	if sc.APIKeyEnv != "" {
+		t.APIKey = os.Getenv(sc.APIKeyEnv)
+	}
+	ac := UpstreamConfig(cfg)
+	ac.MaxConns = 1024
+	be, err := adapters.NewDashScope(t, ac, sc.ModelMap)
+	if err != nil {
+		return nil, fmt.Errorf("spillover: %w", err)
+	}
+	s := &spillover{name: t.Name, backend: be, counters: map[string]*metrics.Counter{}, set: set}
+	for _, on := range sc.On {
+		s.onSat = s.onSat || on == "saturated"
+		s.onFail = s.onFail || on == "failed"
+	}
+	if sc.RPM > 0 {
+		s.rpm = newBucket(float64(sc.RPM)/60, float64(sc.RPM))
+	}
+	if sc.TPM > 0 {
+		s.tpm = newBucket(float64(sc.TPM)/60, float64(sc.TPM))
+	}
+	set.NewGauge(`frontdoor_spillover_inflight`, func() float64 { return float64(s.inflight.Load()) })
+	return s, nil
+}
+
+// count records one spilled request.
+func (s *spillover) count(reason, model string) {
+	key := reason + "|" + model
+	s.mu.Lock()
+	c := s.counters[key]
+	if c == nil {
+		c = s.set.GetOrCreateCounter(`frontdoor_spillover_total{reason="` + reason + `",model="` + model + `"}`)
+		s.counters[key] = c
+	}
+	s.mu.Unlock()
+	c.Inc()
+}
+
+// take charges one request of about tokens against the mirrored quota. It
+// returns how long to wait when the quota is exhausted.
+func (s *spillover) take(tokens int) (time.Duration, string) {
+	if s.rpm != nil {
+		if wait := s.rpm.take(1); wait > 0 {
+			return wait, "spillover_rpm"
+		}
+	}
+	if s.tpm != nil {
+		if wait := s.tpm.take(float64(tokens)); wait > 0 {
+			if s.rpm != nil {
+				s.rpm.refund(1)
+			}
+			return wait, "spillover_tpm"
+		}
+	}
+	return 0, ""
+}
+
+// throttled empties the mirrored request bucket after the hosted API said
+// we are over quota, so the next requests wait here instead of there.
+func (s *spillover) throttled() {
+	if s.rpm != nil {
+		s.rpm.drain()
+	}
+}
+
+// bucket is a token bucket: rate per second, burst capacity.
+type bucket struct {
+	mu     sync.Mutex
+	rate   float64
+	burst  float64
+	tokens float64
+	last   time.Time
+}
+
+func newBucket(rate, burst float64) *bucket {
+	return &bucket{rate: rate, burst: burst, tokens: burst, last: time.Now()}
+}
+
+func (b *bucket) refill(now time.Time) {
+	b.tokens = math.Min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	b.last = now
+}
+
+// take removes n tokens, or returns the wait until n would be there.
+func (b *bucket) take(n float64) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refill(time.Now())
+	if n > b.burst {
+		n = b.burst // a request larger than the whole budget takes all of it
+	}
+	if b.tokens >= n {
+		b.tokens -= n
+		return 0
+	}
+	return time.Duration((n - b.tokens) / b.rate * float64(time.Second))
+}
+
+func (b *bucket) refund(n float64) {
+	b.mu.Lock()
+	b.tokens = math.Min(b.burst, b.tokens+n)
+	b.mu.Unlock()
+}
+
+func (b *bucket) drain() {
+	b.mu.Lock()
+	b.refill(time.Now())
+	b.tokens = 0
+	b.mu.Unlock()
+}
