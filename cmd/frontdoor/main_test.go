@@ -22,13 +22,19 @@ import (
 	"frontdoor/internal/testenv"
 )
 
-func TestCheckConfigAcceptsTheExample(t *testing.T) {
-	var out, errOut bytes.Buffer
-	if code := run([]string{"check-config", "--config", "../../deploy/examples/frontdoor.yaml"}, &out, &errOut); code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut.String())
+func TestCheckConfigAcceptsTheExamples(t *testing.T) {
+	files, _ := filepath.Glob("../../deploy/examples/*.yaml")
+	if len(files) < 2 {
+		t.Fatalf("examples: %v", files)
 	}
-	if !strings.Contains(out.String(), "ok") {
-		t.Fatalf("output %q", out.String())
+	for _, f := range files {
+		var out, errOut bytes.Buffer
+		if code := run([]string{"check-config", "--config", f}, &out, &errOut); code != 0 {
+			t.Fatalf("%s: exit %d: %s", f, code, errOut.String())
+		}
+		if !strings.Contains(out.String(), "ok") {
+			t.Fatalf("%s: output %q", f, out.String())
+		}
 	}
 }
 
