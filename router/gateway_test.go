@@ -277,3 +277,32 @@ func TestMetricsExposition(t *testing.T) {
 		}
 	}
 }
+
+func TestStatusAndDashboard(t *testing.T) {
+	s := testenv.GPUSim(t, nil)
+	cfg := testConfig(s)
+	cfg.Cache.Backend = "memory"
+	gw := startGateway(t, cfg)
+	post(t, gw.URL+"/v1/chat/completions", chatBody("status please", ""))
+	resp, err := httpClient.Get(gw.URL + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("status: %d %v", resp.StatusCode, err)
+	}
+	resp.Body.Close()
+	if !st.Ready || len(st.Nodes) != 1 || st.Nodes[0].Name != "gpu-a" || st.Cache == nil || st.Cache.Results["miss"] != 1 || st.Requests["2xx"] != 1 {
+		t.Fatalf("status %+v", st)
+	}
+	resp, err = httpClient.Get(gw.URL + "/dashboard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), "cache hit rate") || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("dashboard: %d %.100s", resp.StatusCode, b)
+	}
+}

@@ -40,6 +40,10 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		if g.onlyMethod(ctx, fasthttp.MethodGet) {
 			g.serveReady(ctx)
 		}
+	case "/status":
+		g.serveStatus(ctx)
+	case "/dashboard":
+		g.serveDashboard(ctx)
 	case "/metrics":
 		if g.onlyMethod(ctx, fasthttp.MethodGet) {
 			ctx.SetContentType("text/plain; version=0.0.4")
@@ -279,6 +283,7 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.Up
 			continue
 		}
 		g.pool.Report(n, balancer.OutcomeSuccess, time.Since(sent))
+		g.metrics.upstreamAnswers.Add(1)
 		x.upstream = n.Name()
 		g.commit(ctx, x, n.Name(), n.Release, be, resp)
 		return
@@ -345,6 +350,7 @@ func (g *Gateway) trySpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.U
 	}
 	x.upstream = s.name
 	s.count(reason, x.model)
+	s.spilled.Add(1)
 	ctx.Response.Header.Set("X-Upstream-Model", resp.Model)
 	if resp.Status == 429 {
 		s.throttled()

@@ -18,6 +18,9 @@ type gatewayMetrics struct {
 	streamErrors *metrics.Counter
 	streams      atomic.Int64
 	inflight     atomic.Int64
+	// upstreamAnswers counts answers from local nodes, for the spill ratio.
+	upstreamAnswers                    atomic.Int64
+	classes2xx, classes4xx, classes5xx atomic.Int64
 
 	mu        sync.Mutex
 	requests  [2][600]atomic.Pointer[metrics.Counter]
@@ -71,7 +74,20 @@ func (m *gatewayMetrics) requestCounter(ep, status int) *metrics.Counter {
 func (m *gatewayMetrics) observe(x *exchange) {
 	ep := int(x.endpoint)
 	m.requestCounter(ep, x.status).Inc()
+	switch {
+	case x.status >= 500:
+		m.classes5xx.Add(1)
+	case x.status >= 400:
+		m.classes4xx.Add(1)
+	default:
+		m.classes2xx.Add(1)
+	}
 	m.durations[ep].UpdateDuration(x.start)
+}
+
+// classes returns the request counts by status class.
+func (m *gatewayMetrics) classes() map[string]int {
+	return map[string]int{"2xx": int(m.classes2xx.Load()), "4xx": int(m.classes4xx.Load()), "5xx": int(m.classes5xx.Load())}
 }
 
 func (m *gatewayMetrics) write(ctx *fasthttp.RequestCtx) {

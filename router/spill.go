@@ -22,6 +22,7 @@ type spillover struct {
 	onFail   bool
 	rpm, tpm *bucket // the account's quota mirrored locally; nil = unlimited
 	inflight atomic.Int64
+	spilled  atomic.Int64
 
 	mu       sync.Mutex
 	counters map[string]*metrics.Counter // reason|model

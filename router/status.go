@@ -1,0 +1,90 @@
+package router
+
+import (
+	_ "embed"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+//go:embed dashboard.html
+var dashboardHTML []byte
+
+var startTime = time.Now()
+
+// Status is the GET /status document.
+type Status struct {
+	Uptime   string           `json:"uptime"`
+	Ready    bool             `json:"ready"`
+	Requests map[string]int   `json:"requests"` // by outcome class
+	Streams  int64            `json:"streams_active"`
+	Cache    *CacheStatus     `json:"cache,omitempty"`
+	Spill    *SpillStatus     `json:"spillover,omitempty"`
+	Nodes    []NodeStatus     `json:"nodes"`
+	Tenants  map[string]int64 `json:"tenant_inflight,omitempty"`
+}
+
+// CacheStatus is the cache part of /status.
+type CacheStatus struct {
+	Backend  string           `json:"backend"`
+	Results  map[string]int64 `json:"results"`
+	HitRatio float64          `json:"hit_ratio"`
+	Entries  int64            `json:"entries"`
+	Vectors  int64            `json:"vector_entries"`
+	Bytes    int64            `json:"bytes"`
+	Breaker  string           `json:"breaker"`
+	Saved    uint64           `json:"tokens_saved"`
+}
+
+// SpillStatus is the spill-over part of /status.
+type SpillStatus struct {
+	Upstream string  `json:"upstream"`
+	Inflight int64   `json:"inflight"`
+	Spilled  int64   `json:"spilled"`
+	Ratio    float64 `json:"ratio"` // spilled / upstream answers
+}
+
+// NodeStatus is one node in /status.
+type NodeStatus struct {
+	Name     string `json:"name"`
+	Healthy  bool   `json:"healthy"`
+	Inflight int64  `json:"inflight"`
+	Max      int    `json:"max_concurrency"`
+}
+
+func (g *Gateway) status() Status {
+	st := Status{Uptime: time.Since(startTime).Round(time.Second).String(), Ready: g.pool.Ready() && !g.stopping.Load(),
+		Streams: g.metrics.streams.Load(), Requests: g.metrics.classes()}
+	for _, n := range g.pool.Nodes() {
+		st.Nodes = append(st.Nodes, NodeStatus{Name: n.Name(), Healthy: n.Healthy(), Inflight: n.Inflight(), Max: n.Config().MaxConcurrency})
+	}
+	if g.store != nil {
+		st.Cache = &CacheStatus{Backend: g.cfg.Cache.Backend, Results: g.cm.totals(), HitRatio: g.cm.hitRatio(),
+			Entries: g.cm.entries.Load(), Vectors: g.cm.vectors.Load(), Bytes: g.cm.bytes.Load(),
+			Breaker: g.storeBreaker.State(), Saved: g.cm.tokensSaved.Get()}
+	}
+	if s := g.spill; s != nil {
+		spilled := s.spilled.Load()
+		ss := &SpillStatus{Upstream: s.name, Inflight: s.inflight.Load(), Spilled: spilled}
+		if answered := g.metrics.upstreamAnswers.Load() + spilled; answered > 0 {
+			ss.Ratio = float64(spilled) / float64(answered)
+		}
+		st.Spill = ss
+	}
+	return st
+}
+
+func (g *Gateway) serveStatus(ctx *fasthttp.RequestCtx) {
+	if !g.admin.allow(ctx, g.writeError) || !g.onlyMethod(ctx, fasthttp.MethodGet) {
+		return
+	}
+	writeJSON(ctx, 200, g.status())
+}
+
+func (g *Gateway) serveDashboard(ctx *fasthttp.RequestCtx) {
+	if !g.admin.allow(ctx, g.writeError) || !g.onlyMethod(ctx, fasthttp.MethodGet) {
+		return
+	}
+	ctx.SetContentType("text/html; charset=utf-8")
+	ctx.SetBody(dashboardHTML)
+}
