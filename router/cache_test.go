@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -512,5 +513,30 @@ func TestCacheRedisDownAtStart(t *testing.T) {
 			t.Fatal("the cache never came up after Redis started")
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestCacheWarmFromFile(t *testing.T) {
+	dir := t.TempDir()
+	file := dir + "/hot.jsonl"
+	lines := "# hot prompts\n" + cbody("Warm question one", "") + "\n\n" +
+		`{"tenant":"acme","request":` + cbody("Warm question two", "") + "}\n"
+	if err := os.WriteFile(file, []byte(lines), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw, s := cacheGateway(t, "memory", func(c *Config) { c.Warm.Files = []string{file} })
+	res, err := gw.Warm(context.Background(), strings.TrimPrefix(gw.URL, "http://"))
+	if err != nil || res.Sent != 2 || res.Stored != 2 || res.Failed != 0 {
+		t.Fatalf("warm: %+v %v", res, err)
+	}
+	received := s.Stats().Received
+	eventuallyHit(t, gw, cbody("Warm question one", ""), "hit-exact")
+	eventuallyHit(t, gw, cbody("Warm question two", ""), "hit-exact", "Authorization", "Bearer sk-acme-1")
+	if s.Stats().Received != received {
+		t.Fatal("warmed prompts reached the node again")
+	}
+	// A client can't use the warm headers to pick a tenant.
+	if xc, _, _ := ask(t, gw, cbody("Warm question two", ""), "X-Frontdoor-Warm", "guess", "X-Frontdoor-Tenant", "acme"); xc != "miss" {
+		t.Fatalf("a forged warm header reached acme's namespace: %q", xc)
 	}
 }

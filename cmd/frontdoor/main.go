@@ -154,6 +154,16 @@ func serve(ctx context.Context, cfg router.Config, logOut io.Writer, ready func(
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- gw.Serve(ln) }()
+	if len(cfg.Warm.Files) > 0 {
+		go func() {
+			res, err := gw.Warm(ctx, ln.Addr().String())
+			if err != nil {
+				logger.Warn("cache warm-up failed", "error", err.Error())
+				return
+			}
+			logger.Info("cache warmed", "sent", res.Sent, "stored", res.Stored, "already_cached", res.Hits, "failed", res.Failed)
+		}()
+	}
 	select {
 	case err := <-errc:
 		return err
