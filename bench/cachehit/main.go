@@ -11,12 +11,10 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -61,10 +59,8 @@ func run(rounds int, dur time.Duration, conc int) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	for _, b := range []string{"frontdoor", "gpusim"} {
-		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, b), "./cmd/"+b).CombinedOutput(); err != nil {
-			return fmt.Errorf("build %s: %w\n%s", b, err, out)
-		}
+	if err := load.Build(dir, "frontdoor", "gpusim"); err != nil {
+		return err
 	}
 	var procs []*exec.Cmd
 	defer func() {
@@ -82,7 +78,7 @@ func run(rounds int, dur time.Duration, conc int) error {
 		procs = append(procs, c)
 		return nil
 	}
-	simPort, memPort, redisGwPort, redisPort, barePort := freePort(), freePort(), freePort(), freePort(), freePort()
+	simPort, memPort, redisGwPort, redisPort, barePort := load.FreePort(), load.FreePort(), load.FreePort(), load.FreePort(), load.FreePort()
 	if err := start(filepath.Join(dir, "gpusim"), "--listen", addr(simPort), "--ttft", "0", "--itl", "0", "--output-tokens", "64"); err != nil {
 		return err
 	}
@@ -121,7 +117,7 @@ func run(rounds int, dur time.Duration, conc int) error {
 	body := []byte(`{"model":"qwen3-8b","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"What is the capital of France? Answer in one word."}],"temperature":0.7,"max_tokens":64}`)
 	var hitBody []byte
 	for _, t := range targets {
-		if err := waitUp(t.url); err != nil {
+		if err := load.WaitUp(strings.Split(t.url, "/v1/")[0]); err != nil {
 			return err
 		}
 		// Prime: the first request is a miss, then wait for the write-back.
@@ -152,7 +148,7 @@ func run(rounds int, dur time.Duration, conc int) error {
 		return err
 	}
 	bare := target{"bare fasthttp, same bytes", fmt.Sprintf("http://%s/v1/chat/completions", addr(barePort))}
-	if err := waitUp(bare.url); err != nil {
+	if err := load.WaitUp(strings.Split(bare.url, "/v1/")[0]); err != nil {
 		return err
 	}
 	all := append([]target{bare}, targets...)
@@ -179,17 +175,17 @@ func run(rounds int, dur time.Duration, conc int) error {
 				results[t.name] = append(results[t.name], res)
 			}
 		}
-		bareTP := median(results[bare.name], load.Result.Throughput)
+		bareTP := load.Median(results[bare.name], load.Result.Throughput)
 		for _, t := range all {
 			rs := results[t.name]
-			tp := median(rs, load.Result.Throughput)
+			tp := load.Median(rs, load.Result.Throughput)
 			errs := 0
 			for _, r := range rs {
 				errs += r.Errors
 			}
 			fmt.Printf("| %s | %d | %.0f µs | %.0f µs | %.0f | **%.2f** | %d |\n", t.name, c,
-				median(rs, func(r load.Result) float64 { return us(r.Quantile(0.5)) }),
-				median(rs, func(r load.Result) float64 { return us(r.Quantile(0.99)) }), tp, tp/bareTP, errs)
+				load.Median(rs, func(r load.Result) float64 { return load.Micros(r.Quantile(0.5)) }),
+				load.Median(rs, func(r load.Result) float64 { return load.Micros(r.Quantile(0.99)) }), tp, tp/bareTP, errs)
 		}
 	}
 	fmt.Println("\n(medians over rounds; every gateway response was checked to be a chat.completion)")
@@ -197,37 +193,3 @@ func run(rounds int, dur time.Duration, conc int) error {
 }
 
 func addr(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
-
-func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
-
-func median(rs []load.Result, f func(load.Result) float64) float64 {
-	v := make([]float64, len(rs))
-	for i, r := range rs {
-		v[i] = f(r)
-	}
-	sort.Float64s(v)
-	return v[len(v)/2]
-}
-
-func freePort() int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-func waitUp(u string) error {
-	base := u[:strings.Index(u, "/v1/")]
-	for i := 0; i < 200; i++ {
-		for _, p := range []string{"/healthz", "/health", "/"} {
-			if resp, err := http.Get(base + p); err == nil {
-				resp.Body.Close()
-				return nil
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("%s did not come up", base)
-}

@@ -10,12 +10,9 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -41,12 +38,10 @@ func run(rounds int, dur time.Duration, conc int, stream, accessLog bool) error 
 		return err
 	}
 	defer os.RemoveAll(dir)
-	for _, b := range []string{"frontdoor", "gpusim"} {
-		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, b), "./cmd/"+b).CombinedOutput(); err != nil {
-			return fmt.Errorf("build %s: %w\n%s", b, err, out)
-		}
+	if err := load.Build(dir, "frontdoor", "gpusim"); err != nil {
+		return err
 	}
-	simPort, fdPort := freePort(), freePort()
+	simPort, fdPort := load.FreePort(), load.FreePort()
 	sim := exec.Command(filepath.Join(dir, "gpusim"), "--listen", fmt.Sprintf("127.0.0.1:%d", simPort),
 		"--ttft", "0", "--itl", "0", "--output-tokens", "16", "--max-num-seqs", "4096", "--model", "qwen3-8b")
 	cfg := fmt.Sprintf(`listen: 127.0.0.1:%d
@@ -72,7 +67,7 @@ nodes:
 	direct := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", simPort)
 	gateway := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", fdPort)
 	for _, u := range []string{direct, gateway} {
-		if err := waitUp(u); err != nil {
+		if err := load.WaitUp(strings.Split(u, "/v1/")[0]); err != nil {
 			return err
 		}
 	}
@@ -126,9 +121,9 @@ nodes:
 				}
 			}
 		}
-		dp50, gp50 := median(d, func(r load.Result) float64 { return us(r.Quantile(0.5)) }), median(g, func(r load.Result) float64 { return us(r.Quantile(0.5)) })
-		dp99, gp99 := median(d, func(r load.Result) float64 { return us(r.Quantile(0.99)) }), median(g, func(r load.Result) float64 { return us(r.Quantile(0.99)) })
-		dt, gt := median(d, load.Result.Throughput), median(g, load.Result.Throughput)
+		dp50, gp50 := load.Median(d, func(r load.Result) float64 { return load.Micros(r.Quantile(0.5)) }), load.Median(g, func(r load.Result) float64 { return load.Micros(r.Quantile(0.5)) })
+		dp99, gp99 := load.Median(d, func(r load.Result) float64 { return load.Micros(r.Quantile(0.99)) }), load.Median(g, func(r load.Result) float64 { return load.Micros(r.Quantile(0.99)) })
+		dt, gt := load.Median(d, load.Result.Throughput), load.Median(g, load.Result.Throughput)
 		errs := 0
 		for _, r := range append(d, g...) {
 			errs += r.Errors
@@ -138,40 +133,4 @@ nodes:
 	}
 	fmt.Println("\n(medians over rounds; added = gateway − direct)")
 	return nil
-}
-
-func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
-
-func median(rs []load.Result, f func(load.Result) float64) float64 {
-	v := make([]float64, len(rs))
-	for i, r := range rs {
-		v[i] = f(r)
-	}
-	sort.Float64s(v)
-	return v[len(v)/2]
-}
-
-func freePort() int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-func waitUp(u string) error {
-	base := u[:strings.Index(u, "/v1/")]
-	for i := 0; i < 200; i++ {
-		for _, p := range []string{"/health", "/healthz"} {
-			if resp, err := http.Get(base + p); err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == 200 {
-					return nil
-				}
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("%s did not come up", base)
 }
