@@ -476,3 +476,42 @@ func validateResponseFormat(v *fastjson.Value) *APIError {
 		return BadRequest("response_format.type", `response_format.type must be "text", "json_object" or "json_schema"`)
 	}
 }
+
+// PromptText returns the text the model reads: every message's text content
+// (chat) or the prompt strings (completions), joined with newlines. It is
+// what token estimates count.
+func (r *Request) PromptText() string {
+	var b []byte
+	add := func(s []byte) {
+		if len(b) > 0 {
+			b = append(b, '\n')
+		}
+		b = append(b, s...)
+	}
+	if r.Endpoint == EndpointCompletion {
+		p := r.root.Get("prompt")
+		if p.Type() == fastjson.TypeString {
+			add(p.GetStringBytes())
+		}
+		for _, it := range p.GetArray() {
+			add(it.GetStringBytes())
+		}
+		return string(b)
+	}
+	for _, m := range r.root.GetArray("messages") {
+		c := m.Get("content")
+		if c == nil {
+			continue
+		}
+		if c.Type() == fastjson.TypeString {
+			add(c.GetStringBytes())
+			continue
+		}
+		for _, part := range c.GetArray() {
+			if t := part.GetStringBytes("text"); len(t) > 0 {
+				add(t)
+			}
+		}
+	}
+	return string(b)
+}

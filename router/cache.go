@@ -272,6 +272,7 @@ func (g *Gateway) serveEntry(ctx *fasthttp.RequestCtx, x *exchange, e *cache.Ent
 		h.Set("X-Cache-Similarity", strconv.FormatFloat(float64(similarity), 'f', 4, 32))
 	}
 	g.cm.tokensSaved.Add(e.Usage.TotalTokens)
+	g.metrics.countTokens(x.tenant.name, "cache", e.Usage.PromptTokens, e.Usage.CompletionTokens)
 	g.replay(ctx, x, entryAnswer(e))
 }
 
@@ -287,7 +288,9 @@ func (g *Gateway) replay(ctx *fasthttp.RequestCtx, x *exchange, a *adapters.Answ
 	pace := g.cfg.Cache.StreamReplay.Pace.D()
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
+	done := x.handOff()
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer done(-1)
 		for i, ev := range events {
 			if _, err := w.Write(ev); err != nil {
 				return

@@ -21,6 +21,7 @@ import (
 	"frontdoor/cache"
 	"frontdoor/embed"
 	"frontdoor/internal/redisconn"
+	"frontdoor/router/admission"
 )
 
 // Deps are the components the gateway orchestrates. Nil fields are built
@@ -33,6 +34,7 @@ type Deps struct {
 	Store    cache.Store    // nil: built from cache: (memory or redis), none when off
 	Embedder embed.Embedder // nil: built from cache.embedder
 	Redis    redis.UniversalClient
+	Admitter *admission.Admitter // nil: built from admission: and tenants:
 }
 
 // Gateway is the frontdoor server.
@@ -53,6 +55,9 @@ type Gateway struct {
 	flights      flightGroup
 	cm           *cacheMetrics
 	spill        *spillover
+	adm          *admission.Admitter
+	ownAdm       bool
+	maxModelLen  map[string]int // model -> smallest declared context window
 
 	models []byte // cached GET /v1/models body
 
@@ -107,8 +112,12 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	if err := g.buildCache(deps); err != nil {
 		return nil, err
 	}
+	if err := g.buildAdmission(deps); err != nil {
+		return nil, err
+	}
 	g.metrics = newGatewayMetrics(set, g)
 	g.cm = newCacheMetrics(set)
+	g.adm.RegisterMetrics(set)
 	if g.spill, err = newSpillover(cfg, set); err != nil {
 		return nil, err
 	}
@@ -223,6 +232,46 @@ func (g *Gateway) buildCache(deps Deps) error {
 	return nil
 }
 
+// buildAdmission sets up the tenants' and the global limits, sharing the
+// cache's Redis client when both use Redis.
+func (g *Gateway) buildAdmission(deps Deps) error {
+	g.maxModelLen = map[string]int{}
+	for _, n := range g.cfg.Nodes {
+		for _, m := range n.Models {
+			if l := n.MaxModelLen; l > 0 && (g.maxModelLen[m] == 0 || l < g.maxModelLen[m]) {
+				g.maxModelLen[m] = l
+			}
+		}
+	}
+	if deps.Admitter != nil {
+		g.adm = deps.Admitter
+		return nil
+	}
+	a := g.cfg.Admission
+	limits := map[string]admission.Limits{}
+	for _, t := range g.cfg.Tenants {
+		limits[t.Name] = admission.Limits{RPS: t.RPS, Burst: t.Burst, TokensPerMinute: t.TokensPerMinute, MaxConcurrency: t.MaxConcurrency}
+	}
+	var client redis.UniversalClient
+	if a.Backend == "redis" {
+		client = deps.Redis
+		if client == nil {
+			var err error
+			if client, err = redisconn.New(g.cfg.Redis, redisPassword(g.cfg.Redis)); err != nil {
+				return err
+			}
+		}
+	}
+	adm, err := admission.New(admission.Config{Backend: a.Backend, MaxWait: a.MaxWait.D(), Replicas: a.Replicas,
+		KeyPrefix: g.cfg.Redis.KeyPrefix, DefaultMaxTokens: a.DefaultMaxTokens,
+		Global: admission.Limits{RPS: a.Global.RPS, Burst: a.Global.Burst, TokensPerMinute: a.Global.TokensPerMinute}}, limits, client)
+	if err != nil {
+		return fmt.Errorf("admission: %w", err)
+	}
+	g.adm, g.ownAdm = adm, true
+	return nil
+}
+
 func redisPassword(c redisconn.Config) string {
 	if c.PasswordEnv == "" {
 		return ""
@@ -262,6 +311,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	}
 	if g.ownStore {
 		_ = g.store.Close()
+	}
+	if g.ownAdm {
+		_ = g.adm.Close()
 	}
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -18,6 +19,7 @@ import (
 
 	"frontdoor/adapters"
 	"frontdoor/balancer"
+	"frontdoor/router/admission"
 )
 
 func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
@@ -154,7 +156,10 @@ type exchange struct {
 	status       int
 	cacheResult  string // X-Cache value; "" when the cache was not consulted
 	cacheReason  string
-	spillRefused bool // spill-over would have applied but the tenant may not leave
+	spillRefused bool              // spill-over would have applied but the tenant may not leave
+	pass         *admission.Pass   // the tenant's rate and concurrency admission
+	charge       *admission.Charge // the token charge of a miss
+	streamOwned  bool              // a stream writer settles and releases at its end
 	plan         *cachePlan
 	flight       *flight
 }
@@ -173,6 +178,12 @@ func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint)
 		return
 	}
 	x.tenant = t
+	pass, rej := g.adm.Enter(context.Background(), t.name)
+	if rej != nil {
+		g.writeError(ctx, rejection(rej))
+		return
+	}
+	x.pass = pass
 	if !isJSON(ctx.Request.Header.ContentType()) {
 		g.writeError(ctx, &adapters.APIError{Status: 415, Type: adapters.TypeInvalidRequest, Code: "unsupported_media_type",
 			Message: "Content-Type must be application/json, got " + strconv.Quote(string(ctx.Request.Header.ContentType()))})
@@ -225,9 +236,13 @@ func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint)
 		}
 		ctx.Response.Header.Set("X-Cache-Entry", x.flight.entryID)
 	}
+	if !g.admitMiss(ctx, &x) {
+		g.failFlight(&x)
+		return
+	}
 	body := req.Body
 	switch {
-	case x.flight != nil && req.Stream && !req.IncludeUsage:
+	case (x.flight != nil || x.charge != nil) && req.Stream && !req.IncludeUsage:
 		if model != req.Model {
 			req.Root().Set("model", new(fastjson.Arena).NewString(model))
 		}
@@ -236,6 +251,50 @@ func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint)
 		body = rewriteModel(req.Root(), model)
 	}
 	g.forward(ctx, &x, &adapters.UpstreamRequest{Endpoint: ep, Body: body, Stream: req.Stream, RequestID: x.id, Model: model})
+}
+
+// rejection is the 429 for an admission refusal.
+func rejection(r *admission.Rejection) *adapters.APIError {
+	return &adapters.APIError{Status: 429, Type: adapters.TypeRateLimit, Code: r.Limit, Message: r.Message, RetryAfter: r.RetryAfterSeconds()}
+}
+
+// admitMiss charges a request that is going upstream against the token and
+// global budgets, after checking it fits the model's context window. It
+// writes the error and returns false when the request may not go on.
+func (g *Gateway) admitMiss(ctx *fasthttp.RequestCtx, x *exchange) bool {
+	req := x.req
+	maxLen := g.maxModelLen[x.model]
+	promptTokens := 0
+	if maxLen > 0 || g.adm.CountsTokens(x.tenant.name) {
+		promptTokens = admission.CountTokens(req.PromptText())
+	}
+	if maxLen > 0 && promptTokens+req.MaxTokens > maxLen {
+		g.writeError(ctx, adapters.BadRequest("messages", fmt.Sprintf(
+			"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+			maxLen, promptTokens+req.MaxTokens, promptTokens, req.MaxTokens)))
+		return false
+	}
+	charge, rej := g.adm.AdmitMiss(context.Background(), x.tenant.name, g.adm.UpfrontTokens(promptTokens, req.MaxTokens, req.N))
+	if rej != nil {
+		g.writeError(ctx, rejection(rej))
+		return false
+	}
+	x.charge = charge
+	return true
+}
+
+// handOff moves the admission release and the settlement to a stream
+// writer, which calls the returned func when the stream ends with the
+// total tokens used (negative: unknown).
+func (x *exchange) handOff() func(usage int) {
+	x.streamOwned = true
+	pass, charge := x.pass, x.charge
+	return func(usage int) {
+		if charge != nil {
+			charge.Settle(usage)
+		}
+		pass.Release()
+	}
 }
 
 // rewriteModel re-encodes the request with another model name. Only alias
@@ -416,11 +475,14 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, upstream string,
 		ctx.SetStatusCode(resp.Status)
 		ctx.Response.Header.SetContentTypeBytes(resp.ContentType)
 		ctx.SetBody(resp.Body)
-		if f != nil {
-			answer, err := adapters.ParseAnswer(x.endpoint, resp.Body)
-			if err != nil {
-				answer = nil
+		var answer *adapters.Answer
+		if f != nil || x.charge != nil {
+			if a, err := adapters.ParseAnswer(x.endpoint, resp.Body); err == nil {
+				answer = a
 			}
+		}
+		g.settle(x, answer)
+		if f != nil {
 			f.status, f.contentType, f.body = resp.Status, append([]byte(nil), resp.ContentType...), append([]byte(nil), resp.Body...)
 			f.finish(answer, answer == nil)
 			close(f.ready)
@@ -438,8 +500,12 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, upstream string,
 	if f != nil {
 		f.streaming, f.status = true, resp.Status
 		close(f.ready)
+	}
+	if f != nil || x.charge != nil {
 		asm = adapters.NewAssembler(x.endpoint)
 	}
+	done := x.handOff()
+	tenantName := x.tenant.name
 	wantUsage := x.req.IncludeUsage
 	id, plan := x.id, x.plan
 	g.streams.Add(1)
@@ -456,17 +522,37 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, upstream string,
 			release()
 			g.metrics.streams.Add(-1)
 			g.streams.Done()
+			var answer *adapters.Answer
+			if !broken && asm != nil {
+				answer, _ = asm.Answer()
+			}
+			usage := -1
+			if answer != nil {
+				usage = answer.Usage.TotalTokens
+				g.metrics.countTokens(tenantName, "upstream", answer.Usage.PromptTokens, answer.Usage.CompletionTokens)
+			}
+			done(usage)
 			if f != nil {
-				var answer *adapters.Answer
-				if !broken {
-					answer, _ = asm.Answer()
-				}
 				f.finish(answer, broken)
 				go g.writeBack(f, plan, answer)
 			}
 		}()
 		broken = g.pump(w, id, resp, f, asm, wantUsage)
 	})
+}
+
+// settle charges a non-streaming answer's real usage and counts its tokens.
+func (g *Gateway) settle(x *exchange, a *adapters.Answer) {
+	if a == nil {
+		if x.charge != nil {
+			x.charge.Settle(-1) // usage unknown: the estimate stands
+		}
+		return
+	}
+	if x.charge != nil {
+		x.charge.Settle(a.Usage.TotalTokens)
+	}
+	g.metrics.countTokens(x.tenant.name, "upstream", a.Usage.PromptTokens, a.Usage.CompletionTokens)
 }
 
 // pump copies upstream events to the client as they arrive, flushing
@@ -577,7 +663,9 @@ func (g *Gateway) follow(ctx *fasthttp.RequestCtx, x *exchange, f *flight) bool 
 	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
 	wantUsage := x.req.IncludeUsage
 	f.followers.Add(1)
+	done := x.handOff()
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer done(-1)
 		defer f.followers.Add(-1)
 		for i := 0; ; i++ {
 			ev, ok := f.next(i)
@@ -601,6 +689,12 @@ func (g *Gateway) follow(ctx *fasthttp.RequestCtx, x *exchange, f *flight) bool 
 
 // finish records metrics and the access log line. Prompts never appear.
 func (g *Gateway) finish(ctx *fasthttp.RequestCtx, x *exchange) {
+	if !x.streamOwned {
+		if x.charge != nil {
+			x.charge.Settle(0) // no-op when already settled; else nothing was generated
+		}
+		x.pass.Release()
+	}
 	x.status = ctx.Response.StatusCode()
 	g.metrics.observe(x)
 	if x.cacheResult != "" {

@@ -22,6 +22,9 @@ type gatewayMetrics struct {
 	upstreamAnswers                    atomic.Int64
 	classes2xx, classes4xx, classes5xx atomic.Int64
 
+	// tokens[tenant] = prompt/upstream, completion/upstream, prompt/cache, completion/cache
+	tokens map[string]*[4]*metrics.Counter
+
 	mu        sync.Mutex
 	requests  [2][600]atomic.Pointer[metrics.Counter]
 	durations [2]*metrics.PrometheusHistogram
@@ -31,6 +34,7 @@ var endpointLabel = [2]string{"chat", "completions"}
 
 func newGatewayMetrics(set *metrics.Set, g *Gateway) *gatewayMetrics {
 	m := &gatewayMetrics{
+		tokens:       map[string]*[4]*metrics.Counter{},
 		set:          set,
 		retries:      set.NewCounter(`frontdoor_retries_total{reason="upstream"}`),
 		clientAborts: set.NewCounter(`frontdoor_client_aborts_total`),
@@ -38,6 +42,21 @@ func newGatewayMetrics(set *metrics.Set, g *Gateway) *gatewayMetrics {
 	}
 	for i, ep := range endpointLabel {
 		m.durations[i] = set.NewPrometheusHistogram(`frontdoor_request_duration_seconds{endpoint="` + ep + `"}`)
+	}
+	names := []string{DefaultTenant}
+	for _, t := range g.cfg.Tenants {
+		names = append(names, t.Name)
+	}
+	for _, name := range names {
+		var cs [4]*metrics.Counter
+		for i, kind := range []string{"prompt", "completion", "prompt", "completion"} {
+			source := "upstream"
+			if i >= 2 {
+				source = "cache"
+			}
+			cs[i] = set.GetOrCreateCounter(`frontdoor_tokens_total{tenant="` + name + `",kind="` + kind + `",source="` + source + `"}`)
+		}
+		m.tokens[name] = &cs
 	}
 	set.NewGauge(`frontdoor_streams_active`, func() float64 { return float64(m.streams.Load()) })
 	for _, n := range g.pool.Nodes() {
@@ -83,6 +102,20 @@ func (m *gatewayMetrics) observe(x *exchange) {
 		m.classes2xx.Add(1)
 	}
 	m.durations[ep].UpdateDuration(x.start)
+}
+
+// countTokens adds an answer's tokens; source is "upstream" or "cache".
+func (m *gatewayMetrics) countTokens(tenant, source string, prompt, completion int) {
+	cs := m.tokens[tenant]
+	if cs == nil {
+		cs = m.tokens[DefaultTenant]
+	}
+	i := 0
+	if source == "cache" {
+		i = 2
+	}
+	cs[i].Add(prompt)
+	cs[i+1].Add(completion)
 }
 
 // classes returns the request counts by status class.

@@ -2,6 +2,7 @@ package router
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -153,7 +154,7 @@ func TestSpillOnFailureAndPrivacy(t *testing.T) {
 	gw := startGateway(t, cfg)
 	for i := 0; i < 10; i++ {
 		resp, body := post(t, gw.URL+"/v1/chat/completions", chatBody(fmt.Sprintf("q %d", i), ""), "Authorization", "Bearer sk-client-key")
-		if resp.StatusCode != 200 || resp.Header.Get("X-Upstream") != "spillover:dashscope" || resp.Header.Get("X-Upstream-Attempts") < "2" {
+		if resp.StatusCode != 200 || resp.Header.Get("X-Upstream") != "spillover:dashscope" || resp.Header.Get("X-Upstream-Attempts") == "" {
 			t.Fatalf("request %d: %d %v %s", i, resp.StatusCode, resp.Header, body)
 		}
 	}
@@ -172,11 +173,10 @@ func TestSpillOnFailureAndPrivacy(t *testing.T) {
 		}
 	}
 	mresp, _ := httpClient.Get(gw.URL + "/metrics")
-	mb := make([]byte, 1<<20)
-	n, _ := mresp.Body.Read(mb)
+	mb, _ := io.ReadAll(mresp.Body)
 	mresp.Body.Close()
-	if !strings.Contains(string(mb[:n]), `frontdoor_spillover_total{reason="failed",model="qwen3-8b"}`) {
-		t.Fatal("spill-over not counted")
+	if metricValue(t, string(mb), `frontdoor_spillover_total{reason="failed",model="qwen3-8b"}`) < 1 {
+		t.Fatalf("spill-over on failure not counted:\n%s", mb)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"frontdoor/router/admission"
 )
 
 //go:embed dashboard.html
@@ -14,14 +16,14 @@ var startTime = time.Now()
 
 // Status is the GET /status document.
 type Status struct {
-	Uptime   string           `json:"uptime"`
-	Ready    bool             `json:"ready"`
-	Requests map[string]int   `json:"requests"` // by outcome class
-	Streams  int64            `json:"streams_active"`
-	Cache    *CacheStatus     `json:"cache,omitempty"`
-	Spill    *SpillStatus     `json:"spillover,omitempty"`
-	Nodes    []NodeStatus     `json:"nodes"`
-	Tenants  map[string]int64 `json:"tenant_inflight,omitempty"`
+	Uptime    string           `json:"uptime"`
+	Ready     bool             `json:"ready"`
+	Requests  map[string]int   `json:"requests"` // by outcome class
+	Streams   int64            `json:"streams_active"`
+	Cache     *CacheStatus     `json:"cache,omitempty"`
+	Spill     *SpillStatus     `json:"spillover,omitempty"`
+	Nodes     []NodeStatus     `json:"nodes"`
+	Admission admission.Status `json:"admission"`
 }
 
 // CacheStatus is the cache part of /status.
@@ -71,6 +73,7 @@ func (g *Gateway) status() Status {
 		}
 		st.Spill = ss
 	}
+	st.Admission = g.adm.Status()
 	return st
 }
 

@@ -1,0 +1,718 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Limit names, as in Rejection.Limit and the rejected_total metric.
+const (
+	LimitTenantRPS         = "tenant_rps"
+	LimitTenantConcurrency = "tenant_concurrency"
+	LimitTenantTokens      = "tenant_tokens"
+	LimitGlobalRPS         = "global_rps"
+	LimitGlobalTokens      = "global_tokens"
+)
+
+// Backends.
+const (
+	BackendLocal = "local"
+	BackendRedis = "redis"
+)
+
+const (
+	defaultLeaseTTL   = 30 * time.Second
+	defaultRedisRetry = time.Second
+	// redisOpTimeout bounds one Redis call (pool wait included) on top of
+	// the client's own read and write timeouts.
+	redisOpTimeout = 500 * time.Millisecond
+	// Polling a full concurrency cap held in Redis (other replicas' releases
+	// are not signalled): from pollMin, doubling up to pollMax.
+	pollMin = 10 * time.Millisecond
+	pollMax = 100 * time.Millisecond
+)
+
+// Limits are one tenant's limits (router Tenant) or the global ones
+// (admission.global, where MaxConcurrency is ignored). Zero means unlimited.
+// Burst 0 with RPS > 0 means one second's worth, ceil(RPS) (at least 1).
+type Limits struct {
+	RPS             float64
+	Burst           int
+	TokensPerMinute int
+	MaxConcurrency  int
+}
+
+func (l Limits) burst() float64 {
+	if l.Burst > 0 {
+		return float64(l.Burst)
+	}
+	return max(1, math.Ceil(l.RPS))
+}
+
+// divide returns the share of one of n replicas: rates divided, burst,
+// budget and concurrency divided rounding up (at least 1 where limited).
+func (l Limits) divide(n int) Limits {
+	if n <= 1 {
+		return l
+	}
+	ceilDiv := func(v int) int {
+		if v <= 0 {
+			return 0
+		}
+		return max(1, (v+n-1)/n)
+	}
+	d := Limits{RPS: l.RPS / float64(n), TokensPerMinute: ceilDiv(l.TokensPerMinute), MaxConcurrency: ceilDiv(l.MaxConcurrency)}
+	if l.RPS > 0 {
+		d.Burst = max(1, int(math.Ceil(l.burst()/float64(n))))
+	}
+	return d
+}
+
+// Config configures an Admitter.
+type Config struct {
+	Backend string // "local" (default) or "redis"
+	// Global limits apply to cache misses only; MaxConcurrency is ignored.
+	Global  Limits
+	MaxWait time.Duration // how long a request over a limit may wait for capacity
+	// Replicas is the known replica count: with Redis down, each replica
+	// enforces quota ÷ Replicas locally. < 1 means 1.
+	Replicas int
+	// KeyPrefix is redis.key_prefix (e.g. "fd:"); keys live under KeyPrefix+"a:".
+	KeyPrefix string
+	// DefaultMaxTokens is the completion allowance charged up front when a
+	// request sets no max_tokens (see UpfrontTokens).
+	DefaultMaxTokens int
+	// LeaseTTL is how long a Redis concurrency slot outlives its replica;
+	// live leases are renewed every LeaseTTL/3. Default 30s.
+	LeaseTTL time.Duration
+	// RedisRetry is how long decisions stay local after a Redis failure
+	// before Redis is asked again. Default 1s.
+	RedisRetry time.Duration
+	// Clock replaces time.Now, for tests. With the redis backend it also
+	// replaces the Redis server's clock in the scripts.
+	Clock func() time.Time
+}
+
+// Rejection says why a request may not go on. It is an error.
+type Rejection struct {
+	Limit      string        // LimitTenantRPS, ...
+	RetryAfter time.Duration // when capacity is expected; see RetryAfterSeconds
+	Message    string        // for the client; names the tenant, never a key
+	// Oversize: the request's tokens alone exceed the budget, so it can
+	// never be admitted and retrying will not help.
+	Oversize bool
+}
+
+func (r *Rejection) Error() string { return r.Message }
+
+// RetryAfterSeconds is RetryAfter in whole seconds, rounded up, at least 1:
+// the Retry-After header value.
+func (r *Rejection) RetryAfterSeconds() int {
+	s := int((r.RetryAfter + time.Second - 1) / time.Second)
+	return max(s, 1)
+}
+
+// Admitter enforces the limits. Safe for concurrent use.
+type Admitter struct {
+	cfg      Config
+	epoch    time.Time // time base of the local buckets
+	global   Limits
+	gLimited bool // global rps or tokens limited
+
+	tenants map[string]*tenantState // configured; read-only after New
+	extra   sync.Map                // unconfigured names -> *tenantState (no limits)
+
+	local *localSet     // the local backend, or the Redis fallback (quota ÷ replicas)
+	rs    *redisBackend // nil with the local backend
+
+	// sleep waits for d or until ctx ends; replaced in tests.
+	sleep func(ctx context.Context, d time.Duration) error
+
+	m metricsState
+
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// tenantState is one tenant as the hot path sees it.
+type tenantState struct {
+	name         string
+	lim          Limits
+	enterLimited bool // rps or max_concurrency
+	missLimited  bool // tokens_per_minute
+	inflight     atomic.Int64
+	local        *localTenant // nil when unlimited
+	// wake gets a token per released slot (capacity max_concurrency), so a
+	// waiter for a slot wakes without polling; stale tokens only cause a
+	// retry.
+	wake chan struct{}
+	// Redis keys and preformatted script arguments.
+	rpsKey, concKey, tpmKey string
+	rpsRate, rpsCap         string // per ms, capacity
+	tpmRate, tpmCap         string
+}
+
+// New builds an Admitter. tenants maps configured tenant names to their
+// limits; other names get no limits. client is required for the redis
+// backend (the shared redisconn client) and ignored otherwise. Close stops
+// the lease renewer.
+func New(cfg Config, tenants map[string]Limits, client redis.UniversalClient) (*Admitter, error) {
+	switch cfg.Backend {
+	case "", BackendLocal:
+		cfg.Backend = BackendLocal
+	case BackendRedis:
+		if client == nil {
+			return nil, errors.New("admission: backend redis needs a redis client")
+		}
+	default:
+		return nil, fmt.Errorf("admission: backend %q is not one of local, redis", cfg.Backend)
+	}
+	if cfg.Replicas < 1 {
+		cfg.Replicas = 1
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = defaultLeaseTTL
+	}
+	if cfg.RedisRetry <= 0 {
+		cfg.RedisRetry = defaultRedisRetry
+	}
+	if cfg.MaxWait < 0 {
+		cfg.MaxWait = 0
+	}
+	if err := checkLimits("global", cfg.Global); err != nil {
+		return nil, err
+	}
+	a := &Admitter{
+		cfg:     cfg,
+		epoch:   time.Now(),
+		global:  Limits{RPS: cfg.Global.RPS, Burst: cfg.Global.Burst, TokensPerMinute: cfg.Global.TokensPerMinute},
+		tenants: make(map[string]*tenantState, len(tenants)),
+		stop:    make(chan struct{}),
+		sleep:   sleepCtx,
+	}
+	if cfg.Clock != nil {
+		a.epoch = cfg.Clock()
+	}
+	a.gLimited = a.global.RPS > 0 || a.global.TokensPerMinute > 0
+	divisor := 1
+	if cfg.Backend == BackendRedis {
+		divisor = cfg.Replicas
+	}
+	a.local = newLocalSet(a.global.divide(divisor))
+	prefix := cfg.KeyPrefix + "a:"
+	for name, lim := range tenants {
+		if err := checkLimits("tenant "+strconv.Quote(name), lim); err != nil {
+			return nil, err
+		}
+		ts := newTenantState(name, lim, prefix)
+		if ts.enterLimited || ts.missLimited {
+			ts.local = newLocalTenant(lim.divide(divisor))
+		}
+		a.tenants[name] = ts
+	}
+	warmTokenizer()
+	if cfg.Backend == BackendRedis {
+		a.rs = newRedisBackend(client, prefix, cfg)
+		a.rs.loadScripts()
+		a.wg.Add(1)
+		go a.renewLoop()
+	}
+	return a, nil
+}
+
+func checkLimits(what string, l Limits) error {
+	if l.RPS < 0 || math.IsNaN(l.RPS) || math.IsInf(l.RPS, 0) || l.Burst < 0 || l.TokensPerMinute < 0 || l.MaxConcurrency < 0 {
+		return fmt.Errorf("admission: %s: limits must be finite and >= 0", what)
+	}
+	return nil
+}
+
+func newTenantState(name string, lim Limits, prefix string) *tenantState {
+	ts := &tenantState{
+		name:         name,
+		lim:          lim,
+		enterLimited: lim.RPS > 0 || lim.MaxConcurrency > 0,
+		missLimited:  lim.TokensPerMinute > 0,
+	}
+	if lim.MaxConcurrency > 0 {
+		ts.wake = make(chan struct{}, lim.MaxConcurrency)
+	}
+	esc := escapeKey(name)
+	ts.rpsKey = prefix + "{t:" + esc + "}:rps"
+	ts.concKey = prefix + "{t:" + esc + "}:conc"
+	ts.tpmKey = prefix + "{g}:tpm:" + esc
+	if lim.RPS > 0 {
+		ts.rpsRate, ts.rpsCap = fmtFloat(lim.RPS/1000), fmtFloat(lim.burst())
+	}
+	if lim.TokensPerMinute > 0 {
+		ts.tpmRate, ts.tpmCap = fmtFloat(float64(lim.TokensPerMinute)/60000), strconv.Itoa(lim.TokensPerMinute)
+	}
+	return ts
+}
+
+// Close stops the background lease renewer. Passes and charges still
+// outstanding may be released and settled afterwards. Idempotent.
+func (a *Admitter) Close() error {
+	a.closeOnce.Do(func() {
+		close(a.stop)
+		a.wg.Wait()
+	})
+	return nil
+}
+
+// tenant returns the state of name; unconfigured names get an unlimited
+// state of their own, made once, so that their in-flight requests count.
+// The router passes configured names or "default" only, so these stay few.
+func (a *Admitter) tenant(name string) *tenantState {
+	if ts, ok := a.tenants[name]; ok {
+		return ts
+	}
+	if v, ok := a.extra.Load(name); ok {
+		return v.(*tenantState)
+	}
+	v, loaded := a.extra.LoadOrStore(name, newTenantState(name, Limits{}, a.cfg.KeyPrefix+"a:"))
+	ts := v.(*tenantState)
+	if !loaded {
+		a.m.addTenant(ts)
+	}
+	return ts
+}
+
+// now is the local buckets' time: nanoseconds since the epoch.
+func (a *Admitter) now() int64 {
+	if a.cfg.Clock != nil {
+		return int64(a.cfg.Clock().Sub(a.epoch))
+	}
+	return int64(time.Since(a.epoch))
+}
+
+// useRedis reports whether this decision should go to Redis.
+func (a *Admitter) useRedis() bool { return a.rs != nil && a.rs.health.allow() }
+
+// redisFailed records a failed Redis decision, which is then made locally.
+func (a *Admitter) redisFailed() {
+	a.rs.health.fail()
+	a.fellBack()
+}
+
+func (a *Admitter) fellBack() {
+	a.m.fallbacks.Add(1)
+	if c := a.m.fallback.Load(); c != nil {
+		c.Inc()
+	}
+}
+
+// Pass is an admitted request's hold on its tenant's in-flight count and
+// concurrency slot. Release it when the response (or stream) ends.
+type Pass struct {
+	a        *Admitter
+	ts       *tenantState
+	slot     *localTenant // holds a local concurrency slot
+	lease    string       // holds a Redis lease
+	released atomic.Bool
+}
+
+// Release gives the slot back. Idempotent, safe on nil, safe from defer
+// and after Close. A Redis lease is removed with one call; if that fails,
+// the lease expires within LeaseTTL.
+func (p *Pass) Release() {
+	if p == nil || !p.released.CompareAndSwap(false, true) {
+		return
+	}
+	p.ts.inflight.Add(-1)
+	if p.slot != nil {
+		p.slot.releaseSlot()
+		p.ts.signal()
+	}
+	if p.lease != "" {
+		p.a.rs.release(p.ts, p.lease)
+		p.ts.signal()
+	}
+}
+
+// signal wakes one waiter for a concurrency slot, if any.
+func (ts *tenantState) signal() {
+	select {
+	case ts.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Enter admits a request, hit or miss, against its tenant's request rate
+// and concurrency cap, waiting up to MaxWait for capacity. The pass must be
+// released. ctx ends a wait early (the request is then rejected).
+func (a *Admitter) Enter(ctx context.Context, tenant string) (*Pass, *Rejection) {
+	ts := a.tenant(tenant)
+	ts.inflight.Add(1)
+	p := &Pass{a: a, ts: ts}
+	if !ts.enterLimited {
+		return p, nil
+	}
+	start := a.now()
+	deadline := start + int64(a.cfg.MaxWait)
+	poll := pollMin
+	for {
+		remaining := time.Duration(max(deadline-a.now(), 0))
+		v := a.enterOnce(ts, p, remaining)
+		if v.ok {
+			if v.wait > 0 {
+				if err := a.sleep(ctx, v.wait); err != nil {
+					a.cancelEnter(ts, v)
+					p.Release()
+					return nil, a.reject(ts, start, canceled(v.limit, err))
+				}
+			}
+			a.m.observeWait(start, a.now())
+			return p, nil
+		}
+		if !v.full || remaining <= 0 {
+			p.Release()
+			return nil, a.reject(ts, start, a.rejection(ts, v))
+		}
+		// Wait for a slot: a local release signals; other replicas' are
+		// polled when the cap lives in Redis.
+		wait := remaining
+		if v.redis {
+			wait = min(poll, remaining)
+			poll = min(2*poll, pollMax)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ts.wake:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			p.Release()
+			return nil, a.reject(ts, start, canceled(LimitTenantConcurrency, ctx.Err()))
+		}
+		t.Stop()
+	}
+}
+
+// verdict is one decision's outcome.
+type verdict struct {
+	ok       bool
+	wait     time.Duration // ok: reserved capacity is due after wait; else Retry-After
+	limit    string        // the limit that made it wait or refused it
+	full     bool          // refused by the concurrency cap
+	oversize bool
+	redis    bool // decided in Redis
+	tokens   int  // AdmitMiss: the tokens asked for, for the message
+}
+
+// enterOnce makes one Enter decision, in Redis or locally, and on success
+// records the slot on p.
+func (a *Admitter) enterOnce(ts *tenantState, p *Pass, maxWait time.Duration) verdict {
+	if a.useRedis() {
+		v, lease, err := a.rs.enter(a, ts, maxWait)
+		if err == nil {
+			a.rs.health.ok()
+			p.lease = lease
+			return v
+		}
+		a.redisFailed()
+	} else if a.rs != nil {
+		a.fellBack()
+	}
+	v := ts.local.enter(a.now(), maxWait)
+	if v.ok && ts.lim.MaxConcurrency > 0 {
+		p.slot = ts.local
+	}
+	return v
+}
+
+// cancelEnter gives back the request-rate reservation of a request that
+// gave up waiting for it.
+func (a *Admitter) cancelEnter(ts *tenantState, v verdict) {
+	if ts.lim.RPS <= 0 {
+		return
+	}
+	if v.redis {
+		_ = a.rs.adjust([]adjustment{{ts.rpsKey, ts.rpsRate, ts.rpsCap, 1}})
+		return
+	}
+	ts.local.refundRPS(a.now())
+}
+
+// Charge is a cache miss's hold on the token budgets, settled against the
+// real usage when the response ends.
+type Charge struct {
+	a       *Admitter
+	ts      *tenantState
+	tokens  int
+	redis   bool // charged in Redis, else in the local buckets
+	free    bool // nothing was charged
+	settled atomic.Bool
+}
+
+var freeCharge = &Charge{free: true}
+
+// Tokens is the up-front charge.
+func (c *Charge) Tokens() int {
+	if c == nil {
+		return 0
+	}
+	return c.tokens
+}
+
+// Settle charges the tokens the upstream really used (usage.total_tokens)
+// instead of the up-front estimate: unused tokens go back to the budgets,
+// extra ones are taken (a budget may go into debt, down to minus one
+// minute's worth). A negative actual means unknown: the up-front charge
+// stands. Idempotent and safe on nil; at most one Redis call.
+func (c *Charge) Settle(actual int) {
+	if c == nil || c.free || !c.settled.CompareAndSwap(false, true) || actual < 0 {
+		return
+	}
+	delta := c.tokens - actual // > 0: refund
+	if delta == 0 {
+		return
+	}
+	a, ts := c.a, c.ts
+	if c.redis {
+		adj := make([]adjustment, 0, 2)
+		if ts.missLimited {
+			adj = append(adj, adjustment{ts.tpmKey, ts.tpmRate, ts.tpmCap, float64(delta)})
+		}
+		if a.global.TokensPerMinute > 0 {
+			adj = append(adj, adjustment{a.rs.gTPMKey, a.rs.gTPMRate, a.rs.gTPMCap, float64(delta)})
+		}
+		if len(adj) > 0 {
+			_ = a.rs.adjust(adj) // lost on a Redis failure: the estimate stands
+		}
+		return
+	}
+	now := a.now()
+	if ts.local != nil {
+		ts.local.adjustTokens(now, float64(delta))
+	}
+	a.local.adjustTokens(now, float64(delta))
+}
+
+// AdmitMiss admits a cache miss of tokens (the up-front charge, see
+// UpfrontTokens) against the tenant's token budget and the global request
+// rate and token budget, waiting up to MaxWait. Call it after Enter, for
+// misses only; Settle the charge when the response ends. A request whose
+// tokens alone exceed a budget is rejected at once (Oversize).
+func (a *Admitter) AdmitMiss(ctx context.Context, tenant string, tokens int) (*Charge, *Rejection) {
+	ts := a.tenant(tenant)
+	if !ts.missLimited && !a.gLimited {
+		return freeCharge, nil
+	}
+	tokens = max(tokens, 0)
+	start := a.now()
+	if ts.missLimited && tokens > ts.lim.TokensPerMinute {
+		return nil, a.reject(ts, start, a.rejection(ts, verdict{limit: LimitTenantTokens, oversize: true, tokens: tokens}))
+	}
+	if a.global.TokensPerMinute > 0 && tokens > a.global.TokensPerMinute {
+		return nil, a.reject(ts, start, a.rejection(ts, verdict{limit: LimitGlobalTokens, oversize: true, tokens: tokens}))
+	}
+	c := &Charge{a: a, ts: ts, tokens: tokens}
+	var v verdict
+	if a.useRedis() {
+		var err error
+		v, err = a.rs.miss(a, ts, tokens, a.cfg.MaxWait)
+		if err == nil {
+			a.rs.health.ok()
+		} else {
+			a.redisFailed()
+		}
+		c.redis = err == nil
+	} else if a.rs != nil {
+		a.fellBack()
+	}
+	if !c.redis {
+		v = a.local.miss(ts.local, a.now(), float64(tokens), a.cfg.MaxWait)
+	}
+	if !v.ok {
+		v.tokens = tokens
+		return nil, a.reject(ts, start, a.rejection(ts, v))
+	}
+	if v.wait > 0 {
+		if err := a.sleep(ctx, v.wait); err != nil {
+			a.cancelMiss(c)
+			return nil, a.reject(ts, start, canceled(v.limit, err))
+		}
+	}
+	a.m.observeWait(start, a.now())
+	return c, nil
+}
+
+// cancelMiss gives back everything a miss reserved (it gave up waiting).
+func (a *Admitter) cancelMiss(c *Charge) {
+	c.settled.Store(true)
+	ts, t := c.ts, float64(c.tokens)
+	if c.redis {
+		adj := make([]adjustment, 0, 3)
+		if ts.missLimited {
+			adj = append(adj, adjustment{ts.tpmKey, ts.tpmRate, ts.tpmCap, t})
+		}
+		if a.global.RPS > 0 {
+			adj = append(adj, adjustment{a.rs.gRPSKey, a.rs.gRPSRate, a.rs.gRPSCap, 1})
+		}
+		if a.global.TokensPerMinute > 0 {
+			adj = append(adj, adjustment{a.rs.gTPMKey, a.rs.gTPMRate, a.rs.gTPMCap, t})
+		}
+		_ = a.rs.adjust(adj)
+		return
+	}
+	now := a.now()
+	if ts.local != nil {
+		ts.local.adjustTokens(now, t)
+	}
+	a.local.refund(now, t)
+}
+
+// UpfrontTokens is the up-front charge of a miss: its prompt tokens (see
+// CountTokens) plus its completion allowance, max_tokens (DefaultMaxTokens
+// when the request sets none) for each of its n choices.
+func (a *Admitter) UpfrontTokens(promptTokens, maxTokens, n int) int {
+	if maxTokens <= 0 {
+		maxTokens = a.cfg.DefaultMaxTokens
+	}
+	return max(promptTokens, 0) + max(maxTokens, 0)*max(n, 1)
+}
+
+// Inflight is the number of the tenant's requests in flight in this
+// process (passes not yet released).
+func (a *Admitter) Inflight(tenant string) int64 {
+	if ts, ok := a.tenants[tenant]; ok {
+		return ts.inflight.Load()
+	}
+	if v, ok := a.extra.Load(tenant); ok {
+		return v.(*tenantState).inflight.Load()
+	}
+	return 0
+}
+
+// Status is a snapshot for /status.
+type Status struct {
+	Backend   string           `json:"backend"`
+	Redis     string           `json:"redis,omitempty"` // "up" or "down" (local fallback), redis backend only
+	Fallbacks uint64           `json:"fallback_decisions"`
+	Inflight  map[string]int64 `json:"inflight"`
+}
+
+// Status returns the backend state and every tenant's in-flight count.
+func (a *Admitter) Status() Status {
+	s := Status{Backend: a.cfg.Backend, Fallbacks: a.m.fallbacks.Load(), Inflight: map[string]int64{}}
+	if a.rs != nil {
+		s.Redis = "up"
+		if a.rs.health.down.Load() {
+			s.Redis = "down"
+		}
+	}
+	for name, ts := range a.tenants {
+		s.Inflight[name] = ts.inflight.Load()
+	}
+	a.extra.Range(func(k, v any) bool {
+		s.Inflight[k.(string)] = v.(*tenantState).inflight.Load()
+		return true
+	})
+	return s
+}
+
+// rejection builds the client-facing Rejection for v.
+func (a *Admitter) rejection(ts *tenantState, v verdict) *Rejection {
+	r := &Rejection{Limit: v.limit, RetryAfter: v.wait, Oversize: v.oversize}
+	q := strconv.Quote(ts.name)
+	switch v.limit {
+	case LimitTenantRPS:
+		r.Message = fmt.Sprintf("tenant %s is over its request rate limit (%s requests/s, burst %s)", q, fmtFloat(ts.lim.RPS), fmtFloat(ts.lim.burst()))
+	case LimitTenantConcurrency:
+		r.Message = fmt.Sprintf("tenant %s has %d requests in flight, its max_concurrency", q, ts.lim.MaxConcurrency)
+		if r.RetryAfter <= 0 {
+			r.RetryAfter = time.Second // unknowable: when a request ends
+		}
+	case LimitTenantTokens:
+		if v.oversize {
+			r.Message = fmt.Sprintf("request needs about %d tokens, more than tenant %s's budget of %d tokens per minute; it can never be admitted (lower max_tokens or shorten the prompt)", v.tokens, q, ts.lim.TokensPerMinute)
+		} else {
+			r.Message = fmt.Sprintf("tenant %s is over its token budget (%d tokens per minute)", q, ts.lim.TokensPerMinute)
+		}
+	case LimitGlobalRPS:
+		r.Message = fmt.Sprintf("the gateway is over its global request rate for uncached requests (%s requests/s)", fmtFloat(a.global.RPS))
+	case LimitGlobalTokens:
+		if v.oversize {
+			r.Message = fmt.Sprintf("request needs about %d tokens, more than the gateway's global budget of %d tokens per minute; it can never be admitted", v.tokens, a.global.TokensPerMinute)
+		} else {
+			r.Message = fmt.Sprintf("the gateway is over its global token budget for uncached requests (%d tokens per minute)", a.global.TokensPerMinute)
+		}
+	}
+	if !r.Oversize {
+		r.Message += "; retry after " + strconv.Itoa(r.RetryAfterSeconds()) + "s"
+	}
+	return r
+}
+
+// reject counts r and returns it.
+func (a *Admitter) reject(ts *tenantState, start int64, r *Rejection) *Rejection {
+	a.m.rejected(ts.name, r.Limit)
+	a.m.observeWait(start, a.now())
+	return r
+}
+
+func canceled(limit string, err error) *Rejection {
+	return &Rejection{Limit: limit, RetryAfter: time.Second, Message: "gave up waiting for admission: " + err.Error()}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("admission wait: %w", ctx.Err())
+	}
+}
+
+func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// escapeKey keeps [A-Za-z0-9_.-] of a tenant name and %-escapes the rest,
+// so that braces cannot change a key's hash tag.
+func escapeKey(name string) string {
+	const hex = "0123456789ABCDEF"
+	safe := func(c byte) bool {
+		return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-'
+	}
+	n := 0
+	for i := 0; i < len(name); i++ {
+		if !safe(name[i]) {
+			n++
+		}
+	}
+	if n == 0 {
+		return name
+	}
+	b := make([]byte, 0, len(name)+2*n)
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if safe(c) {
+			b = append(b, c)
+		} else {
+			b = append(b, '%', hex[c>>4], hex[c&15])
+		}
+	}
+	return string(b)
+}
+
+// CountsTokens reports whether a miss of tenant is charged by tokens (its
+// own or the global tokens_per_minute), so that the caller counts prompt
+// tokens only when they matter.
+func (a *Admitter) CountsTokens(tenant string) bool {
+	if a.global.TokensPerMinute > 0 {
+		return true
+	}
+	ts, ok := a.tenants[tenant]
+	return ok && ts.lim.TokensPerMinute > 0
+}
