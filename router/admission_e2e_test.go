@@ -42,6 +42,11 @@ func TestAuthTenantsAndKeysStayOutOfLogs(t *testing.T) {
 	if resp, b := post(t, gw.URL+"/v1/chat/completions", other, "Authorization", "Bearer sk-acme-very-secret"); resp.StatusCode != 403 || !strings.Contains(string(b), "may not use model") {
 		t.Fatalf("disallowed model: %d %s", resp.StatusCode, b)
 	}
+	for _, r := range s.Requests() {
+		if r.Authorization != "" {
+			t.Fatalf("the node got Authorization %q: a client's key must never be forwarded", r.Authorization)
+		}
+	}
 	logs := gw.Logs.String()
 	if !strings.Contains(logs, `"msg":"request"`) {
 		t.Fatal("no access log captured")
