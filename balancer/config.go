@@ -52,6 +52,7 @@ type BreakerConfig struct {
 	Window            units.Duration `yaml:"window"`
 	OpenFor           units.Duration `yaml:"open_for"`
 	HalfOpenSuccesses int            `yaml:"half_open_successes"`
+	HalfOpenProbes    int            `yaml:"half_open_probes"` // concurrent trial requests when half-open; 0 = 1
 }
 
 // QueueConfig sets waiting for a free node.
@@ -96,7 +97,7 @@ func DefaultConfig() Config {
 		Retries:        2,
 		Backoff:        Backoff{Base: units.Duration(50e6), Max: units.Duration(1e9)},
 		Eject:          EjectConfig{KVUsageAbove: 0.92, QueueAbove: 8, After: 2, RestoreAfter: 2, Cooldown: units.Duration(30e9)},
-		Breaker:        BreakerConfig{Failures: 5, Window: units.Duration(10e9), OpenFor: units.Duration(10e9), HalfOpenSuccesses: 2},
+		Breaker:        BreakerConfig{Failures: 5, Window: units.Duration(10e9), OpenFor: units.Duration(10e9), HalfOpenSuccesses: 2, HalfOpenProbes: 1},
 	}
 }
 
@@ -145,11 +146,20 @@ func (c *Config) Validate() error {
 	if c.Eject.KVUsageAbove <= 0 || c.Eject.KVUsageAbove > 1 {
 		add("eject.kv_usage_above: must be in (0, 1]")
 	}
+	if c.Eject.QueueAbove < 0 {
+		add("eject.queue_above: must be >= 0 (0 = off)")
+	}
+	if c.Eject.Cooldown < 0 {
+		add("eject.cooldown: must be >= 0")
+	}
 	if c.Eject.After < 1 || c.Eject.RestoreAfter < 1 {
 		add("eject: after and restore_after must be >= 1")
 	}
 	if c.Breaker.Failures < 1 || c.Breaker.HalfOpenSuccesses < 1 {
 		add("breaker: failures and half_open_successes must be >= 1")
+	}
+	if c.Breaker.HalfOpenProbes < 0 {
+		add("breaker.half_open_probes: must be >= 0")
 	}
 	if c.Breaker.Window <= 0 || c.Breaker.OpenFor <= 0 {
 		add("breaker: window and open_for must be > 0")

@@ -1,6 +1,82 @@
 // Package balancer knows the GPU nodes and chooses among them: per-node
 // in-flight counts and caps, health, engine metrics scraped from /metrics,
 // scores, circuit breakers and ejection, and model aliases with weighted
-// (canary) targets. It returns an ordered list of candidates; the caller
+// (canary) targets. Pick returns an ordered list of candidates; the caller
 // tries them in order. It never imports adapters or router.
+//
+// # Signals
+//
+// In-flight: the gateway's own count per node, exact (TryAcquire/Release).
+//
+// Engine metrics: Run scrapes each node's metrics_url (default <server
+// root>/metrics) every scrape_interval, reading per kind
+//
+//	vllm    vllm:num_requests_waiting, vllm:num_requests_running,
+//	        vllm:kv_cache_usage_perc (before 0.9: vllm:gpu_cache_usage_perc)
+//	tgi     tgi_queue_size, tgi_batch_current_size, memory =
+//	        tgi_batch_current_max_tokens / tgi_batch_max_total_tokens
+//	sglang  sglang:num_queue_reqs, sglang:num_running_reqs, sglang:token_usage
+//	openai  nothing
+//
+// Counts add up across data-parallel ranks (vLLM's engine label, SGLang's
+// dp_rank) and are maxed across series of one rank (SGLang repeats its
+// scheduler's view per tensor-parallel rank); memory is the fullest rank.
+// A metric that is absent, NaN, or older than stale_after is unknown.
+//
+// Latency: an EWMA (α 0.2) of the first-byte times passed to Report, and of
+// per-token times passed to ReportTokens. An average with no sample for
+// 10 × stale_after is forgotten (unknown), so an avoided node is re-measured.
+//
+// Health: an active probe of health_url every health_interval, plus passive
+// health: a failure reported while the node has nothing else in flight
+// marks it unhealthy until the next probe.
+//
+// # Filters
+//
+// A candidate serves the model, is healthy, not drained, below
+// max_concurrency, its breaker not open (half-open: a trial slot free), and
+// not ejected. Ejected nodes come back only as a last resort: when every
+// other node serving the model is down, drained or cut off (not merely
+// full), so ejection never turns overload into an outage.
+//
+// # Scores
+//
+// Policy score orders candidates by a weighted mean of four components in
+// [0,1], multiplied by the node's weight; ties break at random:
+//
+//	queue    (1 − 0.75·o²) ÷ (1 + w). o is the engine's running requests over
+//	         its slots (max_concurrency, or the batch size the engine was seen
+//	         queueing at, if smaller); w is its waiting requests. Both come
+//	         from the last scrape, corrected by the change in this gateway's
+//	         in-flight count since then, so a burst does not pile onto a node
+//	         that looked idle a second ago.
+//	latency  (best + 25ms) ÷ (ttft + 25ms), against the lowest TTFT average
+//	         among the candidates.
+//	memory   1 − KV-cache usage.
+//	affinity 1 for the rendezvous-hash favourite of the request's affinity
+//	         key among the candidates, else 0 (left out without a key).
+//
+// Unknown is scored as neutral, never as idle: an unknown memory or latency
+// component scores 0.5 against 1 for a known-idle node or the fastest one;
+// an unknown queue scores half of what the gateway's own in-flight count
+// alone would give (0.5 for an idle node). So a node that stopped reporting
+// keeps some traffic but loses to a node known to be idle.
+//
+// Policies round_robin (rotating start) and least_inflight (in-flight ÷
+// weight) exist for comparison; they use the same filters.
+//
+// # Ejection and breakers
+//
+// A node is ejected after eject.after consecutive scrapes over
+// kv_usage_above or queue_above, and restored after restore_after
+// consecutive scrapes clearly under them (KV usage at least 0.05 below,
+// queue at most half) and never sooner than cooldown: a node hovering
+// around the threshold is ejected once and stays out. A scrape without the
+// metrics is no evidence either way.
+//
+// The breaker opens on breaker.failures failures within window, stays open
+// for open_for, then lets half_open_probes trial requests through at a
+// time; half_open_successes successes close it, a failure re-opens it.
+//
+// All timing uses the pool's clock (WithClock), so tests are deterministic.
 package balancer

@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"frontdoor/adapters"
+	"frontdoor/balancer"
 	"frontdoor/cache"
 )
 
@@ -28,6 +29,14 @@ func (g *Gateway) serveAdmin(ctx *fasthttp.RequestCtx) {
 	case strings.HasPrefix(path, "/admin/cache/entries/"):
 		if g.onlyMethod(ctx, fasthttp.MethodDelete) {
 			g.adminDeleteEntry(ctx, strings.TrimPrefix(path, "/admin/cache/entries/"))
+		}
+	case path == "/admin/nodes":
+		if g.onlyMethod(ctx, fasthttp.MethodGet) {
+			writeJSON(ctx, 200, g.pool.Status())
+		}
+	case strings.HasPrefix(path, "/admin/nodes/"):
+		if g.onlyMethod(ctx, fasthttp.MethodPost) {
+			g.adminNode(ctx, strings.TrimPrefix(path, "/admin/nodes/"))
 		}
 	case path == "/admin/cache":
 		if g.onlyMethod(ctx, fasthttp.MethodDelete) {
@@ -108,4 +117,29 @@ func (g *Gateway) adminPurge(ctx *fasthttp.RequestCtx) {
 	}
 	g.log.Info("cache namespace purged", "namespace", ns, "entries", n)
 	writeJSON(ctx, 200, map[string]any{"namespace": ns, "deleted": n})
+}
+
+// adminNode serves POST /admin/nodes/{name}/drain and .../undrain.
+func (g *Gateway) adminNode(ctx *fasthttp.RequestCtx, rest string) {
+	name, action, _ := strings.Cut(rest, "/")
+	var err error
+	switch action {
+	case "drain":
+		err = g.pool.Drain(name)
+	case "undrain":
+		err = g.pool.Undrain(name)
+	default:
+		g.writeError(ctx, &adapters.APIError{Status: 404, Type: adapters.TypeNotFound, Code: "unknown_url", Message: "use /admin/nodes/{name}/drain or /undrain"})
+		return
+	}
+	if errors.Is(err, balancer.ErrUnknownNode) {
+		g.writeError(ctx, &adapters.APIError{Status: 404, Type: adapters.TypeNotFound, Code: "node_not_found", Message: "no node " + strconv.Quote(name)})
+		return
+	}
+	if err != nil {
+		g.writeError(ctx, adapters.BadRequest("", err.Error()))
+		return
+	}
+	g.log.Info("node "+action+"ed", "node", name)
+	writeJSON(ctx, 200, map[string]any{"node": name, "action": action})
 }

@@ -161,6 +161,14 @@ func (g *Gateway) tryHit(ctx *fasthttp.RequestCtx, x *exchange, p *cachePlan) bo
 			g.serveEntry(ctx, x, e, cacheHitExact, 0)
 			return true
 		}
+		// An identical request may have just been answered, with its
+		// write-back still under way: that answer is the exact hit.
+		if f := g.flights.peek(p.keys.Exact); f != nil {
+			if a := f.finished(); a != nil {
+				g.serveFlightAnswer(ctx, x, f, a)
+				return true
+			}
+		}
 	}
 	if !g.semanticScope(x, p) {
 		return false
@@ -274,6 +282,17 @@ func (g *Gateway) serveEntry(ctx *fasthttp.RequestCtx, x *exchange, e *cache.Ent
 	g.cm.tokensSaved.Add(e.Usage.TotalTokens)
 	g.metrics.countTokens(x.tenant.name, "cache", e.Usage.PromptTokens, e.Usage.CompletionTokens)
 	g.replay(ctx, x, entryAnswer(e))
+}
+
+// serveFlightAnswer answers from a finished flight whose answer is being
+// stored: the hit it is about to be.
+func (g *Gateway) serveFlightAnswer(ctx *fasthttp.RequestCtx, x *exchange, f *flight, a *adapters.Answer) {
+	x.cacheResult = cacheHitExact
+	ctx.Response.Header.Set("X-Cache-Entry", f.entryID)
+	ctx.Response.Header.Set("X-Cache-Age", "0")
+	g.cm.tokensSaved.Add(a.Usage.TotalTokens)
+	g.metrics.countTokens(x.tenant.name, "cache", a.Usage.PromptTokens, a.Usage.CompletionTokens)
+	g.replay(ctx, x, a)
 }
 
 // replay renders an assembled answer to the client.

@@ -138,6 +138,13 @@ func (g *flightGroup) join(key string) (*flight, bool) {
 	return f, true
 }
 
+// peek returns the flight for key, if one is registered.
+func (g *flightGroup) peek(key string) *flight {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.m[key]
+}
+
 // leave unregisters a finished flight.
 func (g *flightGroup) leave(f *flight) {
 	if !f.shared {

@@ -293,7 +293,7 @@ func TestStatusAndDashboard(t *testing.T) {
 		t.Fatalf("status: %d %v", resp.StatusCode, err)
 	}
 	resp.Body.Close()
-	if !st.Ready || len(st.Nodes) != 1 || st.Nodes[0].Name != "gpu-a" || st.Cache == nil || st.Cache.Results["miss"] != 1 || st.Requests["2xx"] != 1 {
+	if !st.Ready || len(st.Nodes) != 1 || st.Nodes[0].Name != "gpu-a" || st.Nodes[0].State != "healthy" || st.Cache == nil || st.Cache.Results["miss"] != 1 || st.Requests["2xx"] != 1 {
 		t.Fatalf("status %+v", st)
 	}
 	resp, err = httpClient.Get(gw.URL + "/dashboard")

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -160,6 +161,7 @@ type exchange struct {
 	pass         *admission.Pass   // the tenant's rate and concurrency admission
 	charge       *admission.Charge // the token charge of a miss
 	streamOwned  bool              // a stream writer settles and releases at its end
+	streamEvents int               // events pumped to the client, for the per-token time
 	plan         *cachePlan
 	flight       *flight
 }
@@ -308,9 +310,21 @@ func rewriteModel(root *fastjson.Value, model string) []byte {
 // forward tries the candidate nodes in order until one answers. Failures
 // before the first byte move on to the next (different) node.
 func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.UpstreamRequest) {
-	cands, _ := g.pool.Candidates(x.model)
+	affinity := systemPromptHash(x.req)
+	cands, _ := g.pool.Pick(x.model, affinity)
 	maxAttempts := 1 + g.cfg.Balancer.Retries
 	var lastErr *adapters.APIError
+	if maxWait := g.cfg.Balancer.Queue.MaxWait.D(); maxWait > 0 && !anyFree(cands) && g.pool.AnyUsable(x.model) {
+		// Every node is full: wait for a slot before spilling over or
+		// answering 503.
+		deadline := time.Now().Add(maxWait)
+		for !anyFree(cands) && time.Now().Before(deadline) {
+			if !g.pool.WaitForSlot(context.Background(), x.model, time.Until(deadline)) {
+				break
+			}
+			cands, _ = g.pool.Pick(x.model, affinity)
+		}
+	}
 	for _, n := range cands {
 		if x.attempts >= maxAttempts {
 			break
@@ -341,10 +355,26 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.Up
 			g.log.Warn("upstream attempt refused", "request_id", x.id, "node", n.Name(), "status", resp.Status)
 			continue
 		}
-		g.pool.Report(n, balancer.OutcomeSuccess, time.Since(sent))
+		// Time to first token is only known for streams: a non-streaming
+		// answer arrives whole.
+		var ttft time.Duration
+		if resp.Streaming() {
+			ttft = time.Since(sent)
+		}
+		g.pool.Report(n, balancer.OutcomeSuccess, ttft)
 		g.metrics.upstreamAnswers.Add(1)
 		x.upstream = n.Name()
-		g.commit(ctx, x, n.Name(), n.Release, be, resp)
+		release := n.Release
+		if resp.Streaming() {
+			first := time.Now()
+			release = func() {
+				if x.streamEvents > 1 {
+					g.pool.ReportTokens(n, x.streamEvents-1, time.Since(first))
+				}
+				n.Release()
+			}
+		}
+		g.commit(ctx, x, n.Name(), release, be, resp)
 		return
 	}
 	reason := "failed"
@@ -364,6 +394,28 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.Up
 	}
 	g.failFlight(x)
 	g.writeError(ctx, lastErr)
+}
+
+// anyFree reports whether some candidate has a free slot.
+func anyFree(cands []*balancer.Node) bool {
+	for _, n := range cands {
+		if n.Inflight() < int64(n.Config().MaxConcurrency) {
+			return true
+		}
+	}
+	return false
+}
+
+// systemPromptHash is the affinity key: requests sharing a system prompt go
+// to the node whose prefix cache may already hold it. 0 when there is none.
+func systemPromptHash(req *adapters.Request) uint64 {
+	msgs := req.Root().GetArray("messages")
+	if len(msgs) == 0 || string(msgs[0].GetStringBytes("role")) != "system" {
+		return 0
+	}
+	h := fnv.New64a()
+	_, _ = h.Write(msgs[0].GetStringBytes("content"))
+	return h.Sum64() | 1
 }
 
 // failFlight tells the followers of x's flight that it got no answer.
@@ -537,7 +589,7 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, upstream string,
 				go g.writeBack(f, plan, answer)
 			}
 		}()
-		broken = g.pump(w, id, resp, f, asm, wantUsage)
+		broken, x.streamEvents = g.pump(w, id, resp, f, asm, wantUsage)
 	})
 }
 
@@ -559,13 +611,13 @@ func (g *Gateway) settle(x *exchange, a *adapters.Answer) {
 // whenever nothing more is buffered, and publishes them to the flight. When
 // the client goes away the upstream is closed at once, unless followers of
 // the flight still read it. It reports whether the stream broke.
-func (g *Gateway) pump(w *bufio.Writer, id string, resp *adapters.UpstreamResponse, f *flight, asm *adapters.Assembler, wantUsage bool) (broken bool) {
+func (g *Gateway) pump(w *bufio.Writer, id string, resp *adapters.UpstreamResponse, f *flight, asm *adapters.Assembler, wantUsage bool) (broken bool, events int) {
 	clientOK := true
-	for {
+	for ; ; events++ {
 		ev, err := resp.Next()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				return false
+				return false, events
 			}
 			g.log.Warn("upstream stream broke", "request_id", id, "error", err.Error())
 			g.metrics.streamErrors.Inc()
@@ -578,7 +630,7 @@ func (g *Gateway) pump(w *bufio.Writer, id string, resp *adapters.UpstreamRespon
 				_, _ = w.Write(errEvent)
 				_ = w.Flush()
 			}
-			return true
+			return true, events
 		}
 		usageOnly := false
 		if asm != nil && !ev.IsDone() {
@@ -601,7 +653,7 @@ func (g *Gateway) pump(w *bufio.Writer, id string, resp *adapters.UpstreamRespon
 			}
 		}
 		if !clientOK && (f == nil || f.followers.Load() == 0) {
-			return true
+			return true, events
 		}
 	}
 }
@@ -619,13 +671,7 @@ func (g *Gateway) follow(ctx *fasthttp.RequestCtx, x *exchange, f *flight) bool 
 		return false
 	}
 	if a := f.finished(); a != nil {
-		// The answer is complete and on its way into the store: serve it as
-		// the hit it is about to be.
-		x.cacheResult = cacheHitExact
-		ctx.Response.Header.Set("X-Cache-Entry", f.entryID)
-		ctx.Response.Header.Set("X-Cache-Age", "0")
-		g.cm.tokensSaved.Add(a.Usage.TotalTokens)
-		g.replay(ctx, x, a)
+		g.serveFlightAnswer(ctx, x, f, a)
 		return true
 	}
 	var answer *adapters.Answer

@@ -59,16 +59,7 @@ func newGatewayMetrics(set *metrics.Set, g *Gateway) *gatewayMetrics {
 		m.tokens[name] = &cs
 	}
 	set.NewGauge(`frontdoor_streams_active`, func() float64 { return float64(m.streams.Load()) })
-	for _, n := range g.pool.Nodes() {
-		n := n
-		set.NewGauge(`frontdoor_node_inflight{node="`+n.Name()+`"}`, func() float64 { return float64(n.Inflight()) })
-		set.NewGauge(`frontdoor_node_healthy{node="`+n.Name()+`"}`, func() float64 {
-			if n.Healthy() {
-				return 1
-			}
-			return 0
-		})
-	}
+	g.pool.RegisterMetrics(set)
 	return m
 }
 

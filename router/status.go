@@ -6,6 +6,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"frontdoor/balancer"
 	"frontdoor/router/admission"
 )
 
@@ -16,14 +17,14 @@ var startTime = time.Now()
 
 // Status is the GET /status document.
 type Status struct {
-	Uptime    string           `json:"uptime"`
-	Ready     bool             `json:"ready"`
-	Requests  map[string]int   `json:"requests"` // by outcome class
-	Streams   int64            `json:"streams_active"`
-	Cache     *CacheStatus     `json:"cache,omitempty"`
-	Spill     *SpillStatus     `json:"spillover,omitempty"`
-	Nodes     []NodeStatus     `json:"nodes"`
-	Admission admission.Status `json:"admission"`
+	Uptime    string                `json:"uptime"`
+	Ready     bool                  `json:"ready"`
+	Requests  map[string]int        `json:"requests"` // by outcome class
+	Streams   int64                 `json:"streams_active"`
+	Cache     *CacheStatus          `json:"cache,omitempty"`
+	Spill     *SpillStatus          `json:"spillover,omitempty"`
+	Nodes     []balancer.NodeStatus `json:"nodes"`
+	Admission admission.Status      `json:"admission"`
 }
 
 // CacheStatus is the cache part of /status.
@@ -46,20 +47,10 @@ type SpillStatus struct {
 	Ratio    float64 `json:"ratio"` // spilled / upstream answers
 }
 
-// NodeStatus is one node in /status.
-type NodeStatus struct {
-	Name     string `json:"name"`
-	Healthy  bool   `json:"healthy"`
-	Inflight int64  `json:"inflight"`
-	Max      int    `json:"max_concurrency"`
-}
-
 func (g *Gateway) status() Status {
 	st := Status{Uptime: time.Since(startTime).Round(time.Second).String(), Ready: g.pool.Ready() && !g.stopping.Load(),
 		Streams: g.metrics.streams.Load(), Requests: g.metrics.classes()}
-	for _, n := range g.pool.Nodes() {
-		st.Nodes = append(st.Nodes, NodeStatus{Name: n.Name(), Healthy: n.Healthy(), Inflight: n.Inflight(), Max: n.Config().MaxConcurrency})
-	}
+	st.Nodes = g.pool.Status()
 	if g.store != nil {
 		st.Cache = &CacheStatus{Backend: g.cfg.Cache.Backend, Results: g.cm.totals(), HitRatio: g.cm.hitRatio(),
 			Entries: g.cm.entries.Load(), Vectors: g.cm.vectors.Load(), Bytes: g.cm.bytes.Load(),

@@ -1,0 +1,370 @@
+package balancer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// engineKind selects the metric names read from a node's /metrics.
+type engineKind uint8
+
+const (
+	kindVLLM engineKind = iota
+	kindTGI
+	kindSGLang
+	kindOpenAI // no engine metrics
+)
+
+func parseKind(s string) engineKind {
+	switch s {
+	case "tgi":
+		return kindTGI
+	case "sglang":
+		return kindSGLang
+	case "openai":
+		return kindOpenAI
+	}
+	return kindVLLM
+}
+
+// engineMetrics is one scrape, immutable once stored. A NaN field was
+// absent from the scrape.
+type engineMetrics struct {
+	at       int64 // unix ns (pool clock)
+	inflight int64 // our in-flight count when the scrape was sent
+	waiting  float64
+	running  float64
+	kv       float64 // KV-cache usage, 0..1
+}
+
+// metric families of interest, per kind.
+const (
+	famWaiting = iota
+	famRunning
+	famKV
+	famKVLegacy   // vLLM before 0.9: gpu_cache_usage_perc
+	famTokensUsed // TGI: tgi_batch_current_max_tokens
+	famTokensMax  // TGI: tgi_batch_max_total_tokens
+	numFams
+)
+
+func family(k engineKind, name []byte) int {
+	switch k {
+	case kindVLLM:
+		switch string(name) {
+		case "vllm:num_requests_waiting":
+			return famWaiting
+		case "vllm:num_requests_running":
+			return famRunning
+		case "vllm:kv_cache_usage_perc":
+			return famKV
+		case "vllm:gpu_cache_usage_perc":
+			return famKVLegacy
+		}
+	case kindTGI:
+		switch string(name) {
+		case "tgi_queue_size":
+			return famWaiting
+		case "tgi_batch_current_size":
+			return famRunning
+		case "tgi_batch_current_max_tokens":
+			return famTokensUsed
+		case "tgi_batch_max_total_tokens":
+			return famTokensMax
+		}
+	case kindSGLang:
+		switch string(name) {
+		case "sglang:num_queue_reqs":
+			return famWaiting
+		case "sglang:num_running_reqs":
+			return famRunning
+		case "sglang:token_usage":
+			return famKV
+		}
+	}
+	return -1
+}
+
+// rankSeries holds one family's value per data-parallel rank.
+type rankSeries struct {
+	ranks []string
+	vals  []float64
+}
+
+// add folds one series in. Series of the same data-parallel rank (vLLM's
+// engine label, SGLang's dp_rank) are replicas of one scheduler's view, as
+// SGLang reports it once per tensor-parallel rank: they are maxed.
+func (r *rankSeries) add(rank string, v float64) {
+	for i, k := range r.ranks {
+		if k == rank {
+			r.vals[i] = max(r.vals[i], v)
+			return
+		}
+	}
+	r.ranks = append(r.ranks, rank)
+	r.vals = append(r.vals, v)
+}
+
+// sum adds the ranks up (separate schedulers, separate queues).
+func (r *rankSeries) sum() float64 {
+	if len(r.vals) == 0 {
+		return math.NaN()
+	}
+	s := 0.0
+	for _, v := range r.vals {
+		s += v
+	}
+	return s
+}
+
+// max is the fullest rank (each has its own KV cache).
+func (r *rankSeries) max() float64 {
+	if len(r.vals) == 0 {
+		return math.NaN()
+	}
+	m := r.vals[0]
+	for _, v := range r.vals[1:] {
+		m = max(m, v)
+	}
+	return m
+}
+
+// parseMetrics reads the Prometheus text exposition of a node of kind k.
+// Counts are summed across data-parallel ranks and memory is the fullest
+// rank; the model_name label is ignored (one engine per node). Absent
+// families come back as NaN.
+func parseMetrics(k engineKind, body []byte) engineMetrics {
+	var fams [numFams]rankSeries
+	for len(body) > 0 {
+		line := body
+		if i := bytes.IndexByte(body, '\n'); i >= 0 {
+			line, body = body[:i], body[i+1:]
+		} else {
+			body = nil
+		}
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 || line[0] == '#' {
+			continue
+		}
+		name, rank, value, ok := parseSample(line)
+		if !ok {
+			continue
+		}
+		f := family(k, name)
+		if f < 0 || math.IsNaN(value) || math.IsInf(value, 0) {
+			continue
+		}
+		fams[f].add(rank, value)
+	}
+	m := engineMetrics{
+		waiting: fams[famWaiting].sum(),
+		running: fams[famRunning].sum(),
+		kv:      fams[famKV].max(),
+	}
+	if math.IsNaN(m.kv) {
+		m.kv = fams[famKVLegacy].max()
+	}
+	if k == kindTGI {
+		used, total := fams[famTokensUsed].sum(), fams[famTokensMax].sum()
+		if total > 0 && !math.IsNaN(used) {
+			m.kv = min(1, used/total)
+		}
+	}
+	if !math.IsNaN(m.kv) {
+		m.kv = min(1, max(0, m.kv))
+	}
+	return m
+}
+
+// parseSample splits `name{labels} value [timestamp]`. rank is the value of
+// the engine or dp_rank label, "" if neither is present.
+func parseSample(line []byte) (name []byte, rank string, value float64, ok bool) {
+	i := 0
+	for i < len(line) && line[i] != '{' && line[i] != ' ' && line[i] != '\t' {
+		i++
+	}
+	name = line[:i]
+	rest := line[i:]
+	if len(rest) > 0 && rest[0] == '{' {
+		var end int
+		rank, end, ok = scanLabels(rest)
+		if !ok {
+			return nil, "", 0, false
+		}
+		rest = rest[end:]
+	}
+	rest = bytes.TrimLeft(rest, " \t")
+	if j := bytes.IndexAny(rest, " \t"); j >= 0 {
+		rest = rest[:j] // drop the optional timestamp
+	}
+	v, err := strconv.ParseFloat(string(rest), 64)
+	if err != nil {
+		return nil, "", 0, false
+	}
+	return name, rank, v, true
+}
+
+// scanLabels reads `{k="v",...}` from the start of b and returns the rank
+// label's value and the index just past the closing brace.
+func scanLabels(b []byte) (rank string, end int, ok bool) {
+	i := 1
+	for {
+		for i < len(b) && (b[i] == ' ' || b[i] == ',') {
+			i++
+		}
+		if i >= len(b) {
+			return "", 0, false
+		}
+		if b[i] == '}' {
+			return rank, i + 1, true
+		}
+		ks := i
+		for i < len(b) && b[i] != '=' {
+			i++
+		}
+		key := bytes.TrimSpace(b[ks:i])
+		i++ // '='
+		if i >= len(b) || b[i] != '"' {
+			return "", 0, false
+		}
+		i++
+		vs := i
+		for i < len(b) && b[i] != '"' {
+			if b[i] == '\\' {
+				i++
+			}
+			i++
+		}
+		if i >= len(b) {
+			return "", 0, false
+		}
+		if string(key) == "engine" || string(key) == "dp_rank" {
+			rank = string(b[vs:i])
+		}
+		i++ // closing quote
+	}
+}
+
+var errNoMetrics = errors.New("none of the engine's load metrics are present")
+
+// scrape reads the node's /metrics once and, on success, stores the
+// snapshot and runs the ejection check.
+func (p *Pool) scrape(n *Node) {
+	before := n.inflight.Load()
+	err := p.get(n.metricsURL, p.cfg.ScrapeInterval.D(), func(body []byte) error {
+		m := parseMetrics(n.kind, body)
+		if math.IsNaN(m.waiting) && math.IsNaN(m.running) && math.IsNaN(m.kv) {
+			return fmt.Errorf("%s: %w", n.cfg.Kind, errNoMetrics)
+		}
+		p.record(n, m, before)
+		return nil
+	})
+	n.mu.Lock()
+	n.scrapeErr = ""
+	if err != nil {
+		n.scrapeErr = err.Error()
+	}
+	n.mu.Unlock()
+}
+
+// record stores a scrape taken when our in-flight count was inflight:
+// the snapshot, the engine's batch size if it shows, and the ejection check.
+func (p *Pool) record(n *Node, m engineMetrics, inflight int64) {
+	m.at, m.inflight = p.nowNanos(), inflight
+	if m.waiting > 0 && m.running > 0 {
+		// The engine queues: what runs now is its real batch size.
+		if old := math.Float64frombits(n.slots.Load()); m.running > old {
+			n.slots.Store(math.Float64bits(m.running))
+		}
+	}
+	n.scraped.Store(&m)
+	n.evaluateEjection(&m, m.at)
+}
+
+// probe asks the node's health endpoint; 200 is healthy.
+func (p *Pool) probe(n *Node) bool {
+	err := p.get(n.healthURL, p.cfg.HealthInterval.D(), nil)
+	ok := err == nil
+	n.mu.Lock()
+	n.probeErr = ""
+	if err != nil {
+		n.probeErr = err.Error()
+	}
+	n.mu.Unlock()
+	if was := n.healthy.Swap(ok); ok && !was {
+		n.wake()
+	}
+	return ok
+}
+
+// get fetches url within min(interval, 2s) and hands a 200 body to read.
+func (p *Pool) get(url string, interval time.Duration, read func([]byte) error) error {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(url)
+	timeout := min(interval, 2*time.Second)
+	if err := p.client.DoTimeout(req, resp, timeout); err != nil {
+		return fmt.Errorf("GET %s: %w", url, err)
+	}
+	if resp.StatusCode() != fasthttp.StatusOK {
+		return fmt.Errorf("GET %s: status %d", url, resp.StatusCode())
+	}
+	if read == nil {
+		return nil
+	}
+	return read(resp.Body())
+}
+
+// ProbeAll runs one round of health probes, one node after another.
+func (p *Pool) ProbeAll() {
+	for _, n := range p.nodes {
+		p.probe(n)
+	}
+}
+
+// ScrapeAll scrapes every node's engine metrics once (kind openai has none).
+func (p *Pool) ScrapeAll() {
+	for _, n := range p.nodes {
+		if n.kind != kindOpenAI {
+			p.scrape(n)
+		}
+	}
+}
+
+// Run probes each node's health every health_interval and scrapes its
+// engine metrics every scrape_interval, each node on its own goroutines so
+// a slow node delays no other, until ctx ends. It returns once they have
+// all stopped.
+func (p *Pool) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, n := range p.nodes {
+		wg.Go(func() { every(ctx, p.cfg.HealthInterval.D(), func() { p.probe(n) }) })
+		if n.kind != kindOpenAI {
+			wg.Go(func() { every(ctx, p.cfg.ScrapeInterval.D(), func() { p.scrape(n) }) })
+		}
+	}
+	wg.Wait()
+}
+
+// every runs f now and then every d until ctx ends.
+func every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		f()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,154 @@
+package balancer
+
+import (
+	"math"
+	"time"
+)
+
+// Node states, most significant first: a node is reported in the first
+// that applies.
+const (
+	StateDrained   = "drained"
+	StateUnhealthy = "unhealthy"
+	StateOpen      = "open"
+	StateHalfOpen  = "half_open"
+	StateEjected   = "ejected"
+	StateHealthy   = "healthy"
+)
+
+// States lists every node state.
+var States = [...]string{StateHealthy, StateUnhealthy, StateEjected, StateOpen, StateHalfOpen, StateDrained}
+
+// NodeStatus is one node as the admin API shows it.
+type NodeStatus struct {
+	Name           string            `json:"name"`
+	URL            string            `json:"url"`
+	Kind           string            `json:"kind"`
+	Models         []string          `json:"models"`
+	State          string            `json:"state"`
+	Inflight       int64             `json:"inflight"`
+	MaxConcurrency int               `json:"max_concurrency"`
+	Weight         float64           `json:"weight"`
+	Metrics        *MetricsStatus    `json:"metrics"` // null: never scraped (or kind openai)
+	EWMATTFT       *float64          `json:"ewma_ttft_seconds"`
+	EWMATPOT       *float64          `json:"ewma_tpot_seconds"`
+	Score          float64           `json:"score"`
+	ScoreParts     ScoreParts        `json:"score_parts"`
+	Breaker        BreakerStatus     `json:"breaker"`
+	Ejection       EjectionStatus    `json:"ejection"`
+	Requests       map[string]uint64 `json:"requests"` // by outcome
+	ProbeError     string            `json:"probe_error,omitempty"`
+}
+
+// MetricsStatus is the last scrape of a node's engine metrics. A null
+// value was absent from it.
+type MetricsStatus struct {
+	Waiting    *float64 `json:"waiting"`
+	Running    *float64 `json:"running"`
+	KVUsage    *float64 `json:"kv_usage"`
+	AgeSeconds float64  `json:"age_seconds"`
+	Stale      bool     `json:"stale"` // older than stale_after: scored as unknown
+	Error      string   `json:"error,omitempty"`
+}
+
+// BreakerStatus is the circuit breaker's state.
+type BreakerStatus struct {
+	State     string     `json:"state"` // closed | open | half_open
+	OpenUntil *time.Time `json:"open_until,omitempty"`
+	Opens     int        `json:"opens"`
+}
+
+// EjectionStatus is the overload ejection's state.
+type EjectionStatus struct {
+	Ejected bool       `json:"ejected"`
+	Since   *time.Time `json:"since,omitempty"`
+	Reason  string     `json:"reason,omitempty"`
+	Count   int        `json:"count"`
+}
+
+// state returns the node's state name as of now.
+func (n *Node) state(now int64) string {
+	switch {
+	case n.drained.Load():
+		return StateDrained
+	case !n.healthy.Load():
+		return StateUnhealthy
+	}
+	switch n.breakerStateAt(now) {
+	case breakerOpen:
+		return StateOpen
+	case breakerHalfOpen:
+		return StateHalfOpen
+	}
+	if n.ejected.Load() {
+		return StateEjected
+	}
+	return StateHealthy
+}
+
+// Status returns every node's state, in configuration order. Scores are
+// computed as for a request without an affinity key, against the node's
+// peers serving its first model.
+func (p *Pool) Status() []NodeStatus {
+	now := p.nowNanos()
+	out := make([]NodeStatus, 0, len(p.nodes))
+	for _, n := range p.nodes {
+		st := NodeStatus{
+			Name: n.cfg.Name, URL: n.cfg.URL, Kind: n.cfg.Kind, Models: append([]string(nil), n.cfg.Models...),
+			State: n.state(now), Inflight: n.inflight.Load(), MaxConcurrency: n.cfg.MaxConcurrency, Weight: n.cfg.Weight,
+			Requests: map[string]uint64{},
+		}
+		for o := range n.requests {
+			st.Requests[Outcome(o).String()] = n.requests[o].Load()
+		}
+		st.ScoreParts = p.nodeScore(n, now)
+		st.Score = st.ScoreParts.Total
+		if v, _, ok := n.ttft.get(); ok {
+			st.EWMATTFT = &v
+		}
+		if v, _, ok := n.tpot.get(); ok {
+			st.EWMATPOT = &v
+		}
+		n.mu.Lock()
+		scrapeErr, probeErr := n.scrapeErr, n.probeErr
+		br, ej := n.br, n.ej
+		n.mu.Unlock()
+		st.ProbeError = probeErr
+		if m := n.scraped.Load(); m != nil || scrapeErr != "" {
+			ms := &MetricsStatus{Error: scrapeErr, Stale: true}
+			if m != nil {
+				ms.Waiting, ms.Running, ms.KVUsage = optional(m.waiting), optional(m.running), optional(m.kv)
+				ms.AgeSeconds = time.Duration(now - m.at).Seconds()
+				ms.Stale = now-m.at > int64(p.cfg.StaleAfter)
+			}
+			st.Metrics = ms
+		}
+		bs := n.breakerStateAt(now)
+		st.Breaker = BreakerStatus{State: breakerNames[bs], Opens: br.opens}
+		if bs == breakerOpen {
+			t := time.Unix(0, n.openUntil.Load()).UTC()
+			st.Breaker.OpenUntil = &t
+		}
+		st.Ejection = EjectionStatus{Ejected: n.ejected.Load(), Reason: ej.reason, Count: ej.count}
+		if st.Ejection.Ejected {
+			t := time.Unix(0, ej.since).UTC()
+			st.Ejection.Since = &t
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// nodeScore is the node's score without an affinity key, with latency
+// normalised against every node sharing its first model.
+func (p *Pool) nodeScore(n *Node, now int64) ScoreParts {
+	peers := p.byModel[n.cfg.Models[0]]
+	return p.score(n, now, p.bestTTFT(peers, now), false, false)
+}
+
+func optional(v float64) *float64 {
+	if math.IsNaN(v) {
+		return nil
+	}
+	return &v
+}
