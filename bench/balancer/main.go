@@ -129,7 +129,7 @@ func run(dur, warm, affDur time.Duration, rate float64, seed uint64) error {
 	}
 	fmt.Println("\nstickiness: per system prompt, the share of its requests on its most used node, averaged.")
 	fmt.Println("gpusim has no prefix cache, so affinity cannot lower TTFT here; it shows only whether requests sharing a prompt")
-	fmt.Println("land together. Stickiness stays near the load split unless the router passes an affinity key to Pool.Pick.")
+	fmt.Println("land together. The router passes a hash of the system prompt as the affinity key; on a cluster this uneven, load and latency dominate the score.")
 	return nil
 }
 
