@@ -15,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"frontdoor/adapters"
 	"frontdoor/cmd/gpusim/sim"
 	"frontdoor/internal/testenv"
 )
@@ -304,5 +305,45 @@ func TestStatusAndDashboard(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.Contains(string(b), "cache hit rate") || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
 		t.Fatalf("dashboard: %d %.100s", resp.StatusCode, b)
+	}
+}
+
+// panicking is a Backend with a bug.
+type panicking struct{}
+
+func (panicking) Send(context.Context, *adapters.UpstreamRequest) (*adapters.UpstreamResponse, error) {
+	panic("backend bug")
+}
+func (panicking) MapError(int, []byte) *adapters.APIError { return nil }
+func (panicking) Name() string                            { return "panicking" }
+
+// A panic is answered with a 500 and releases every in-flight counter.
+func TestPanicReleasesCounters(t *testing.T) {
+	s := testenv.GPUSim(t, nil)
+	cfg := testConfig(s)
+	t.Setenv("TEST_P_KEYS", "sk-p")
+	cfg.Tenants = []Tenant{{Name: "p", APIKeysEnv: "TEST_P_KEYS", MaxConcurrency: 2}}
+	logs := &syncBuffer{}
+	gw, err := New(cfg, Deps{Logger: NewLogger(cfg.Logging, logs), Backends: map[string]adapters.Backend{"gpu-a": panicking{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	go func() { _ = gw.Serve(ln) }()
+	defer func() { _ = gw.Shutdown(context.Background()) }()
+	for i := 0; i < 5; i++ {
+		resp, b := post(t, "http://"+ln.Addr().String()+"/v1/chat/completions", chatBody("boom", ""), "Authorization", "Bearer sk-p")
+		if resp.StatusCode != 500 || !strings.Contains(string(b), "internal_error") {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, b)
+		}
+	}
+	if n := gw.Pool().Nodes()[0].Inflight(); n != 0 {
+		t.Fatalf("node in-flight leaked: %d", n)
+	}
+	if n := gw.adm.Inflight("p"); n != 0 {
+		t.Fatalf("tenant in-flight leaked: %d", n)
+	}
+	if !strings.Contains(logs.String(), "handler panicked") {
+		t.Fatal("the panic was not logged")
 	}
 }

@@ -12,7 +12,9 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"runtime/debug"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -24,6 +26,12 @@ import (
 )
 
 func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
+	defer func() {
+		if r := recover(); r != nil {
+			g.log.Error("handler panicked", "path", string(ctx.Path()), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			g.writeError(ctx, &adapters.APIError{Status: 500, Type: adapters.TypeServer, Code: "internal_error", Message: "internal error"})
+		}
+	}()
 	switch string(ctx.Path()) {
 	case "/v1/chat/completions":
 		g.serveInference(ctx, adapters.EndpointChat)
@@ -162,6 +170,7 @@ type exchange struct {
 	charge       *admission.Charge // the token charge of a miss
 	streamOwned  bool              // a stream writer settles and releases at its end
 	streamEvents int               // events pumped to the client, for the per-token time
+	release      func()            // frees the current node or spill-over slot; idempotent
 	plan         *cachePlan
 	flight       *flight
 }
@@ -169,7 +178,7 @@ type exchange struct {
 func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint) {
 	x := exchange{start: time.Now(), id: requestID(ctx), endpoint: ep}
 	ctx.Response.Header.Set("X-Request-Id", x.id)
-	defer func() { g.finish(ctx, &x) }()
+	defer func() { g.finish(ctx, &x, recover()) }()
 	if !ctx.IsPost() {
 		g.onlyMethod(ctx, fasthttp.MethodPost)
 		return
@@ -332,6 +341,9 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.Up
 		if !n.TryAcquire() {
 			continue
 		}
+		// Idempotent, and also called by finish: the slot is released on
+		// every path, panics included.
+		x.release = sync.OnceFunc(n.Release)
 		if x.attempts > 0 {
 			g.metrics.retries.Inc()
 			time.Sleep(g.backoff(x.attempts))
@@ -341,7 +353,7 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.Up
 		sent := time.Now()
 		resp, err := be.Send(context.Background(), ur)
 		if err != nil {
-			n.Release()
+			x.release()
 			g.pool.Report(n, balancer.OutcomeFailure, 0)
 			lastErr = sendError(n.Name(), err)
 			g.log.Warn("upstream attempt failed", "request_id", x.id, "node", n.Name(), "error", err.Error())
@@ -350,7 +362,7 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.Up
 		if adapters.RetryableStatus(resp.Status) {
 			lastErr = be.MapError(resp.Status, resp.Body)
 			resp.Close()
-			n.Release()
+			x.release()
 			g.pool.Report(n, balancer.OutcomeFailure, 0)
 			g.log.Warn("upstream attempt refused", "request_id", x.id, "node", n.Name(), "status", resp.Status)
 			continue
@@ -364,14 +376,14 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.Up
 		g.pool.Report(n, balancer.OutcomeSuccess, ttft)
 		g.metrics.upstreamAnswers.Add(1)
 		x.upstream = n.Name()
-		release := n.Release
+		release := x.release
 		if resp.Streaming() {
 			first := time.Now()
 			release = func() {
 				if x.streamEvents > 1 {
 					g.pool.ReportTokens(n, x.streamEvents-1, time.Since(first))
 				}
-				n.Release()
+				x.release()
 			}
 		}
 		g.commit(ctx, x, n.Name(), release, be, resp)
@@ -451,10 +463,11 @@ func (g *Gateway) trySpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.U
 		return true
 	}
 	s.inflight.Add(1)
+	x.release = sync.OnceFunc(func() { s.inflight.Add(-1) })
 	x.attempts++
 	resp, err := s.backend.Send(context.Background(), ur)
 	if err != nil {
-		s.inflight.Add(-1)
+		x.release()
 		g.failFlight(x)
 		g.writeError(ctx, sendError(s.name, err))
 		return true
@@ -471,13 +484,13 @@ func (g *Gateway) trySpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.U
 			e.RetryAfter = ra
 		}
 		resp.Close()
-		s.inflight.Add(-1)
+		x.release()
 		ctx.Response.Header.Set("X-Upstream", s.name)
 		g.failFlight(x)
 		g.writeError(ctx, e)
 		return true
 	}
-	g.commit(ctx, x, s.name, func() { s.inflight.Add(-1) }, s.backend, resp)
+	g.commit(ctx, x, s.name, x.release, s.backend, resp)
 	return true
 }
 
@@ -734,8 +747,18 @@ func (g *Gateway) follow(ctx *fasthttp.RequestCtx, x *exchange, f *flight) bool 
 }
 
 // finish records metrics and the access log line. Prompts never appear.
-func (g *Gateway) finish(ctx *fasthttp.RequestCtx, x *exchange) {
+func (g *Gateway) finish(ctx *fasthttp.RequestCtx, x *exchange, panicked any) {
+	if r := panicked; r != nil {
+		// A bug, not bad input: log it, answer 500, and release below.
+		g.log.Error("handler panicked", "request_id", x.id, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		x.streamOwned = false
+		ctx.ResetBody()
+		g.writeError(ctx, &adapters.APIError{Status: 500, Type: adapters.TypeServer, Code: "internal_error", Message: "internal error; request id " + x.id})
+	}
 	if !x.streamOwned {
+		if x.release != nil {
+			x.release()
+		}
 		if x.charge != nil {
 			x.charge.Settle(0) // no-op when already settled; else nothing was generated
 		}
