@@ -100,10 +100,11 @@ frontdoor demo is running (Ctrl-C stops everything)
   gateway         %[1]s/v1            (OpenAI-compatible)
   models          %[1]s/v1/models
   metrics         %[1]s/metrics
+  dashboard       %[1]s/dashboard     (cache hit rate, spill-over, node load)
   simulated GPUs  %[2]s (gpu-a), %[3]s (gpu-b): vLLM, max-num-seqs 10
   simulated Qwen  %[4]s (DashScope compatible mode, spill-over)
 
-Try it:
+Try it (ask twice, or reworded, to see X-Cache: hit-exact / hit-semantic):
 
   curl -s %[1]s/v1/chat/completions -H 'Content-Type: application/json' \
     -d '{"model":"qwen3-8b","messages":[{"role":"user","content":"Hello, who are you?"}]}'
