@@ -4,9 +4,11 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"frontdoor/internal/testenv"
 )
 
-func breakerPool(t *testing.T) (*Pool, *fakeClock, *Node) {
+func breakerPool(t *testing.T) (*Pool, *testenv.Clock, *Node) {
 	t.Helper()
 	p, clk := newTestPool(t, func(c *Config) {
 		c.Breaker = BreakerConfig{Failures: 3, Window: 10e9, OpenFor: 5e9, HalfOpenSuccesses: 2, HalfOpenProbes: 1}

@@ -5,9 +5,11 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"frontdoor/internal/testenv"
 )
 
-func ejectPool(t *testing.T) (*Pool, *fakeClock, *Node) {
+func ejectPool(t *testing.T) (*Pool, *testenv.Clock, *Node) {
 	t.Helper()
 	p, clk := newTestPool(t, func(c *Config) {
 		c.Eject = EjectConfig{KVUsageAbove: 0.92, QueueAbove: 8, After: 2, RestoreAfter: 2, Cooldown: 5e9}

@@ -5,30 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
-	"time"
+
+	"frontdoor/internal/testenv"
 )
-
-// fakeClock is a settable clock for WithClock.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // testNodes returns n vllm nodes serving "m", named a, b, c, ...
 func testNodes(n int) []NodeConfig {
@@ -41,13 +21,13 @@ func testNodes(n int) []NodeConfig {
 }
 
 // newTestPool builds a pool on a fake clock.
-func newTestPool(t testing.TB, mutate func(*Config), nodes []NodeConfig) (*Pool, *fakeClock) {
+func newTestPool(t testing.TB, mutate func(*Config), nodes []NodeConfig) (*Pool, *testenv.Clock) {
 	t.Helper()
 	cfg := DefaultConfig()
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	clk := newFakeClock()
+	clk := testenv.NewClock()
 	p, err := New(cfg, nodes, nil, WithClock(clk.Now))
 	if err != nil {
 		t.Fatal(err)

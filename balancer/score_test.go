@@ -2,6 +2,7 @@ package balancer
 
 import (
 	"fmt"
+	"frontdoor/internal/testenv"
 	"math"
 	"slices"
 	"testing"
@@ -150,28 +151,28 @@ func TestLatencyEWMA(t *testing.T) {
 func TestPickFilters(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		setup func(t *testing.T, p *Pool, c *fakeClock, n *Node)
+		setup func(t *testing.T, p *Pool, c *testenv.Clock, n *Node)
 		want  verdict
 	}{
-		{"healthy node is a candidate", func(*testing.T, *Pool, *fakeClock, *Node) {}, admitOK},
-		{"unhealthy", func(_ *testing.T, _ *Pool, _ *fakeClock, n *Node) { n.healthy.Store(false) }, admitUnhealthy},
-		{"drained", func(t *testing.T, p *Pool, _ *fakeClock, n *Node) {
+		{"healthy node is a candidate", func(*testing.T, *Pool, *testenv.Clock, *Node) {}, admitOK},
+		{"unhealthy", func(_ *testing.T, _ *Pool, _ *testenv.Clock, n *Node) { n.healthy.Store(false) }, admitUnhealthy},
+		{"drained", func(t *testing.T, p *Pool, _ *testenv.Clock, n *Node) {
 			if err := p.Drain(n.Name()); err != nil {
 				t.Fatal(err)
 			}
 		}, admitDrained},
-		{"at max_concurrency", func(t *testing.T, _ *Pool, _ *fakeClock, n *Node) { acquire(t, n, 10) }, admitFull},
-		{"breaker open", func(t *testing.T, p *Pool, _ *fakeClock, n *Node) { trip(t, p, n) }, admitBreakerOpen},
-		{"half-open with its trial slot taken", func(t *testing.T, p *Pool, c *fakeClock, n *Node) {
+		{"at max_concurrency", func(t *testing.T, _ *Pool, _ *testenv.Clock, n *Node) { acquire(t, n, 10) }, admitFull},
+		{"breaker open", func(t *testing.T, p *Pool, _ *testenv.Clock, n *Node) { trip(t, p, n) }, admitBreakerOpen},
+		{"half-open with its trial slot taken", func(t *testing.T, p *Pool, c *testenv.Clock, n *Node) {
 			trip(t, p, n)
 			c.Advance(10 * time.Second)
 			acquire(t, n, 1) // the one trial request
 		}, admitBreakerOpen},
-		{"half-open with a trial slot free", func(t *testing.T, p *Pool, c *fakeClock, n *Node) {
+		{"half-open with a trial slot free", func(t *testing.T, p *Pool, c *testenv.Clock, n *Node) {
 			trip(t, p, n)
 			c.Advance(10 * time.Second)
 		}, admitOK},
-		{"ejected", func(_ *testing.T, p *Pool, _ *fakeClock, n *Node) {
+		{"ejected", func(_ *testing.T, p *Pool, _ *testenv.Clock, n *Node) {
 			feed(p, n, vllmText(4, 0, 0.97))
 			feed(p, n, vllmText(4, 0, 0.97))
 		}, admitEjected},

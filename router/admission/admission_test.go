@@ -3,6 +3,7 @@ package admission
 import (
 	"bytes"
 	"context"
+	"frontdoor/internal/testenv"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -14,7 +15,7 @@ import (
 )
 
 func TestLocalTokenBucketAccuracy(t *testing.T) {
-	clk := newFakeClock()
+	clk := testenv.NewClock()
 	a := mustNew(t, Config{Clock: clk.Now}, map[string]Limits{"acme": {RPS: 50, Burst: 10}}, nil)
 	ctx := context.Background()
 	admitted := 0
@@ -41,7 +42,7 @@ func TestLocalTokenBucketAccuracy(t *testing.T) {
 }
 
 func TestRetryAfterValues(t *testing.T) {
-	clk := newFakeClock()
+	clk := testenv.NewClock()
 	a := mustNew(t, Config{Clock: clk.Now}, map[string]Limits{
 		"slow":   {RPS: 0.1, Burst: 1},
 		"tokens": {TokensPerMinute: 600},
@@ -99,7 +100,7 @@ func TestRetryAfterSeconds(t *testing.T) {
 // testTokenBudget runs the token-bucket checks against a (local or redis)
 // admitter whose clock is clk: tenant "acme" has 1000 tokens a minute and
 // the global budget is 5000.
-func testTokenBudget(t *testing.T, a *Admitter, clk *fakeClock) {
+func testTokenBudget(t *testing.T, a *Admitter, clk *testenv.Clock) {
 	ctx := context.Background()
 	_, rej := a.AdmitMiss(ctx, "acme", 1001)
 	if rej == nil || rej.Limit != LimitTenantTokens || !rej.Oversize {
@@ -151,14 +152,14 @@ func testTokenBudget(t *testing.T, a *Admitter, clk *fakeClock) {
 }
 
 func TestLocalTokenBudget(t *testing.T) {
-	clk := newFakeClock()
+	clk := testenv.NewClock()
 	a := mustNew(t, Config{Clock: clk.Now, Global: Limits{TokensPerMinute: 5000}},
 		map[string]Limits{"acme": {TokensPerMinute: 1000}}, nil)
 	testTokenBudget(t, a, clk)
 }
 
 func TestHitsNeverTouchMissBudgets(t *testing.T) {
-	clk := newFakeClock()
+	clk := testenv.NewClock()
 	a := mustNew(t, Config{Clock: clk.Now, Global: Limits{RPS: 1, Burst: 1, TokensPerMinute: 100}},
 		map[string]Limits{"acme": {TokensPerMinute: 100}}, nil)
 	ctx := context.Background()
@@ -293,7 +294,7 @@ func TestLocalConcurrencyStress(t *testing.T) {
 func TestLocalMaxWait(t *testing.T) {
 	ctx := context.Background()
 	t.Run("rate admitted within max_wait", func(t *testing.T) {
-		clk := newFakeClock()
+		clk := testenv.NewClock()
 		a := mustNew(t, Config{Clock: clk.Now, MaxWait: 150 * time.Millisecond}, map[string]Limits{"acme": {RPS: 10, Burst: 1}}, nil)
 		slept := fakeSleep(a, clk)
 		p1, rej := a.Enter(ctx, "acme")
@@ -317,7 +318,7 @@ func TestLocalMaxWait(t *testing.T) {
 		p3.Release()
 	})
 	t.Run("rate rejected beyond max_wait", func(t *testing.T) {
-		clk := newFakeClock()
+		clk := testenv.NewClock()
 		a := mustNew(t, Config{Clock: clk.Now, MaxWait: 50 * time.Millisecond}, map[string]Limits{"acme": {RPS: 10, Burst: 1}}, nil)
 		slept := fakeSleep(a, clk)
 		p, _ := a.Enter(ctx, "acme")
@@ -331,7 +332,7 @@ func TestLocalMaxWait(t *testing.T) {
 		}
 	})
 	t.Run("miss waits for global capacity", func(t *testing.T) {
-		clk := newFakeClock()
+		clk := testenv.NewClock()
 		a := mustNew(t, Config{Clock: clk.Now, MaxWait: time.Second, Global: Limits{RPS: 2, Burst: 1}}, nil, nil)
 		slept := fakeSleep(a, clk)
 		for i := 0; i < 3; i++ {
@@ -395,7 +396,7 @@ func TestLocalMaxWait(t *testing.T) {
 		}
 	})
 	t.Run("client gone while waiting gives the reservation back", func(t *testing.T) {
-		clk := newFakeClock()
+		clk := testenv.NewClock()
 		a := mustNew(t, Config{Clock: clk.Now, MaxWait: time.Second}, map[string]Limits{"acme": {RPS: 10, Burst: 1}}, nil)
 		p, _ := a.Enter(ctx, "acme")
 		p.Release()
@@ -420,7 +421,7 @@ func TestLocalMaxWait(t *testing.T) {
 }
 
 func TestMetrics(t *testing.T) {
-	clk := newFakeClock()
+	clk := testenv.NewClock()
 	a := mustNew(t, Config{Clock: clk.Now}, map[string]Limits{"acme": {RPS: 1, Burst: 1}}, nil)
 	set := metrics.NewSet()
 	a.RegisterMetrics(set)

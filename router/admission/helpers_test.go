@@ -14,29 +14,9 @@ import (
 	"frontdoor/internal/units"
 )
 
-// fakeClock is a settable clock for Config.Clock.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // fakeSleep makes an Admitter's waits advance clk instead of sleeping, and
 // records them.
-func fakeSleep(a *Admitter, clk *fakeClock) *[]time.Duration {
+func fakeSleep(a *Admitter, clk *testenv.Clock) *[]time.Duration {
 	var mu sync.Mutex
 	slept := new([]time.Duration)
 	a.sleep = func(ctx context.Context, d time.Duration) error {

@@ -14,7 +14,7 @@ import (
 
 const testTimeout = 250 * time.Millisecond // client timeout under -race on 2 cores
 
-func redisConfig(clk *fakeClock) Config {
+func redisConfig(clk *testenv.Clock) Config {
 	c := Config{Backend: BackendRedis, KeyPrefix: "fd:", Replicas: 2}
 	if clk != nil {
 		c.Clock = clk.Now
@@ -154,7 +154,7 @@ func TestRedisOneRoundTripPerDecision(t *testing.T) {
 
 func TestRedisTokenBudget(t *testing.T) {
 	srv := testenv.StartRedis(t)
-	clk := newFakeClock()
+	clk := testenv.NewClock()
 	cfg := redisConfig(clk)
 	cfg.Global = Limits{TokensPerMinute: 5000}
 	a := mustNew(t, cfg, map[string]Limits{"acme": {TokensPerMinute: 1000}}, newClient(t, srv, testTimeout))
@@ -224,7 +224,7 @@ func TestRedisConcurrencyStress(t *testing.T) {
 // frees it after LeaseTTL; one that lives renews it.
 func TestRedisLeaseExpiresAfterCrash(t *testing.T) {
 	srv := testenv.StartRedis(t)
-	clk := newFakeClock()
+	clk := testenv.NewClock()
 	cfg := redisConfig(clk)
 	cfg.LeaseTTL = 10 * time.Second
 	tenants := map[string]Limits{"acme": {MaxConcurrency: 1}}
@@ -273,7 +273,7 @@ func TestRedisLeaseExpiresAfterCrash(t *testing.T) {
 func TestRedisOutageFallback(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	c := newClient(t, srv, 50*time.Millisecond)
-	clk := newFakeClock()
+	clk := testenv.NewClock()
 	cfg := redisConfig(clk) // replicas: 2
 	cfg.RedisRetry = 100 * time.Millisecond
 	cfg.Global = Limits{RPS: 100, Burst: 20, TokensPerMinute: 6000}
