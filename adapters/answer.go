@@ -26,9 +26,13 @@ type Answer struct {
 // error, several choices, no finish reason).
 var ErrNotAssembled = errors.New("answer incomplete")
 
+var answerParsers fastjson.ParserPool
+
 // ParseAnswer assembles an answer from a non-streaming response body.
 func ParseAnswer(ep Endpoint, body []byte) (*Answer, error) {
-	v, err := fastjson.ParseBytes(body)
+	p := answerParsers.Get()
+	defer answerParsers.Put(p)
+	v, err := p.ParseBytes(body)
 	if err != nil {
 		return nil, err
 	}
@@ -56,6 +60,46 @@ func ParseAnswer(ep Endpoint, body []byte) (*Answer, error) {
 		return nil, ErrNotAssembled
 	}
 	return a, nil
+}
+
+// ParseUsage reads the usage object of a non-streaming answer without
+// parsing the rest of it. ok is false when there is none.
+func ParseUsage(body []byte) (u Usage, ok bool) {
+	i := bytes.LastIndex(body, []byte(`"usage"`))
+	if i < 0 {
+		return u, false
+	}
+	rest := body[i+len(`"usage"`):]
+	start := bytes.IndexByte(rest, '{')
+	if start < 0 || len(bytes.TrimSpace(rest[:start])) != 1 { // only the colon between
+		return u, false
+	}
+	depth, inString, escaped := 0, false, false
+	for j := start; j < len(rest); j++ {
+		c := rest[j]
+		switch {
+		case escaped:
+			escaped = false
+		case inString:
+			escaped, inString = c == '\\', c != '"'
+		case c == '"':
+			inString = true
+		case c == '{':
+			depth++
+		case c == '}':
+			if depth--; depth == 0 {
+				p := answerParsers.Get()
+				defer answerParsers.Put(p)
+				v, err := p.ParseBytes(rest[start : j+1])
+				if err != nil {
+					return u, false
+				}
+				parseUsage(v, &u)
+				return u, true
+			}
+		}
+	}
+	return u, false
 }
 
 func parseUsage(u *fastjson.Value, dst *Usage) {

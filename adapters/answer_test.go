@@ -121,3 +121,16 @@ func jsonEqual(a, b []byte) bool {
 	var x, y any
 	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
 }
+
+func TestParseUsage(t *testing.T) {
+	body := []byte(`{"id":"x","choices":[{"message":{"content":"the \"usage\": {not this}"}}],"usage": {"prompt_tokens":5,"completion_tokens":7,"total_tokens":12,"prompt_tokens_details":{"cached_tokens":0}}}`)
+	u, ok := ParseUsage(body)
+	if !ok || u != (Usage{5, 7, 12}) {
+		t.Fatalf("usage %+v ok=%v", u, ok)
+	}
+	for _, b := range []string{`{"choices":[]}`, `{"usage":null}`, `{"usage":{"prompt_tokens":`} {
+		if _, ok := ParseUsage([]byte(b)); ok {
+			t.Fatalf("%s: found usage", b)
+		}
+	}
+}

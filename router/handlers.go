@@ -541,12 +541,17 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, upstream string,
 		ctx.Response.Header.SetContentTypeBytes(resp.ContentType)
 		ctx.SetBody(resp.Body)
 		var answer *adapters.Answer
-		if f != nil || x.charge != nil {
+		if f != nil {
 			if a, err := adapters.ParseAnswer(x.endpoint, resp.Body); err == nil {
 				answer = a
 			}
 		}
-		g.settle(x, answer)
+		if answer != nil {
+			g.settle(x, answer.Usage, true)
+		} else {
+			u, ok := adapters.ParseUsage(resp.Body)
+			g.settle(x, u, ok)
+		}
 		if f != nil {
 			f.status, f.contentType, f.body = resp.Status, append([]byte(nil), resp.ContentType...), append([]byte(nil), resp.Body...)
 			f.finish(answer, answer == nil)
@@ -607,17 +612,17 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, upstream string,
 }
 
 // settle charges a non-streaming answer's real usage and counts its tokens.
-func (g *Gateway) settle(x *exchange, a *adapters.Answer) {
-	if a == nil {
+func (g *Gateway) settle(x *exchange, u adapters.Usage, known bool) {
+	if !known {
 		if x.charge != nil {
 			x.charge.Settle(-1) // usage unknown: the estimate stands
 		}
 		return
 	}
 	if x.charge != nil {
-		x.charge.Settle(a.Usage.TotalTokens)
+		x.charge.Settle(u.TotalTokens)
 	}
-	g.metrics.countTokens(x.tenant.name, "upstream", a.Usage.PromptTokens, a.Usage.CompletionTokens)
+	g.metrics.countTokens(x.tenant.name, "upstream", u.PromptTokens, u.CompletionTokens)
 }
 
 // pump copies upstream events to the client as they arrive, flushing
