@@ -253,7 +253,9 @@ func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint)
 	}
 	body := req.Body
 	switch {
-	case (x.flight != nil || x.charge != nil) && req.Stream && !req.IncludeUsage:
+	case req.Stream && !req.IncludeUsage:
+		// Ask for the usage chunk (settlement, token metrics, the cache);
+		// the pump strips it again for this client.
 		if model != req.Model {
 			req.Root().Set("model", new(fastjson.Arena).NewString(model))
 		}
@@ -566,12 +568,10 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, upstream string,
 	ctx.SetContentType("text/event-stream")
 	h.Set(fasthttp.HeaderCacheControl, "no-cache")
 	h.Set("X-Accel-Buffering", "no")
-	var asm *adapters.Assembler
+	var asm *adapters.Assembler // the whole answer, for the cache
 	if f != nil {
 		f.streaming, f.status = true, resp.Status
 		close(f.ready)
-	}
-	if f != nil || x.charge != nil {
 		asm = adapters.NewAssembler(x.endpoint)
 	}
 	done := x.handOff()
@@ -582,7 +582,7 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, upstream string,
 	g.live.add(resp)
 	g.metrics.streams.Add(1)
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		broken := true
+		r := pumped{broken: true}
 		defer func() {
 			if r := recover(); r != nil {
 				g.log.Error("stream pump panicked", "request_id", id, "panic", r)
@@ -593,22 +593,34 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, upstream string,
 			g.metrics.streams.Add(-1)
 			g.streams.Done()
 			var answer *adapters.Answer
-			if !broken && asm != nil {
+			if !r.broken && asm != nil {
 				answer, _ = asm.Answer()
 			}
-			usage := -1
 			if answer != nil {
-				usage = answer.Usage.TotalTokens
-				g.metrics.countTokens(tenantName, "upstream", answer.Usage.PromptTokens, answer.Usage.CompletionTokens)
+				r.usage, r.usageKnown = answer.Usage, true
+			}
+			usage := -1
+			if r.usageKnown && !r.broken {
+				usage = r.usage.TotalTokens
+				g.metrics.countTokens(tenantName, "upstream", r.usage.PromptTokens, r.usage.CompletionTokens)
 			}
 			done(usage)
 			if f != nil {
-				f.finish(answer, broken)
+				f.finish(answer, r.broken)
 				go g.writeBack(f, plan, answer)
 			}
 		}()
-		broken, x.streamEvents = g.pump(w, id, resp, f, asm, wantUsage)
+		r = g.pump(w, id, resp, f, asm, wantUsage)
+		x.streamEvents = r.events
 	})
+}
+
+// pumped is what a stream's pump saw.
+type pumped struct {
+	broken     bool
+	events     int
+	usage      adapters.Usage // from the include_usage chunk
+	usageKnown bool
 }
 
 // settle charges a non-streaming answer's real usage and counts its tokens.
@@ -629,13 +641,13 @@ func (g *Gateway) settle(x *exchange, u adapters.Usage, known bool) {
 // whenever nothing more is buffered, and publishes them to the flight. When
 // the client goes away the upstream is closed at once, unless followers of
 // the flight still read it. It reports whether the stream broke.
-func (g *Gateway) pump(w *bufio.Writer, id string, resp *adapters.UpstreamResponse, f *flight, asm *adapters.Assembler, wantUsage bool) (broken bool, events int) {
+func (g *Gateway) pump(w *bufio.Writer, id string, resp *adapters.UpstreamResponse, f *flight, asm *adapters.Assembler, wantUsage bool) (r pumped) {
 	clientOK := true
-	for ; ; events++ {
+	for ; ; r.events++ {
 		ev, err := resp.Next()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				return false, events
+				return r
 			}
 			g.log.Warn("upstream stream broke", "request_id", id, "error", err.Error())
 			g.metrics.streamErrors.Inc()
@@ -648,13 +660,14 @@ func (g *Gateway) pump(w *bufio.Writer, id string, resp *adapters.UpstreamRespon
 				_, _ = w.Write(errEvent)
 				_ = w.Flush()
 			}
-			return true, events
+			r.broken = true
+			return r
 		}
 		usageOnly := false
 		if asm != nil && !ev.IsDone() {
 			usageOnly = asm.Add(ev.Data)
-		} else if !wantUsage {
-			usageOnly = adapters.IsUsageOnly(ev.Data)
+		} else if usageOnly = adapters.IsUsageOnly(ev.Data); usageOnly {
+			r.usage, r.usageKnown = adapters.ParseUsage(ev.Data)
 		}
 		if f != nil {
 			f.publish(ev.Raw, usageOnly)
@@ -671,7 +684,8 @@ func (g *Gateway) pump(w *bufio.Writer, id string, resp *adapters.UpstreamRespon
 			}
 		}
 		if !clientOK && (f == nil || f.followers.Load() == 0) {
-			return true, events
+			r.broken = true
+			return r
 		}
 	}
 }
