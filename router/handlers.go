@@ -325,6 +325,7 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.Up
 	cands, _ := g.pool.Pick(x.model, affinity)
 	maxAttempts := 1 + g.cfg.Balancer.Retries
 	var lastErr *adapters.APIError
+	lastReason := "other"
 	if maxWait := g.cfg.Balancer.Queue.MaxWait.D(); maxWait > 0 && !anyFree(cands) && g.pool.AnyUsable(x.model) {
 		// Every node is full: wait for a slot before spilling over or
 		// answering 503.
@@ -347,7 +348,7 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.Up
 		// every path, panics included.
 		x.release = sync.OnceFunc(n.Release)
 		if x.attempts > 0 {
-			g.metrics.retries.Inc()
+			g.metrics.retries[lastReason].Inc()
 			time.Sleep(g.backoff(x.attempts))
 		}
 		x.attempts++
@@ -357,12 +358,12 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.Up
 		if err != nil {
 			x.release()
 			g.pool.Report(n, balancer.OutcomeFailure, 0)
-			lastErr = sendError(n.Name(), err)
+			lastErr, lastReason = sendError(n.Name(), err), retryReason(err, 0)
 			g.log.Warn("upstream attempt failed", "request_id", x.id, "node", n.Name(), "error", err.Error())
 			continue
 		}
 		if adapters.RetryableStatus(resp.Status) {
-			lastErr = be.MapError(resp.Status, resp.Body)
+			lastErr, lastReason = be.MapError(resp.Status, resp.Body), retryReason(nil, resp.Status)
 			resp.Close()
 			x.release()
 			g.pool.Report(n, balancer.OutcomeFailure, 0)
@@ -511,6 +512,23 @@ func (g *Gateway) backoff(attempt int) time.Duration {
 		d = maxD
 	}
 	return d/2 + rand.N(d/2+1) // equal jitter
+}
+
+// retryReason names why an attempt failed, for frontdoor_retries_total.
+func retryReason(err error, status int) string {
+	switch {
+	case errors.Is(err, adapters.ErrConnect):
+		return "connect"
+	case errors.Is(err, adapters.ErrFirstByteTimeout):
+		return "timeout"
+	case errors.Is(err, adapters.ErrUpstreamClosed):
+		return "closed"
+	case status == 429:
+		return "status_429"
+	case status >= 500:
+		return "status_5xx"
+	}
+	return "other"
 }
 
 func sendError(node string, err error) *adapters.APIError {

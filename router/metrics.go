@@ -13,7 +13,7 @@ import (
 // once per label set and kept, so the hot path never formats a name.
 type gatewayMetrics struct {
 	set          *metrics.Set
-	retries      *metrics.Counter
+	retries      map[string]*metrics.Counter // by the reason of the failed attempt
 	clientAborts *metrics.Counter
 	streamErrors *metrics.Counter
 	streams      atomic.Int64
@@ -32,16 +32,22 @@ type gatewayMetrics struct {
 
 var endpointLabel = [2]string{"chat", "completions"}
 
+// retryReasons label frontdoor_retries_total: why the previous attempt failed.
+var retryReasons = []string{"connect", "timeout", "closed", "status_429", "status_5xx", "other"}
+
 func newGatewayMetrics(set *metrics.Set, g *Gateway) *gatewayMetrics {
 	m := &gatewayMetrics{
 		tokens:       map[string]*[4]*metrics.Counter{},
 		set:          set,
-		retries:      set.NewCounter(`frontdoor_retries_total{reason="upstream"}`),
+		retries:      map[string]*metrics.Counter{},
 		clientAborts: set.NewCounter(`frontdoor_client_aborts_total`),
 		streamErrors: set.NewCounter(`frontdoor_stream_errors_total`),
 	}
 	for i, ep := range endpointLabel {
 		m.durations[i] = set.NewPrometheusHistogram(`frontdoor_request_duration_seconds{endpoint="` + ep + `"}`)
+	}
+	for _, r := range retryReasons {
+		m.retries[r] = set.NewCounter(`frontdoor_retries_total{reason="` + r + `"}`)
 	}
 	names := []string{DefaultTenant}
 	for _, t := range g.cfg.Tenants {
