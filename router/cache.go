@@ -151,6 +151,16 @@ func (g *Gateway) planCache(ctx *fasthttp.RequestCtx, x *exchange) *cachePlan {
 // tryHit looks the request up and answers it from the cache on a hit.
 func (g *Gateway) tryHit(ctx *fasthttp.RequestCtx, x *exchange, p *cachePlan) bool {
 	if g.cfg.Cache.Exact.Enabled {
+		// An identical request may have just been answered, with its
+		// write-back still under way: that answer is the exact hit. Look
+		// before the store: a flight leaves only once its answer is stored,
+		// so one of the two lookups always sees it.
+		if f := g.flights.peek(p.keys.Exact); f != nil {
+			if a := f.finished(); a != nil {
+				g.serveFlightAnswer(ctx, x, f, a)
+				return true
+			}
+		}
 		e, err := g.storeGet(p.keys.Exact)
 		if err != nil {
 			x.cacheResult, x.cacheReason = cacheBypass, "store_error"
@@ -160,14 +170,6 @@ func (g *Gateway) tryHit(ctx *fasthttp.RequestCtx, x *exchange, p *cachePlan) bo
 		if e != nil && e.Namespace == p.namespace {
 			g.serveEntry(ctx, x, e, cacheHitExact, 0)
 			return true
-		}
-		// An identical request may have just been answered, with its
-		// write-back still under way: that answer is the exact hit.
-		if f := g.flights.peek(p.keys.Exact); f != nil {
-			if a := f.finished(); a != nil {
-				g.serveFlightAnswer(ctx, x, f, a)
-				return true
-			}
 		}
 	}
 	if !g.semanticScope(x, p) {
