@@ -120,10 +120,7 @@ func TestSIGTERMDrainsStreams(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "frontdoor")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildBinary(t)
 	node := testenv.GPUSim(t, func(c *sim.Config) { c.ITL, c.OutputTokens = 40*time.Millisecond, 40 })
 	port := testenv.FreePort(t)
 	cfgPath := filepath.Join(t.TempDir(), "fd.yaml")
@@ -198,4 +195,103 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+	buildOut  []byte
+)
+
+// buildBinary builds cmd/frontdoor once per test run.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "frontdoor-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "frontdoor")
+		buildOut, buildErr = exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+	})
+	if buildErr != nil {
+		t.Fatalf("build: %v\n%s", buildErr, buildOut)
+	}
+	return binPath
+}
+
+// startServe runs `frontdoor serve` with cfg and waits until it answers.
+func startServe(t *testing.T, cfg string) string {
+	t.Helper()
+	port := testenv.FreePort(t)
+	path := filepath.Join(t.TempDir(), "fd.yaml")
+	if err := os.WriteFile(path, []byte(fmt.Sprintf("listen: 127.0.0.1:%d\n%s", port, cfg)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(buildBinary(t), "serve", "--config", path)
+	logs := &lockedBuffer{}
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	}, "frontdoor did not start: %s", logs.String())
+	return base
+}
+
+// Two gateway processes share one plain Redis: an answer cached through
+// one is an exact and a semantic hit on the other.
+func TestTwoProcessesShareTheCache(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	node := testenv.GPUSim(t, nil)
+	r := testenv.StartRedis(t)
+	cfg := fmt.Sprintf("cache: {backend: redis}\nredis: {url: %s}\nnodes:\n  - {name: a, url: %s, models: [qwen3-8b]}\n", r.URL(), node.URL())
+	a, b := startServe(t, cfg), startServe(t, cfg)
+	ask := func(base, question string) string {
+		resp, err := http.Post(base+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"qwen3-8b","messages":[{"role":"user","content":"`+question+`"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		return resp.Header.Get("X-Cache")
+	}
+	if xc := ask(a, "Which ocean is the largest?"); xc != "miss" {
+		t.Fatalf("first ask on A: %q", xc)
+	}
+	testenv.Eventually(t, 3*time.Second, func() bool { return ask(b, "Which ocean is the largest?") == "hit-exact" },
+		"the answer cached through A is not an exact hit on B")
+	// Wait until B's vector index has A's entry (synced through a Redis
+	// Stream), then ask reworded.
+	testenv.Eventually(t, 3*time.Second, func() bool {
+		resp, err := http.Get(b + "/admin/cache/stats")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(body), `"vector_entries":1`)
+	}, "A's vector never reached B's index")
+	received := node.Stats().Received
+	if xc := ask(b, "which ocean is the largest"); xc != "hit-semantic" {
+		t.Fatalf("reworded on B: %q", xc)
+	}
+	if node.Stats().Received != received {
+		t.Fatal("B's hits reached the node")
+	}
 }
