@@ -25,10 +25,13 @@ build:
 	$(GO) build -o bin/frontdoor ./cmd/frontdoor
 	$(GO) build -o bin/gpusim ./cmd/gpusim
 
-## lint: gofmt and go vet must be clean.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+## lint: gofmt, go vet and staticcheck must be clean.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) run $(STATICCHECK) $(PKGS)
 
 ## bench: Go micro-benchmarks, then the gateway overhead benchmark.
 bench:

@@ -138,8 +138,9 @@ func TestDashScopeBackend(t *testing.T) {
 	}
 	// A client's explicit value is respected: DashScope rejects it, mapped to 400.
 	resp, out = send(t, be, `{"model":"qwen3-8b","enable_thinking":true,"messages":[{"role":"user","content":"hi"}]}`, false, "qwen3-8b")
+	e := be.MapError(resp.Status, resp.Body)
 	resp.Close()
-	if e := be.MapError(resp.Status, resp.Body); resp.Status != 400 || e.Status != 400 || !strings.Contains(e.Message, "enable_thinking") {
+	if resp.Status != 400 || e.Status != 400 || !strings.Contains(e.Message, "enable_thinking") {
 		t.Fatalf("explicit enable_thinking: %d %s", resp.Status, out)
 	}
 	// Streaming: not forced, reasoning passed through, usage requested.
@@ -156,9 +157,9 @@ func TestDashScopeBackend(t *testing.T) {
 	}
 	// A wrong key is a 502 for our client, and never echoes a key.
 	bad, _ := adapters.NewDashScope(adapters.Target{Name: "spillover:dashscope", URL: s.URL() + "/compatible-mode/v1", APIKey: "sk-wrong-key"}, cfg(), nil)
-	resp, out = send(t, bad, `{"model":"qwen-plus","enable_thinking":false,"messages":[{"role":"user","content":"hi"}]}`, false, "qwen-plus")
+	resp, _ = send(t, bad, `{"model":"qwen-plus","enable_thinking":false,"messages":[{"role":"user","content":"hi"}]}`, false, "qwen-plus")
+	e = bad.MapError(resp.Status, resp.Body) // Body is valid until Close
 	resp.Close()
-	e := bad.MapError(resp.Status, resp.Body)
 	if resp.Status != 401 || e.Status != 502 || strings.Contains(string(e.AppendJSON(nil)), "sk-wrong-key") {
 		t.Fatalf("bad key: %d -> %+v", resp.Status, e)
 	}

@@ -210,9 +210,6 @@ var ErrNoNode = errors.New("no node serves this model")
 // ErrUnknownNode means no node has the given name.
 var ErrUnknownNode = errors.New("unknown node")
 
-// Candidates is Pick(model, 0), for callers without an affinity key.
-func (p *Pool) Candidates(model string) (out []*Node, served bool) { return p.Pick(model, 0) }
-
 // verdict is why a node may or may not take a request now.
 type verdict uint8
 

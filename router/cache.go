@@ -7,6 +7,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -54,37 +55,12 @@ func cacheControl(ctx *fasthttp.RequestCtx) (noStore, noCache bool) {
 }
 
 func containsToken(list, tok string) bool {
-	for len(list) > 0 {
-		i := 0
-		for i < len(list) && list[i] != ',' {
-			i++
-		}
-		part := list[:i]
-		for len(part) > 0 && (part[0] == ' ' || part[0] == '\t') {
-			part = part[1:]
-		}
-		for len(part) > 0 && (part[len(part)-1] == ' ' || part[len(part)-1] == '\t') {
-			part = part[:len(part)-1]
-		}
-		if len(part) == len(tok) && (part == tok || equalFold(part, tok)) {
+	for _, part := range strings.Split(list, ",") {
+		if strings.EqualFold(strings.TrimSpace(part), tok) {
 			return true
 		}
-		if i == len(list) {
-			break
-		}
-		list = list[i+1:]
 	}
 	return false
-}
-
-func equalFold(a, b string) bool {
-	for i := 0; i < len(a); i++ {
-		x, y := a[i]|0x20, b[i]|0x20
-		if x != y {
-			return false
-		}
-	}
-	return true
 }
 
 // planCache decides how the cache treats the request.

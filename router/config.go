@@ -178,8 +178,8 @@ func (e *ConfigError) Error() string {
 
 var (
 	yamlLine  = regexp.MustCompile(`line (\d+): (.*)`)
-	yamlField = regexp.MustCompile("field (\\S+) not found")
-	yamlValue = regexp.MustCompile("unmarshal !!\\w+ `([^`]*)`")
+	yamlField = regexp.MustCompile(`field (\S+) not found`)
+	yamlValue = regexp.MustCompile("unmarshal !!\\w+ `([^`]*)`") // backquotes inside: no raw string
 )
 
 // yamlProblems rewrites yaml.v3's "line N: ..." errors to name the YAML path.

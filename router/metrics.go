@@ -17,7 +17,6 @@ type gatewayMetrics struct {
 	clientAborts *metrics.Counter
 	streamErrors *metrics.Counter
 	streams      atomic.Int64
-	inflight     atomic.Int64
 	// upstreamAnswers counts answers from local nodes, for the spill ratio.
 	upstreamAnswers                    atomic.Int64
 	classes2xx, classes4xx, classes5xx atomic.Int64

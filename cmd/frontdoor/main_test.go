@@ -120,29 +120,9 @@ func TestSIGTERMDrainsStreams(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := buildBinary(t)
 	node := testenv.GPUSim(t, func(c *sim.Config) { c.ITL, c.OutputTokens = 40*time.Millisecond, 40 })
-	port := testenv.FreePort(t)
-	cfgPath := filepath.Join(t.TempDir(), "fd.yaml")
-	cfg := fmt.Sprintf("listen: 127.0.0.1:%d\ntimeouts: {shutdown: 10s}\nnodes:\n  - {name: a, url: %s, models: [qwen3-8b]}\n", port, node.URL())
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "serve", "--config", cfgPath)
-	logs := &lockedBuffer{}
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	testenv.Eventually(t, 10*time.Second, func() bool {
-		resp, err := http.Get(base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil
-	}, "gateway did not start: %s", logs.String())
+	base, cmd, logs := startServe(t, fmt.Sprintf("timeouts: {shutdown: 10s}\nnodes:\n  - {name: a, url: %s, models: [qwen3-8b]}\n", node.URL()))
+	addr := strings.TrimPrefix(base, "http://")
 
 	resp, err := http.Post(base+"/v1/chat/completions", "application/json",
 		strings.NewReader(`{"model":"qwen3-8b","stream":true,"messages":[{"role":"user","content":"long"}]}`))
@@ -158,7 +138,7 @@ func TestSIGTERMDrainsStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 2*time.Second, func() bool {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 200*time.Millisecond)
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 		if err == nil {
 			c.Close()
 		}
@@ -222,22 +202,23 @@ func buildBinary(t *testing.T) string {
 	return binPath
 }
 
-// startServe runs `frontdoor serve` with cfg and waits until it answers.
-func startServe(t *testing.T, cfg string) string {
+// startServe runs `frontdoor serve` with cfg (a listen address is added)
+// and waits until it answers.
+func startServe(t *testing.T, cfg string) (base string, cmd *exec.Cmd, logs *lockedBuffer) {
 	t.Helper()
 	port := testenv.FreePort(t)
 	path := filepath.Join(t.TempDir(), "fd.yaml")
 	if err := os.WriteFile(path, []byte(fmt.Sprintf("listen: 127.0.0.1:%d\n%s", port, cfg)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(buildBinary(t), "serve", "--config", path)
-	logs := &lockedBuffer{}
+	cmd = exec.Command(buildBinary(t), "serve", "--config", path)
+	logs = &lockedBuffer{}
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	base = fmt.Sprintf("http://127.0.0.1:%d", port)
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		resp, err := http.Get(base + "/healthz")
 		if err == nil {
@@ -245,7 +226,7 @@ func startServe(t *testing.T, cfg string) string {
 		}
 		return err == nil
 	}, "frontdoor did not start: %s", logs.String())
-	return base
+	return base, cmd, logs
 }
 
 // Two gateway processes share one plain Redis: an answer cached through
@@ -257,7 +238,8 @@ func TestTwoProcessesShareTheCache(t *testing.T) {
 	node := testenv.GPUSim(t, nil)
 	r := testenv.StartRedis(t)
 	cfg := fmt.Sprintf("cache: {backend: redis}\nredis: {url: %s}\nnodes:\n  - {name: a, url: %s, models: [qwen3-8b]}\n", r.URL(), node.URL())
-	a, b := startServe(t, cfg), startServe(t, cfg)
+	a, _, _ := startServe(t, cfg)
+	b, _, _ := startServe(t, cfg)
 	ask := func(base, question string) string {
 		resp, err := http.Post(base+"/v1/chat/completions", "application/json",
 			strings.NewReader(`{"model":"qwen3-8b","messages":[{"role":"user","content":"`+question+`"}]}`))
