@@ -28,7 +28,7 @@ func (e Endpoint) Path() string {
 // stays valid until Release.
 type Request struct {
 	Endpoint Endpoint
-	Body     []byte // the client's body, as received (owned by the parser)
+	Body     []byte // the client's body, as received: the caller's buffer, not copied
 
 	Model          string
 	Stream         bool
@@ -58,7 +58,9 @@ func (r *Request) Release() {
 }
 
 // ParseRequest parses and validates an OpenAI chat or completion request.
-// The body is copied, so the caller's buffer may be reused.
+// Body aliases the caller's buffer, which must outlive the Request's use of
+// Body (the gateway forwards it within the handler); the parsed tree is the
+// parser's own copy and lives until Release.
 func ParseRequest(ep Endpoint, body []byte) (*Request, *APIError) {
 	// fastjson's parser is lenient with numbers (it accepts a lone "."), so
 	// the strict validator runs first: nothing invalid is ever forwarded.
@@ -76,9 +78,7 @@ func ParseRequest(ep Endpoint, body []byte) (*Request, *APIError) {
 		r.Release()
 		return nil, apiErr
 	}
-	// The parser's copy of the body is what the tree points into; keep the
-	// caller-independent copy for forwarding.
-	r.Body = append([]byte(nil), body...)
+	r.Body = body
 	return r, nil
 }
 
