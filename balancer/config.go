@@ -176,6 +176,8 @@ func (n *NodeConfig) Validate() error {
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	if n.Name == "" {
 		add("name: is required")
+	} else if !validNodeName(n.Name) {
+		add("name: %q may only use letters, digits, '.', '_', ':' and '-' (it is sent in the X-Upstream header and used as a metric label)", n.Name)
 	}
 	if n.URL == "" {
 		add("url: is required")
@@ -211,4 +213,14 @@ func (n *NodeConfig) Validate() error {
 		add("max_model_len: must be >= 0")
 	}
 	return errors.Join(errs...)
+}
+
+func validNodeName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return len(s) <= 128
 }

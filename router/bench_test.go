@@ -1,9 +1,15 @@
 package router
 
 import (
+	"context"
+	"io"
+	"net"
 	"testing"
 
 	"github.com/valyala/fasthttp"
+
+	"frontdoor/adapters"
+	"frontdoor/balancer"
 )
 
 // BenchmarkPassThrough measures a non-streaming request through the gateway
@@ -40,4 +46,48 @@ func benchTarget(b *testing.B, viaGateway bool) {
 			}
 		}
 	})
+}
+
+// cannedBackend answers every request with the same bytes, without I/O.
+type cannedBackend struct{ name string }
+
+var cannedAnswer = []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1796038047,"model":"qwen3-8b","choices":[{"index":0,"message":{"role":"assistant","content":"large little own days its other came as saw her days how mother me end others"},"logprobs":null,"finish_reason":"stop","stop_reason":null}],"usage":{"prompt_tokens":20,"total_tokens":36,"completion_tokens":16}}`)
+
+func (c *cannedBackend) Send(context.Context, *adapters.UpstreamRequest) (*adapters.UpstreamResponse, error) {
+	return &adapters.UpstreamResponse{Status: 200, ContentType: []byte("application/json"), Body: cannedAnswer}, nil
+}
+func (c *cannedBackend) MapError(status int, body []byte) *adapters.APIError {
+	return adapters.UpstreamError("canned")
+}
+func (c *cannedBackend) Name() string { return c.name }
+
+// BenchmarkHandlerPassThrough is the gateway's own work for one
+// non-streaming miss (cache off): the handler is called directly and the
+// node answers from memory, so no socket or upstream client is measured.
+func BenchmarkHandlerPassThrough(b *testing.B) {
+	cfg := DefaultConfig()
+	cfg.Cache.Backend = "off"
+	cfg.Logging.AccessLog = false
+	cfg.Balancer.HealthInterval = 3600e9
+	cfg.Nodes = []balancer.NodeConfig{{Name: "gpu-a", URL: "http://127.0.0.1:1", Kind: "vllm", Models: []string{"qwen3-8b"}, MaxConcurrency: 10, Weight: 1}}
+	gw, err := New(cfg, Deps{Logger: NewLogger(cfg.Logging, io.Discard), Backends: map[string]adapters.Backend{"gpu-a": &cannedBackend{name: "gpu-a"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := []byte(`{"model":"qwen3-8b","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"What is the capital of France? Answer in one word."}],"temperature":0.7,"max_tokens":16}`)
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&fasthttp.Request{}, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5555}, nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		ctx.Request.Reset()
+		ctx.Response.Reset()
+		ctx.Request.SetRequestURI("/v1/chat/completions")
+		ctx.Request.Header.SetMethod("POST")
+		ctx.Request.Header.SetContentType("application/json")
+		ctx.Request.SetBodyRaw(body)
+		gw.handle(&ctx)
+		if ctx.Response.StatusCode() != 200 {
+			b.Fatalf("status %d: %s", ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+	}
 }

@@ -347,3 +347,32 @@ func TestPanicReleasesCounters(t *testing.T) {
 		t.Fatal("the panic was not logged")
 	}
 }
+
+// TestPprofIsAdminOnly: the Go profiler is served under /debug/pprof/ only
+// to admins (token or allowed address), like /status.
+func TestPprofIsAdminOnly(t *testing.T) {
+	t.Setenv("TEST_ADMIN_TOKEN", "admin-secret")
+	cfg := testConfig(testenv.GPUSim(t, nil))
+	cfg.Admin.TokenEnv = "TEST_ADMIN_TOKEN"
+	cfg.Admin.AllowCIDRs = nil
+	gw := startGateway(t, cfg)
+	get := func(path, token string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, gw.URL+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, b := get("/debug/pprof/", ""); code != 403 || !strings.Contains(b, "admin_forbidden") {
+		t.Fatalf("without token: %d %s", code, b)
+	}
+	if code, b := get("/debug/pprof/goroutine?debug=1", "admin-secret"); code != 200 || !strings.Contains(b, "goroutine profile") {
+		t.Fatalf("with token: %d %.200s", code, b)
+	}
+}

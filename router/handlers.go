@@ -14,10 +14,11 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"strconv"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/pprofhandler"
 	"github.com/valyala/fastjson"
 
 	"frontdoor/adapters"
@@ -63,6 +64,12 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	default:
 		if bytes.HasPrefix(ctx.Path(), []byte("/admin/")) || string(ctx.Path()) == "/admin" {
 			g.serveAdmin(ctx)
+			return
+		}
+		if bytes.HasPrefix(ctx.Path(), []byte("/debug/pprof/")) {
+			if g.admin.allow(ctx, g.writeError) {
+				pprofhandler.PprofHandler(ctx)
+			}
 			return
 		}
 		g.writeError(ctx, &adapters.APIError{Status: 404, Type: adapters.TypeNotFound, Code: "unknown_url",
@@ -170,14 +177,14 @@ type exchange struct {
 	charge       *admission.Charge // the token charge of a miss
 	streamOwned  bool              // a stream writer settles and releases at its end
 	streamEvents int               // events pumped to the client, for the per-token time
-	release      func()            // frees the current node or spill-over slot; idempotent
+	slot         heldSlot          // the node or spill-over slot of the current attempt
 	plan         *cachePlan
 	flight       *flight
 }
 
 func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint) {
 	x := exchange{start: time.Now(), id: requestID(ctx), endpoint: ep}
-	ctx.Response.Header.Set("X-Request-Id", x.id)
+	ctx.Response.Header.SetCanonical(headerRequestID, []byte(x.id))
 	defer func() { g.finish(ctx, &x, recover()) }()
 	if !ctx.IsPost() {
 		g.onlyMethod(ctx, fasthttp.MethodPost)
@@ -346,7 +353,7 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.Up
 		}
 		// Idempotent, and also called by finish: the slot is released on
 		// every path, panics included.
-		x.release = sync.OnceFunc(n.Release)
+		x.slot.hold(n, nil)
 		if x.attempts > 0 {
 			g.metrics.retries[lastReason].Inc()
 			time.Sleep(g.backoff(x.attempts))
@@ -356,7 +363,7 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.Up
 		sent := time.Now()
 		resp, err := be.Send(context.Background(), ur)
 		if err != nil {
-			x.release()
+			x.slot.release()
 			g.pool.Report(n, balancer.OutcomeFailure, 0)
 			lastErr, lastReason = sendError(n.Name(), err), retryReason(err, 0)
 			g.log.Warn("upstream attempt failed", "request_id", x.id, "node", n.Name(), "error", err.Error())
@@ -365,7 +372,7 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.Up
 		if adapters.RetryableStatus(resp.Status) {
 			lastErr, lastReason = be.MapError(resp.Status, resp.Body), retryReason(nil, resp.Status)
 			resp.Close()
-			x.release()
+			x.slot.release()
 			g.pool.Report(n, balancer.OutcomeFailure, 0)
 			g.log.Warn("upstream attempt refused", "request_id", x.id, "node", n.Name(), "status", resp.Status)
 			continue
@@ -379,17 +386,7 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.Up
 		g.pool.Report(n, balancer.OutcomeSuccess, ttft)
 		g.metrics.upstreamAnswers.Add(1)
 		x.upstream = n.Name()
-		release := x.release
-		if resp.Streaming() {
-			first := time.Now()
-			release = func() {
-				if x.streamEvents > 1 {
-					g.pool.ReportTokens(n, x.streamEvents-1, time.Since(first))
-				}
-				x.release()
-			}
-		}
-		g.commit(ctx, x, n.Name(), release, be, resp)
+		g.commit(ctx, x, n, be, resp)
 		return
 	}
 	reason := "failed"
@@ -466,11 +463,11 @@ func (g *Gateway) trySpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.U
 		return true
 	}
 	s.inflight.Add(1)
-	x.release = sync.OnceFunc(func() { s.inflight.Add(-1) })
+	x.slot.hold(nil, &s.inflight)
 	x.attempts++
 	resp, err := s.backend.Send(context.Background(), ur)
 	if err != nil {
-		x.release()
+		x.slot.release()
 		g.failFlight(x)
 		g.writeError(ctx, sendError(s.name, err))
 		return true
@@ -487,13 +484,13 @@ func (g *Gateway) trySpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.U
 			e.RetryAfter = ra
 		}
 		resp.Close()
-		x.release()
+		x.slot.release()
 		ctx.Response.Header.Set("X-Upstream", s.name)
 		g.failFlight(x)
 		g.writeError(ctx, e)
 		return true
 	}
-	g.commit(ctx, x, s.name, x.release, s.backend, resp)
+	g.commit(ctx, x, nil, s.backend, resp)
 	return true
 }
 
@@ -538,20 +535,21 @@ func sendError(node string, err error) *adapters.APIError {
 	return adapters.UpstreamError("upstream " + node + " failed: " + err.Error())
 }
 
-// commit sends the chosen upstream's answer to the client, and hands it to
-// the flight (followers, write-back) when there is one.
-func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, upstream string, release func(), be adapters.Backend, resp *adapters.UpstreamResponse) {
+// commit sends the answer of x.upstream (node, or spill-over when node is
+// nil) to the client, and hands it to the flight (followers, write-back)
+// when there is one.
+func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.Node, be adapters.Backend, resp *adapters.UpstreamResponse) {
 	h := &ctx.Response.Header
-	h.Set("X-Upstream", upstream)
-	h.Set("X-Upstream-Attempts", strconv.Itoa(x.attempts))
+	h.SetCanonical(headerUpstream, []byte(x.upstream))
+	h.SetCanonical(headerUpstreamAttempts, strconv.AppendInt(nil, int64(x.attempts), 10))
 	f := x.flight
 	if f != nil {
-		f.upstream, f.attempts = upstream, x.attempts
+		f.upstream, f.attempts = x.upstream, x.attempts
 	}
 	if resp.Status >= 400 {
 		e := be.MapError(resp.Status, resp.Body)
 		resp.Close()
-		release()
+		x.slot.release()
 		g.failFlight(x)
 		g.writeError(ctx, e)
 		return
@@ -579,8 +577,15 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, upstream string,
 			go g.writeBack(f, x.plan, answer)
 		}
 		resp.Close()
-		release()
+		x.slot.release()
 		return
+	}
+	first := time.Now()
+	release := func() {
+		if node != nil && x.streamEvents > 1 {
+			g.pool.ReportTokens(node, x.streamEvents-1, time.Since(first))
+		}
+		x.slot.release()
 	}
 	ctx.SetStatusCode(resp.Status)
 	ctx.SetContentType("text/event-stream")
@@ -793,9 +798,7 @@ func (g *Gateway) finish(ctx *fasthttp.RequestCtx, x *exchange, panicked any) {
 		g.writeError(ctx, &adapters.APIError{Status: 500, Type: adapters.TypeServer, Code: "internal_error", Message: "internal error; request id " + x.id})
 	}
 	if !x.streamOwned {
-		if x.release != nil {
-			x.release()
-		}
+		x.slot.release()
 		if x.charge != nil {
 			x.charge.Settle(0) // no-op when already settled; else nothing was generated
 		}
@@ -804,7 +807,7 @@ func (g *Gateway) finish(ctx *fasthttp.RequestCtx, x *exchange, panicked any) {
 	x.status = ctx.Response.StatusCode()
 	g.metrics.observe(x)
 	if x.cacheResult != "" {
-		ctx.Response.Header.Set("X-Cache", x.cacheResult)
+		ctx.Response.Header.SetCanonical(headerCache, []byte(x.cacheResult))
 		g.cm.request(x.cacheResult, x.cacheReason)
 	}
 	if g.cfg.Logging.AccessLog {
@@ -832,4 +835,38 @@ func (g *Gateway) modelsBody() []byte {
 	}
 	b, _ := json.Marshal(list)
 	return b
+}
+
+// Response header names, canonical, for SetCanonical on the hot path.
+var (
+	headerUpstream         = []byte("X-Upstream")
+	headerUpstreamAttempts = []byte("X-Upstream-Attempts")
+	headerCache            = []byte("X-Cache")
+	headerRequestID        = []byte("X-Request-Id")
+)
+
+// heldSlot is the node or spill-over slot an exchange holds; release frees
+// it once, whichever path (answer, error, stream end, panic) gets there
+// first.
+type heldSlot struct {
+	node     *balancer.Node
+	inflight *atomic.Int64
+	held     atomic.Bool
+}
+
+func (s *heldSlot) hold(n *balancer.Node, inflight *atomic.Int64) {
+	s.node, s.inflight = n, inflight
+	s.held.Store(true)
+}
+
+func (s *heldSlot) release() {
+	if !s.held.CompareAndSwap(true, false) {
+		return
+	}
+	if s.node != nil {
+		s.node.Release()
+	}
+	if s.inflight != nil {
+		s.inflight.Add(-1)
+	}
 }
