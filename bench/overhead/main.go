@@ -1,9 +1,16 @@
-// Command overhead measures what frontdoor adds to a request: the same load
-// generator drives gpusim directly and through frontdoor (pass-through, no
-// cache), alternating in rounds so both see the same machine noise. gpusim
-// answers with zero TTFT and ITL, so the difference is the gateway.
+// Command overhead measures what frontdoor adds to a request. The same load
+// generator drives gpusim directly, through a bare fasthttp proxy
+// (bench/bareproxy, the floor for any proxy process on this machine) and
+// through frontdoor (pass-through, cache off), alternating in rounds so all
+// three see the same machine noise. gpusim answers with zero TTFT and ITL,
+// so the differences are the proxies. Besides latency and throughput it
+// reports each process's CPU time per request, read from /proc, which moves
+// far less with noise from other tenants than throughput does.
 //
-//	go run ./bench/overhead [-rounds 3] [-duration 3s] [-conc 32]
+//	go run ./bench/overhead [-rounds 3] [-duration 3s] [-conc 32] [-stream] [-wrk]
+//
+// -wrk adds throughput runs driven by wrk (Debian package wrk) with one
+// thread and -conc connections, the setup the issue's peer numbers used.
 package main
 
 import (
@@ -13,6 +20,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,113 +33,216 @@ func main() {
 	dur := flag.Duration("duration", 3*time.Second, "length of each measured run")
 	conc := flag.Int("conc", 32, "connections for the throughput runs")
 	stream := flag.Bool("stream", false, "also measure streaming requests")
+	withWrk := flag.Bool("wrk", false, "also measure throughput with wrk (must be on PATH)")
 	accessLog := flag.Bool("access-log", false, "keep frontdoor's access log on (written to a file)")
 	flag.Parse()
-	if err := run(*rounds, *dur, *conc, *stream, *accessLog); err != nil {
+	if err := run(*rounds, *dur, *conc, *stream, *withWrk, *accessLog); err != nil {
 		fmt.Fprintln(os.Stderr, "overhead:", err)
 		os.Exit(1)
 	}
 }
 
-func run(rounds int, dur time.Duration, conc int, stream, accessLog bool) error {
+type target struct {
+	name string
+	url  string
+	pid  int
+}
+
+type sample struct {
+	res     load.Result
+	cpuNode float64 // gpusim CPU µs per request
+	cpuProx float64 // the proxy's CPU µs per request (0 for direct)
+}
+
+func run(rounds int, dur time.Duration, conc int, stream, withWrk, accessLog bool) error {
+	if withWrk {
+		if _, err := exec.LookPath("wrk"); err != nil {
+			return fmt.Errorf("-wrk: wrk is not installed (apt-get install wrk): %w", err)
+		}
+	}
 	dir, err := os.MkdirTemp("", "fd-overhead")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if err := load.Build(dir, "frontdoor", "gpusim"); err != nil {
+	if err := load.Build(dir, "frontdoor", "gpusim", "./bench/bareproxy"); err != nil {
 		return err
 	}
-	simPort, fdPort := load.FreePort(), load.FreePort()
-	sim := exec.Command(filepath.Join(dir, "gpusim"), "--listen", fmt.Sprintf("127.0.0.1:%d", simPort),
+	simPort, barePort, fdPort := load.FreePort(), load.FreePort(), load.FreePort()
+	simAddr := fmt.Sprintf("127.0.0.1:%d", simPort)
+	sim := exec.Command(filepath.Join(dir, "gpusim"), "--listen", simAddr,
 		"--ttft", "0", "--itl", "0", "--output-tokens", "16", "--max-num-seqs", "4096", "--model", "qwen3-8b")
+	bare := exec.Command(filepath.Join(dir, "bareproxy"), "-listen", fmt.Sprintf("127.0.0.1:%d", barePort), "-upstream", simAddr)
 	cfg := fmt.Sprintf(`listen: 127.0.0.1:%d
 logging: {level: warn, access_log: %v}
 cache: {backend: off}
 nodes:
-  - {name: sim, url: http://127.0.0.1:%d, models: [qwen3-8b], max_concurrency: 4096}
-`, fdPort, accessLog, simPort)
+  - {name: sim, url: http://%s, models: [qwen3-8b], max_concurrency: 4096}
+`, fdPort, accessLog, simAddr)
 	cfgPath := filepath.Join(dir, "fd.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return err
 	}
-	logFile, _ := os.Create(filepath.Join(dir, "fd.log"))
+	logFile, err := os.Create(filepath.Join(dir, "fd.log"))
+	if err != nil {
+		return err
+	}
 	defer logFile.Close()
 	fd := exec.Command(filepath.Join(dir, "frontdoor"), "serve", "--config", cfgPath)
 	fd.Stderr = logFile
-	for _, c := range []*exec.Cmd{sim, fd} {
+	for _, c := range []*exec.Cmd{sim, bare, fd} {
 		if err := c.Start(); err != nil {
 			return err
 		}
 		defer func(c *exec.Cmd) { _ = c.Process.Kill(); _ = c.Wait() }(c)
 	}
-	direct := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", simPort)
-	gateway := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", fdPort)
-	for _, u := range []string{direct, gateway} {
-		if err := load.WaitUp(strings.Split(u, "/v1/")[0]); err != nil {
+	direct := target{"direct", fmt.Sprintf("http://%s/v1/chat/completions", simAddr), 0}
+	bareT := target{"bare proxy", fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", barePort), bare.Process.Pid}
+	gateway := target{"frontdoor", fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", fdPort), fd.Process.Pid}
+	for _, t := range []target{direct, bareT, gateway} {
+		if err := load.WaitUp(strings.Split(t.url, "/v1/")[0]); err != nil {
 			return err
 		}
 	}
 	body := []byte(`{"model":"qwen3-8b","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"What is the capital of France? Answer in one word."}],"temperature":0.7,"max_tokens":16}`)
-	check := func(status int, b []byte) error {
+	checkJSON := func(status int, b []byte) error {
 		if status != 200 || !bytes.Contains(b, []byte(`"chat.completion"`)) {
 			return fmt.Errorf("status %d: %.200s", status, b)
 		}
 		return nil
 	}
-	fmt.Printf("command: go run ./bench/overhead -rounds %d -duration %s -conc %d -stream=%v -access-log=%v\n", rounds, dur, conc, stream, accessLog)
-	fmt.Printf("machine: %d rounds alternating direct/gateway; gpusim --ttft 0 --itl 0 --output-tokens 16; separate processes on loopback\n\n", rounds)
+	checkSSE := func(status int, b []byte) error {
+		if status != 200 || !bytes.HasSuffix(b, []byte("data: [DONE]\n\n")) {
+			return fmt.Errorf("status %d: %.200s", status, b)
+		}
+		return nil
+	}
+	fmt.Printf("command: go run ./bench/overhead -rounds %d -duration %s -conc %d -stream=%v -wrk=%v -access-log=%v\n", rounds, dur, conc, stream, withWrk, accessLog)
+	fmt.Printf("setup: %d alternating rounds of direct / bare proxy / frontdoor; gpusim --ttft 0 --itl 0 --output-tokens 16; separate processes on loopback; medians over rounds\n\n", rounds)
 
 	type scenario struct {
-		name string
-		body []byte
-		c    int
+		name    string
+		body    []byte
+		c       int
+		check   func(int, []byte) error
+		targets []target
 	}
-	scenarios := []scenario{{"non-streaming, concurrency 1", body, 1}, {fmt.Sprintf("non-streaming, concurrency %d", conc), body, conc}}
+	scenarios := []scenario{
+		{"non-streaming, concurrency 1", body, 1, checkJSON, []target{direct, bareT, gateway}},
+		{fmt.Sprintf("non-streaming, concurrency %d", conc), body, conc, checkJSON, []target{direct, bareT, gateway}},
+	}
 	if stream {
 		sb := bytes.Replace(body, []byte(`"max_tokens":16}`), []byte(`"max_tokens":16,"stream":true}`), 1)
-		scenarios = append(scenarios, scenario{"streaming (16 chunks), concurrency 1", sb, 1}, scenario{fmt.Sprintf("streaming (16 chunks), concurrency %d", conc), sb, conc})
+		// The bare proxy buffers whole answers, so it is no floor for streams.
+		scenarios = append(scenarios,
+			scenario{"streaming (16 chunks), concurrency 1", sb, 1, checkSSE, []target{direct, gateway}},
+			scenario{fmt.Sprintf("streaming (16 chunks), concurrency %d", conc), sb, conc, checkSSE, []target{direct, gateway}})
 	}
-	fmt.Println("| scenario | direct p50 | gateway p50 | added p50 | direct p99 | gateway p99 | added p99 | direct req/s | gateway req/s | throughput ratio | errors |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("Go load generator (bench/internal/load):")
+	fmt.Println()
+	fmt.Println("| scenario | target | p50 | p99 | added p50 | req/s | ratio to direct | gpusim CPU/req | proxy CPU/req | errors |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 	for _, sc := range scenarios {
-		var d, g []load.Result
+		samples := map[string][]sample{}
 		for r := 0; r < rounds; r++ {
-			for _, mode := range []string{"direct", "gateway"} {
-				u := direct
-				if mode == "gateway" {
-					u = gateway
+			for _, t := range sc.targets {
+				watch := []int{sim.Process.Pid}
+				if t.pid != 0 {
+					watch = append(watch, t.pid)
 				}
-				ck := check
-				if bytes.Contains(sc.body, []byte(`"stream":true`)) {
-					ck = func(status int, b []byte) error {
-						if status != 200 || !bytes.HasSuffix(b, []byte("data: [DONE]\n\n")) {
-							return fmt.Errorf("status %d: %.200s", status, b)
-						}
-						return nil
-					}
-				}
-				res, err := load.Run(load.Target{URL: u, Body: sc.body, Check: ck}, sc.c, dur, 300*time.Millisecond)
+				res, err := load.Run(load.Target{URL: t.url, Body: sc.body, Check: sc.check, Watch: watch}, sc.c, dur, 300*time.Millisecond)
 				if err != nil {
-					return fmt.Errorf("%s %s: %w", sc.name, mode, err)
+					return fmt.Errorf("%s %s: %w", sc.name, t.name, err)
 				}
-				if mode == "direct" {
-					d = append(d, res)
-				} else {
-					g = append(g, res)
+				s := sample{res: res, cpuNode: perReq(res.CPU[0], res.Requests)}
+				if t.pid != 0 {
+					s.cpuProx = perReq(res.CPU[1], res.Requests)
 				}
+				samples[t.name] = append(samples[t.name], s)
 			}
 		}
-		dp50, gp50 := load.Median(d, func(r load.Result) float64 { return load.Micros(r.Quantile(0.5)) }), load.Median(g, func(r load.Result) float64 { return load.Micros(r.Quantile(0.5)) })
-		dp99, gp99 := load.Median(d, func(r load.Result) float64 { return load.Micros(r.Quantile(0.99)) }), load.Median(g, func(r load.Result) float64 { return load.Micros(r.Quantile(0.99)) })
-		dt, gt := load.Median(d, load.Result.Throughput), load.Median(g, load.Result.Throughput)
-		errs := 0
-		for _, r := range append(d, g...) {
-			errs += r.Errors
+		med := func(name string, f func(sample) float64) float64 {
+			var v []float64
+			for _, s := range samples[name] {
+				v = append(v, f(s))
+			}
+			return load.MedianOf(v)
 		}
-		fmt.Printf("| %s | %.0f µs | %.0f µs | **%+.0f µs** | %.0f µs | %.0f µs | %+.0f µs | %.0f | %.0f | **%.2f** | %d |\n",
-			sc.name, dp50, gp50, gp50-dp50, dp99, gp99, gp99-dp99, dt, gt, gt/dt, errs)
+		dp50 := med("direct", func(s sample) float64 { return load.Micros(s.res.Quantile(0.5)) })
+		dRate := med("direct", func(s sample) float64 { return s.res.Throughput() })
+		for _, t := range sc.targets {
+			p50 := med(t.name, func(s sample) float64 { return load.Micros(s.res.Quantile(0.5)) })
+			p99 := med(t.name, func(s sample) float64 { return load.Micros(s.res.Quantile(0.99)) })
+			rate := med(t.name, func(s sample) float64 { return s.res.Throughput() })
+			ratio := rate / dRate
+			node := med(t.name, func(s sample) float64 { return s.cpuNode })
+			prox := "–"
+			if t.pid != 0 {
+				prox = fmt.Sprintf("%.1f µs", med(t.name, func(s sample) float64 { return s.cpuProx }))
+			}
+			errs := 0
+			for _, s := range samples[t.name] {
+				errs += s.res.Errors
+			}
+			added := "–"
+			if t.name != "direct" {
+				added = fmt.Sprintf("**%+.0f µs**", p50-dp50)
+			}
+			fmt.Printf("| %s | %s | %.0f µs | %.0f µs | %s | %.0f | **%.2f** | %.1f µs | %s | %d |\n",
+				sc.name, t.name, p50, p99, added, rate, ratio, node, prox, errs)
+		}
 	}
-	fmt.Println("\n(medians over rounds; added = gateway − direct)")
+	if withWrk {
+		fmt.Printf("\nwrk -t1 -c%d -d%s, non-streaming (throughput only):\n\n", conc, dur)
+		fmt.Println("| target | req/s (median) | ratio to direct |")
+		fmt.Println("|---|---|---|")
+		luaPath := filepath.Join(dir, "post.lua")
+		lua := "wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\nwrk.body = " + strconv.Quote(string(body)) + "\n"
+		if err := os.WriteFile(luaPath, []byte(lua), 0o600); err != nil {
+			return err
+		}
+		rates := map[string][]float64{}
+		for r := 0; r < rounds; r++ {
+			for _, t := range []target{direct, bareT, gateway} {
+				rps, err := wrkRun(luaPath, t.url, conc, dur)
+				if err != nil {
+					return fmt.Errorf("wrk %s: %w", t.name, err)
+				}
+				rates[t.name] = append(rates[t.name], rps)
+			}
+		}
+		d := load.MedianOf(rates["direct"])
+		for _, t := range []target{direct, bareT, gateway} {
+			fmt.Printf("| %s | %.0f | **%.2f** |\n", t.name, load.MedianOf(rates[t.name]), load.MedianOf(rates[t.name])/d)
+		}
+	}
+	fmt.Println("\n(added = target − direct; CPU/req = user+system CPU time of the process over the run ÷ requests)")
 	return nil
+}
+
+func perReq(d time.Duration, n int) float64 {
+	if n == 0 {
+		return 0
+	}
+	return load.Micros(d) / float64(n)
+}
+
+var wrkRate = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+var wrkErrors = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)|Socket errors: .*`)
+
+// wrkRun drives url with wrk and returns requests per second; any non-2xx
+// answer or socket error fails the run.
+func wrkRun(luaPath, url string, conc int, dur time.Duration) (float64, error) {
+	out, err := exec.Command("wrk", "-t1", fmt.Sprintf("-c%d", conc), fmt.Sprintf("-d%ds", int(dur.Seconds())), "-s", luaPath, url).CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s", err, out)
+	}
+	if m := wrkErrors.Find(out); m != nil {
+		return 0, fmt.Errorf("wrk saw errors: %s", m)
+	}
+	m := wrkRate.FindSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("no Requests/sec in wrk output: %s", out)
+	}
+	return strconv.ParseFloat(string(m[1]), 64)
 }

@@ -19,6 +19,8 @@ type Result struct {
 	Errors    int
 	Duration  time.Duration
 	Latencies []time.Duration // sorted
+	// CPU is the CPU time each of Target.Watch used during the measured run.
+	CPU []time.Duration
 }
 
 // Throughput is requests per second.
@@ -43,6 +45,8 @@ type Target struct {
 	Headers map[string]string
 	// Check validates a response; nil accepts any 200.
 	Check func(status int, body []byte) error
+	// Watch lists process ids whose CPU time is recorded in Result.CPU.
+	Watch []int
 }
 
 // Run drives target with c workers for d, after a warm-up of warm.
@@ -53,7 +57,16 @@ func Run(target Target, c int, d, warm time.Duration) (Result, error) {
 			return Result{}, err
 		}
 	}
-	return run(client, target, c, d)
+	before := make([]time.Duration, len(target.Watch))
+	for i, pid := range target.Watch {
+		before[i], _ = CPUTime(pid)
+	}
+	res, err := run(client, target, c, d)
+	for i, pid := range target.Watch {
+		after, _ := CPUTime(pid)
+		res.CPU = append(res.CPU, after-before[i])
+	}
+	return res, err
 }
 
 func run(client *fasthttp.Client, target Target, c int, d time.Duration) (Result, error) {
