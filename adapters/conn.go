@@ -1,0 +1,190 @@
+package adapters
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+)
+
+// DeferredConn saves one system call per request/answer exchange on a TCP
+// connection. Go reads a socket by trying read(2) first and waiting for
+// readiness only when it would block; right after a request is written the
+// peer cannot have answered yet, so that first read always comes back
+// empty. A DeferredConn holds a write back (when armed) and performs it
+// inside the next Read, after the poller's readiness has been reset, then
+// waits without the wasted read. The readiness reset happens before the
+// write, so an answer can never arrive unseen.
+//
+// Writes are held only while armed: always for an upstream client (it reads
+// the answer right after writing the request); for a server connection only
+// when the handler arms it for a complete, non-streamed answer (the server
+// reads the next request right after). Held bytes are written at the next
+// Read, an unarmed Write, or Close, whichever comes first; a Close from
+// another goroutine never waits for a blocked Read.
+type DeferredConn struct {
+	*net.TCPConn
+	raw syscall.RawConn
+
+	mu      sync.Mutex
+	pending []byte
+	armed   bool
+	always  bool
+	spare   []byte // the buffer of the last flushed write, reused
+}
+
+// maxDeferred bounds the bytes held back; larger writes go out at once.
+const maxDeferred = 64 << 10
+
+// NewDeferredConn wraps c. always arms it for good (upstream clients); a
+// server connection is armed per answer with Arm. Connections that are not
+// TCP are returned unchanged.
+func NewDeferredConn(c net.Conn, always bool) net.Conn {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return c
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return c
+	}
+	return &DeferredConn{TCPConn: tc, raw: raw, always: always}
+}
+
+// Arm lets the writes until the next Read be held back; armed false sends
+// every write at once again (a streamed answer must never wait).
+func (c *DeferredConn) Arm(armed bool) {
+	c.mu.Lock()
+	c.armed = armed
+	c.mu.Unlock()
+}
+
+// Write holds p back when armed, else writes it (after anything held).
+func (c *DeferredConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	if (c.armed || c.always) && len(c.pending)+len(p) <= maxDeferred {
+		if c.pending == nil {
+			c.pending, c.spare = c.spare[:0], nil
+		}
+		c.pending = append(c.pending, p...)
+		c.mu.Unlock()
+		return len(p), nil
+	}
+	held := c.takeLocked()
+	c.mu.Unlock()
+	if len(held) > 0 {
+		if _, err := c.TCPConn.Write(held); err != nil {
+			return 0, err
+		}
+		c.recycle(held)
+	}
+	return c.TCPConn.Write(p)
+}
+
+// takeLocked hands the held bytes to the caller, who writes them.
+func (c *DeferredConn) takeLocked() []byte {
+	held := c.pending
+	c.pending = nil
+	return held
+}
+
+func (c *DeferredConn) recycle(b []byte) {
+	c.mu.Lock()
+	if c.spare == nil && cap(b) <= maxDeferred {
+		c.spare = b[:0]
+	}
+	c.mu.Unlock()
+}
+
+// Read writes what is held, then waits for and reads the answer.
+func (c *DeferredConn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	c.armed = false
+	held := c.takeLocked()
+	c.mu.Unlock()
+	if len(held) == 0 {
+		return c.TCPConn.Read(p)
+	}
+	var (
+		n, written int
+		opErr      error
+		writeDone  bool
+	)
+	err := c.raw.Read(func(fd uintptr) bool {
+		if !writeDone {
+			for written < len(held) {
+				w, err := syscall.Write(int(fd), held[written:])
+				if err == syscall.EINTR {
+					continue
+				}
+				if err != nil || w <= 0 {
+					// EAGAIN (a full send buffer) or a real error: leave
+					// the rest to the ordinary, waiting write below.
+					if !errors.Is(err, syscall.EAGAIN) {
+						opErr = &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+					}
+					return true
+				}
+				written += w
+			}
+			writeDone = true
+			return false // nothing can have been answered yet: wait
+		}
+		for {
+			r, err := syscall.Read(int(fd), p)
+			switch {
+			case err == syscall.EINTR:
+				continue
+			case errors.Is(err, syscall.EAGAIN):
+				return false
+			case err != nil:
+				opErr = &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+			case r == 0 && len(p) > 0:
+				opErr = io.EOF
+			default:
+				n = r
+			}
+			return true
+		}
+	})
+	if err != nil { // deadline, or closed under us
+		return 0, err
+	}
+	if opErr != nil {
+		return n, opErr
+	}
+	if !writeDone {
+		if _, err := c.TCPConn.Write(held[written:]); err != nil {
+			return 0, err
+		}
+		c.recycle(held)
+		return c.TCPConn.Read(p)
+	}
+	c.recycle(held)
+	return n, nil
+}
+
+// Close writes what is held, then closes.
+func (c *DeferredConn) Close() error {
+	c.mu.Lock()
+	held := c.takeLocked()
+	c.mu.Unlock()
+	if len(held) > 0 {
+		_, _ = c.TCPConn.Write(held)
+	}
+	return c.TCPConn.Close()
+}
+
+// DeferredListener wraps every accepted TCP connection in a DeferredConn
+// that handlers arm per answer.
+type DeferredListener struct{ net.Listener }
+
+// Accept returns the next connection, wrapped.
+func (l DeferredListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return NewDeferredConn(c, false), nil
+}

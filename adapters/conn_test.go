@@ -1,0 +1,218 @@
+package adapters
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// peer is the far end of a DeferredConn: it records what arrives and
+// answers when told to.
+type peer struct {
+	conn net.Conn
+	got  chan []byte
+}
+
+func deferredPair(t *testing.T, always bool) (*DeferredConn, *peer) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, ok := NewDeferredConn(c, always).(*DeferredConn)
+	if !ok {
+		t.Fatal("a TCP connection was not wrapped")
+	}
+	p := &peer{conn: <-accepted, got: make(chan []byte, 64)}
+	go func() {
+		buf := make([]byte, 1<<20)
+		for {
+			n, err := p.conn.Read(buf)
+			if n > 0 {
+				p.got <- append([]byte(nil), buf[:n]...)
+			}
+			if err != nil {
+				close(p.got)
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { dc.Close(); p.conn.Close() })
+	return dc, p
+}
+
+// waitFor waits for want bytes at the peer, for at most d.
+func (p *peer) waitFor(want []byte, d time.Duration) error {
+	var got []byte
+	deadline := time.After(d)
+	for !bytes.Equal(got, want) {
+		select {
+		case b, ok := <-p.got:
+			if !ok {
+				return fmt.Errorf("peer closed after %q, want %q", got, want)
+			}
+			got = append(got, b...)
+		case <-deadline:
+			return fmt.Errorf("peer got %.40q within %s, want %.40q", got, d, want)
+		}
+	}
+	return nil
+}
+
+// received is waitFor for the test goroutine.
+func (p *peer) received(t *testing.T, want []byte, d time.Duration) {
+	t.Helper()
+	if err := p.waitFor(want, d); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// nothing asserts that no bytes reach the peer within d.
+func (p *peer) nothing(t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case b := <-p.got:
+		t.Fatalf("peer got %q, want nothing yet", b)
+	case <-time.After(d):
+	}
+}
+
+func TestDeferredConnRoundTrips(t *testing.T) {
+	dc, p := deferredPair(t, true)
+	buf := make([]byte, 64)
+	for i := 0; i < 50; i++ {
+		req := []byte("request " + string(rune('a'+i%26)))
+		if n, err := dc.Write(req); err != nil || n != len(req) {
+			t.Fatalf("write: %d %v", n, err)
+		}
+		peerErr := make(chan error, 1)
+		go func() {
+			err := p.waitFor(req, 2*time.Second)
+			if err == nil {
+				_, err = p.conn.Write([]byte("answer"))
+			}
+			peerErr <- err
+		}()
+		_ = dc.SetReadDeadline(time.Now().Add(3 * time.Second))
+		n, err := io.ReadAtLeast(dc, buf, len("answer"))
+		if err != nil || string(buf[:n]) != "answer" {
+			t.Fatalf("round %d: read %q %v (peer: %v)", i, buf[:n], err, <-peerErr)
+		}
+		if err := <-peerErr; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestDeferredConnHoldsUntilRead(t *testing.T) {
+	dc, p := deferredPair(t, true)
+	if _, err := dc.Write([]byte("held")); err != nil {
+		t.Fatal(err)
+	}
+	p.nothing(t, 50*time.Millisecond)
+	_ = dc.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	_, err := dc.Read(make([]byte, 8))
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read without an answer: %v, want a deadline error", err)
+	}
+	p.received(t, []byte("held"), time.Second) // written by the read
+}
+
+func TestDeferredConnLargeWritesGoOutAtOnce(t *testing.T) {
+	dc, p := deferredPair(t, true)
+	big := bytes.Repeat([]byte("x"), maxDeferred+1)
+	go func() { _, _ = dc.Write(big) }()
+	p.received(t, big, 5*time.Second)
+}
+
+func TestDeferredConnCloseFlushes(t *testing.T) {
+	dc, p := deferredPair(t, true)
+	_, _ = dc.Write([]byte("last words"))
+	if err := dc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p.received(t, []byte("last words"), time.Second)
+}
+
+func TestDeferredConnCloseDoesNotWaitForARead(t *testing.T) {
+	dc, p := deferredPair(t, true)
+	_, _ = dc.Write([]byte("question"))
+	errc := make(chan error, 1)
+	go func() {
+		_, err := dc.Read(make([]byte, 8))
+		errc <- err
+	}()
+	p.received(t, []byte("question"), time.Second)
+	closed := make(chan struct{})
+	go func() { dc.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(time.Second):
+		t.Fatal("Close blocked behind a waiting Read")
+	}
+	select {
+	case err := <-errc:
+		if err == nil {
+			t.Fatal("read on a closed connection succeeded")
+		}
+	case <-time.After(time.Second):
+		t.Fatal("the waiting Read did not end on Close")
+	}
+}
+
+func TestDeferredConnPeerClose(t *testing.T) {
+	dc, p := deferredPair(t, true)
+	_, _ = dc.Write([]byte("anyone?"))
+	peerErr := make(chan error, 1)
+	go func() {
+		peerErr <- p.waitFor([]byte("anyone?"), time.Second)
+		p.conn.Close()
+	}()
+	_ = dc.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := dc.Read(make([]byte, 8)); err != io.EOF {
+		t.Fatalf("read after the peer closed: %v, want io.EOF", err)
+	}
+	if err := <-peerErr; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A server connection holds writes only when armed: a streamed answer,
+// written unarmed, goes out at once.
+func TestDeferredConnServerArming(t *testing.T) {
+	dc, p := deferredPair(t, false)
+	_, _ = dc.Write([]byte("chunk 1"))
+	p.received(t, []byte("chunk 1"), time.Second)
+	dc.Arm(true)
+	_, _ = dc.Write([]byte("whole answer"))
+	p.nothing(t, 50*time.Millisecond)
+	dc.Arm(false) // a later unarmed write sends what was held first, in order
+	_, _ = dc.Write([]byte(" + more"))
+	p.received(t, []byte("whole answer + more"), time.Second)
+}
+
+func TestNewDeferredConnLeavesOtherConnsAlone(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	if c := NewDeferredConn(a, true); c != a {
+		t.Fatalf("a pipe was wrapped: %T", c)
+	}
+}
