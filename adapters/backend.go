@@ -3,6 +3,7 @@ package adapters
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -55,6 +56,7 @@ type Config struct {
 	Idle      time.Duration // streams: longest gap between two reads
 	Total     time.Duration // whole exchange; also the deadline of a non-streaming answer
 	MaxConns  int           // connection pool size per upstream
+	TLS       *tls.Config   // for https upstreams; nil: the system's roots
 }
 
 // DefaultConfig returns the defaults of the timeouts: section.
@@ -212,8 +214,8 @@ type HTTPBackend struct {
 	target Target
 	cfg    Config
 	client *fasthttp.HostClient
-	base   string // path prefix, e.g. /v1
-	auth   string // "Bearer <key>" or ""
+	uris   [2]string // absolute request URI by Endpoint
+	auth   string    // "Bearer <key>" or ""
 }
 
 // NewHTTPBackend builds a backend with its own keep-alive pool.
@@ -233,7 +235,12 @@ func NewHTTPBackend(t Target, cfg Config) (*HTTPBackend, error) {
 			host += ":80"
 		}
 	}
-	b := &HTTPBackend{target: t, cfg: cfg, base: u.Path}
+	b := &HTTPBackend{target: t, cfg: cfg}
+	for _, ep := range []Endpoint{EndpointChat, EndpointCompletion} {
+		// Absolute, so the scheme (https upstreams) and the Host header
+		// (as written, without a default port) come from the URL.
+		b.uris[ep] = u.Scheme + "://" + u.Host + u.Path + ep.Path()
+	}
 	if t.APIKey != "" {
 		b.auth = "Bearer " + t.APIKey
 	}
@@ -242,6 +249,7 @@ func NewHTTPBackend(t Target, cfg Config) (*HTTPBackend, error) {
 		Addr:                          host,
 		Name:                          "frontdoor",
 		IsTLS:                         u.Scheme == "https",
+		TLSConfig:                     cfg.TLS,
 		MaxConns:                      cfg.MaxConns,
 		MaxIdleConnDuration:           30 * time.Second,
 		ReadBufferSize:                16 << 10,
@@ -255,12 +263,25 @@ func NewHTTPBackend(t Target, cfg Config) (*HTTPBackend, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%w: %w", ErrConnect, err)
 			}
-			tc := &trackedConn{Conn: c}
+			// The answer is always read right after the request is
+			// written: hold the write back into that read.
+			tc := &trackedConn{Conn: NewDeferredConn(c, true)}
 			tc.local = connAddr{Addr: c.LocalAddr(), conn: tc}
 			return tc, nil
 		},
 	}
 	return b, nil
+}
+
+var headerRequestID = []byte("X-Request-Id")
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // Name returns the upstream's name.
@@ -275,14 +296,17 @@ func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamR
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	req.Header.SetMethod(fasthttp.MethodPost)
-	req.SetRequestURI(b.base + ur.Endpoint.Path())
-	req.Header.SetHost(b.client.Addr)
+	req.SetRequestURI(b.uris[ur.Endpoint])
 	req.Header.SetContentType("application/json")
 	if b.auth != "" {
 		req.Header.Set(fasthttp.HeaderAuthorization, b.auth)
 	}
 	if ur.RequestID != "" {
-		req.Header.Set("X-Request-Id", ur.RequestID)
+		if printableASCII(ur.RequestID) {
+			req.Header.SetCanonical(headerRequestID, []byte(ur.RequestID))
+		} else {
+			req.Header.Set("X-Request-Id", ur.RequestID) // strips line breaks
+		}
 	}
 	if ur.Stream {
 		req.Header.Set(fasthttp.HeaderAccept, "text/event-stream")

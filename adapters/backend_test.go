@@ -2,10 +2,16 @@ package adapters_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -194,5 +200,55 @@ func TestBaseURL(t *testing.T) {
 	}
 	if _, err := adapters.BaseURL("127.0.0.1:9001"); err == nil {
 		t.Fatal("a URL without scheme must be refused")
+	}
+}
+
+// TestHTTPBackendOverTLS: an https upstream (DashScope is one) answers
+// plain and streamed requests, several times over pooled connections; the
+// TLS handshake and every request run over the deferred-write connection.
+func TestHTTPBackendOverTLS(t *testing.T) {
+	var requests atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		body, _ := io.ReadAll(r.Body)
+		if r.URL.Path != "/v1/chat/completions" || r.Header.Get("X-Request-Id") != "r1" {
+			http.Error(w, "bad request line or id", 400)
+			return
+		}
+		if strings.Contains(string(body), `"stream":true`) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			for _, tok := range []string{"he", "llo"} {
+				fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":%q}}]}\n\n", tok)
+				w.(http.Flusher).Flush()
+			}
+			fmt.Fprint(w, "data: [DONE]\n\n")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hello"}}]}`)
+	}))
+	defer srv.Close()
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	c := cfg()
+	c.TLS = &tls.Config{RootCAs: pool}
+	be, err := adapters.NewHTTPBackend(adapters.Target{Name: "tls", URL: srv.URL, Kind: adapters.KindOpenAI}, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		resp, body := send(t, be, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, false, "m")
+		if resp.Status != 200 || !strings.Contains(body, `"content":"hello"`) {
+			t.Fatalf("plain %d: %d %s", i, resp.Status, body)
+		}
+		resp.Close()
+		resp, body = send(t, be, `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`, true, "m")
+		if resp.Status != 200 || !strings.Contains(body, `"he"`) || !strings.Contains(body, `"llo"`) {
+			t.Fatalf("stream %d: %d %s", i, resp.Status, body)
+		}
+		resp.Close()
+	}
+	if n := requests.Load(); n != 10 {
+		t.Fatalf("server saw %d requests, want 10", n)
 	}
 }
