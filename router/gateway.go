@@ -284,7 +284,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 	if g.runCancel == nil {
 		g.Start()
 	}
-	err := g.server.Serve(ln)
+	err := g.server.Serve(adapters.DeferredListener{Listener: ln})
 	if errors.Is(err, net.ErrClosed) {
 		return nil
 	}

@@ -376,3 +376,56 @@ func TestPprofIsAdminOnly(t *testing.T) {
 		t.Fatalf("with token: %d %.200s", code, b)
 	}
 }
+
+// TestPipelinedRequests: a client that pipelines a plain request and a
+// streamed one on one connection gets both answers, and the stream's first
+// event long before its end. Whole answers are sent from inside the next
+// read (adapters.DeferredConn); a pipelined stream must not be held back
+// with them.
+func TestPipelinedRequests(t *testing.T) {
+	gw, _ := simAndGateway(t, 1, func(c *sim.Config) {
+		c.TTFT, c.ITL = 10*time.Millisecond, 60*time.Millisecond
+	})
+	c, err := net.Dial("tcp", strings.TrimPrefix(gw.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := func(body string) string {
+		return "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+			strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	}
+	plain := req(chatBody("first", `"max_tokens":2`))
+	streamed := req(chatBody("second", `"max_tokens":16,"stream":true`)) // ~1 s of tokens
+	start := time.Now()
+	if _, err := io.WriteString(c, plain+streamed); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	first, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("first answer: %v", err)
+	}
+	b, _ := io.ReadAll(first.Body)
+	if first.StatusCode != 200 || !strings.Contains(string(b), `"chat.completion"`) {
+		t.Fatalf("first answer %d: %s", first.StatusCode, b)
+	}
+	second, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("second answer: %v", err)
+	}
+	sr := bufio.NewReader(second.Body)
+	if _, err := sr.ReadString('\n'); err != nil {
+		t.Fatalf("first event: %v", err)
+	}
+	firstEvent := time.Since(start)
+	_, events, done := streamText(t, sr)
+	total := time.Since(start)
+	if second.StatusCode != 200 || events == 0 || !done {
+		t.Fatalf("streamed answer: status %d, %d events, done %v", second.StatusCode, events, done)
+	}
+	if firstEvent > total/2 {
+		t.Fatalf("the pipelined stream was held back: first event after %s of %s", firstEvent, total)
+	}
+}
