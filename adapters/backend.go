@@ -316,12 +316,18 @@ func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamR
 	}
 	req.SetBodyRaw(ur.Body)
 
-	start := time.Now()
-	total := start.Add(b.cfg.Total)
-	if d, ok := ctx.Deadline(); ok && d.Before(total) {
-		total = d
+	// A non-streaming answer without a context deadline needs no clock
+	// reading here: its deadline is the total timeout from now.
+	wait := b.cfg.Total
+	var start, total time.Time
+	if d, ok := ctx.Deadline(); ok || ur.Stream {
+		start = time.Now()
+		total = start.Add(b.cfg.Total)
+		if ok && d.Before(total) {
+			total = d
+		}
+		wait = total.Sub(start)
 	}
-	wait := time.Until(total)
 	if ur.Stream && b.cfg.FirstByte < wait {
 		wait = b.cfg.FirstByte
 	}

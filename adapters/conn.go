@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"syscall"
+	"unsafe"
 )
 
 // DeferredConn saves one system call per request/answer exchange on a TCP
@@ -114,7 +115,7 @@ func (c *DeferredConn) Read(p []byte) (int, error) {
 	err := c.raw.Read(func(fd uintptr) bool {
 		if !writeDone {
 			for written < len(held) {
-				w, err := syscall.Write(int(fd), held[written:])
+				w, err := rawWrite(fd, held[written:])
 				if err == syscall.EINTR {
 					continue
 				}
@@ -132,7 +133,7 @@ func (c *DeferredConn) Read(p []byte) (int, error) {
 			return false // nothing can have been answered yet: wait
 		}
 		for {
-			r, err := syscall.Read(int(fd), p)
+			r, err := rawRead(fd, p)
 			switch {
 			case err == syscall.EINTR:
 				continue
@@ -174,6 +175,32 @@ func (c *DeferredConn) Close() error {
 		_, _ = c.TCPConn.Write(held)
 	}
 	return c.TCPConn.Close()
+}
+
+// rawWrite and rawRead call write(2) and read(2) without telling the
+// scheduler: the socket is non-blocking, so neither can block, and a plain
+// syscall's bookkeeping (and the P hand-off the system monitor does for
+// calls it thinks are slow) costs more here than the call itself.
+func rawWrite(fd uintptr, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
+}
+
+func rawRead(fd uintptr, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
 }
 
 // DeferredListener wraps every accepted TCP connection in a DeferredConn

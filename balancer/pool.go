@@ -277,9 +277,8 @@ func (p *Pool) Report(n *Node, o Outcome, firstByte time.Duration) {
 	if c := n.mReq[o].Load(); c != nil {
 		c.Inc()
 	}
-	now := p.nowNanos()
 	if o == OutcomeSuccess && firstByte > 0 {
-		n.ttft.observe(firstByte.Seconds(), now)
+		n.ttft.observe(firstByte.Seconds(), p.nowNanos())
 		if h := n.mTTFT.Load(); h != nil {
 			h.Update(firstByte.Seconds())
 		}
@@ -292,6 +291,7 @@ func (p *Pool) Report(n *Node, o Outcome, firstByte time.Duration) {
 	if o != OutcomeFailure && n.brState.Load() == breakerClosed {
 		return // the common case needs no lock
 	}
+	now := p.nowNanos()
 	n.mu.Lock()
 	n.recordLocked(o, now)
 	n.mu.Unlock()

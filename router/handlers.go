@@ -369,7 +369,10 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.Up
 		}
 		x.attempts++
 		be := g.backends[n.Name()]
-		sent := time.Now()
+		var sent time.Time
+		if ur.Stream { // the time to the first token is only known for streams
+			sent = time.Now()
+		}
 		resp, err := be.Send(context.Background(), ur)
 		if err != nil {
 			x.slot.release()
