@@ -75,12 +75,15 @@ func (c *DeferredConn) Write(p []byte) (int, error) {
 	held := c.takeLocked()
 	c.mu.Unlock()
 	if len(held) > 0 {
-		if _, err := c.TCPConn.Write(held); err != nil {
+		if err := c.writeAll(held); err != nil {
 			return 0, err
 		}
 		c.recycle(held)
 	}
-	return c.TCPConn.Write(p)
+	if err := c.writeAll(p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // takeLocked hands the held bytes to the caller, who writes them.
@@ -105,7 +108,7 @@ func (c *DeferredConn) Read(p []byte) (int, error) {
 	held := c.takeLocked()
 	c.mu.Unlock()
 	if len(held) == 0 {
-		return c.TCPConn.Read(p)
+		return c.readSome(p)
 	}
 	var (
 		n, written int
@@ -114,40 +117,21 @@ func (c *DeferredConn) Read(p []byte) (int, error) {
 	)
 	err := c.raw.Read(func(fd uintptr) bool {
 		if !writeDone {
-			for written < len(held) {
-				w, err := rawWrite(fd, held[written:])
-				if err == syscall.EINTR {
-					continue
-				}
-				if err != nil || w <= 0 {
-					// EAGAIN (a full send buffer) or a real error: leave
-					// the rest to the ordinary, waiting write below.
-					if !errors.Is(err, syscall.EAGAIN) {
-						opErr = &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
-					}
-					return true
-				}
-				written += w
-			}
-			writeDone = true
-			return false // nothing can have been answered yet: wait
-		}
-		for {
-			r, err := rawRead(fd, p)
+			w, err := writeNonBlocking(fd, held)
+			written = w
 			switch {
-			case err == syscall.EINTR:
-				continue
+			case err == nil:
+				writeDone = true
+				return false // nothing can have been answered yet: wait
 			case errors.Is(err, syscall.EAGAIN):
-				return false
-			case err != nil:
-				opErr = &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
-			case r == 0 && len(p) > 0:
-				opErr = io.EOF
+				return true // a full send buffer: the waiting write below
 			default:
-				n = r
+				opErr = c.opError("write", err)
+				return true
 			}
-			return true
 		}
+		n, opErr = c.readNonBlocking(fd, p)
+		return !errors.Is(opErr, syscall.EAGAIN)
 	})
 	if err != nil { // deadline, or closed under us
 		return 0, err
@@ -156,23 +140,112 @@ func (c *DeferredConn) Read(p []byte) (int, error) {
 		return n, opErr
 	}
 	if !writeDone {
-		if _, err := c.TCPConn.Write(held[written:]); err != nil {
+		if err := c.writeAll(held[written:]); err != nil {
 			return 0, err
 		}
 		c.recycle(held)
-		return c.TCPConn.Read(p)
+		return c.readSome(p)
 	}
 	c.recycle(held)
 	return n, nil
 }
 
-// Close writes what is held, then closes.
+// readSome reads at least one byte, waiting for readiness in the poller.
+func (c *DeferredConn) readSome(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var (
+		n     int
+		opErr error
+	)
+	err := c.raw.Read(func(fd uintptr) bool {
+		n, opErr = c.readNonBlocking(fd, p)
+		return !errors.Is(opErr, syscall.EAGAIN)
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, opErr
+}
+
+// writeAll writes b whole, waiting for room in the poller when the send
+// buffer is full.
+func (c *DeferredConn) writeAll(b []byte) error {
+	written := 0
+	var opErr error
+	err := c.raw.Write(func(fd uintptr) bool {
+		w, err := writeNonBlocking(fd, b[written:])
+		written += w
+		if errors.Is(err, syscall.EAGAIN) {
+			return false
+		}
+		if err != nil {
+			opErr = c.opError("write", err)
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	return opErr
+}
+
+// readNonBlocking is one read(2): EAGAIN when nothing is there, io.EOF at
+// the end.
+func (c *DeferredConn) readNonBlocking(fd uintptr, p []byte) (int, error) {
+	for {
+		r, err := rawRead(fd, p)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case errors.Is(err, syscall.EAGAIN):
+			return 0, err
+		case err != nil:
+			return 0, c.opError("read", err)
+		case r == 0:
+			return 0, io.EOF
+		}
+		return r, nil
+	}
+}
+
+// writeNonBlocking writes as much of b as the send buffer takes; err is
+// EAGAIN when it took less than all of it.
+func writeNonBlocking(fd uintptr, b []byte) (int, error) {
+	written := 0
+	for written < len(b) {
+		w, err := rawWrite(fd, b[written:])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return written, err
+		}
+		if w == 0 {
+			return written, syscall.EAGAIN
+		}
+		written += w
+	}
+	return written, nil
+}
+
+func (c *DeferredConn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+}
+
+// Close writes what is held (as much as the send buffer takes), then
+// closes.
 func (c *DeferredConn) Close() error {
 	c.mu.Lock()
 	held := c.takeLocked()
 	c.mu.Unlock()
 	if len(held) > 0 {
-		_, _ = c.TCPConn.Write(held)
+		// Best effort and never blocking: what the send buffer takes.
+		_ = c.raw.Write(func(fd uintptr) bool {
+			_, _ = writeNonBlocking(fd, held)
+			return true
+		})
 	}
 	return c.TCPConn.Close()
 }
