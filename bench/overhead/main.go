@@ -9,8 +9,9 @@
 //
 //	go run ./bench/overhead [-rounds 3] [-duration 3s] [-conc 32] [-stream] [-wrk]
 //
-// -wrk adds throughput runs driven by wrk (Debian package wrk) with one
-// thread and -conc connections, the setup the issue's peer numbers used.
+// -wrk adds runs driven by wrk (Debian package wrk), one thread: throughput
+// with -conc connections, the setup the issue's peer numbers used, and
+// latency with one connection.
 package main
 
 import (
@@ -202,18 +203,34 @@ nodes:
 			return err
 		}
 		rates := map[string][]float64{}
+		p50s, p99s := map[string][]float64{}, map[string][]float64{}
 		for r := 0; r < rounds; r++ {
 			for _, t := range []target{direct, bareT, gateway} {
-				rps, err := wrkRun(luaPath, t.url, conc, dur)
+				res, err := wrkRun(luaPath, t.url, conc, dur)
 				if err != nil {
 					return fmt.Errorf("wrk %s: %w", t.name, err)
 				}
-				rates[t.name] = append(rates[t.name], rps)
+				rates[t.name] = append(rates[t.name], res.rps)
+				if res, err = wrkRun(luaPath, t.url, 1, dur); err != nil {
+					return fmt.Errorf("wrk -c1 %s: %w", t.name, err)
+				}
+				p50s[t.name], p99s[t.name] = append(p50s[t.name], res.p50), append(p99s[t.name], res.p99)
 			}
 		}
 		d := load.MedianOf(rates["direct"])
 		for _, t := range []target{direct, bareT, gateway} {
 			fmt.Printf("| %s | %.0f | **%.2f** |\n", t.name, load.MedianOf(rates[t.name]), load.MedianOf(rates[t.name])/d)
+		}
+		fmt.Printf("\nwrk -t1 -c1 -d%s --latency, non-streaming:\n\n", dur)
+		fmt.Println("| target | p50 | p99 | added p50 |")
+		fmt.Println("|---|---|---|---|")
+		dp50 := load.MedianOf(p50s["direct"])
+		for _, t := range []target{direct, bareT, gateway} {
+			added := "–"
+			if t.name != "direct" {
+				added = fmt.Sprintf("**%+.0f µs**", load.MedianOf(p50s[t.name])-dp50)
+			}
+			fmt.Printf("| %s | %.0f µs | %.0f µs | %s |\n", t.name, load.MedianOf(p50s[t.name]), load.MedianOf(p99s[t.name]), added)
 		}
 	}
 	fmt.Println("\n(added = target − direct; CPU/req = user+system CPU time of the process over the run ÷ requests)")
@@ -227,22 +244,43 @@ func perReq(d time.Duration, n int) float64 {
 	return load.Micros(d) / float64(n)
 }
 
-var wrkRate = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
-var wrkErrors = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)|Socket errors: .*`)
+var (
+	wrkRate    = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	wrkErrors  = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)|Socket errors: .*`)
+	wrkLatency = regexp.MustCompile(`(?m)^\s+(50|99)%\s+([0-9.]+)(us|ms|s)\s*$`)
+)
 
-// wrkRun drives url with wrk and returns requests per second; any non-2xx
-// answer or socket error fails the run.
-func wrkRun(luaPath, url string, conc int, dur time.Duration) (float64, error) {
-	out, err := exec.Command("wrk", "-t1", fmt.Sprintf("-c%d", conc), fmt.Sprintf("-d%ds", int(dur.Seconds())), "-s", luaPath, url).CombinedOutput()
+type wrkResult struct{ rps, p50, p99 float64 } // latencies in µs
+
+// wrkRun drives url with wrk and returns its rate and latencies; any
+// non-2xx answer or socket error fails the run.
+func wrkRun(luaPath, url string, conc int, dur time.Duration) (wrkResult, error) {
+	out, err := exec.Command("wrk", "-t1", fmt.Sprintf("-c%d", conc), fmt.Sprintf("-d%ds", int(dur.Seconds())), "--latency", "-s", luaPath, url).CombinedOutput()
 	if err != nil {
-		return 0, fmt.Errorf("%w: %s", err, out)
+		return wrkResult{}, fmt.Errorf("%w: %s", err, out)
 	}
 	if m := wrkErrors.Find(out); m != nil {
-		return 0, fmt.Errorf("wrk saw errors: %s", m)
+		return wrkResult{}, fmt.Errorf("wrk saw errors: %s", m)
 	}
 	m := wrkRate.FindSubmatch(out)
 	if m == nil {
-		return 0, fmt.Errorf("no Requests/sec in wrk output: %s", out)
+		return wrkResult{}, fmt.Errorf("no Requests/sec in wrk output: %s", out)
 	}
-	return strconv.ParseFloat(string(m[1]), 64)
+	var r wrkResult
+	r.rps, _ = strconv.ParseFloat(string(m[1]), 64)
+	for _, l := range wrkLatency.FindAllSubmatch(out, -1) {
+		v, _ := strconv.ParseFloat(string(l[2]), 64)
+		switch string(l[3]) {
+		case "ms":
+			v *= 1e3
+		case "s":
+			v *= 1e6
+		}
+		if string(l[1]) == "50" {
+			r.p50 = v
+		} else {
+			r.p99 = v
+		}
+	}
+	return r, nil
 }
