@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -33,7 +34,19 @@ type DeferredConn struct {
 	armed   bool
 	always  bool
 	spare   []byte // the buffer of the last flushed write, reused
+
+	readDL, writeDL deadline
 }
+
+// deadline is the last deadline given to the poller in one direction.
+type deadline struct{ at, setAt time.Time }
+
+// deadlineSlack: a deadline that moves later by less than 1/64 of its
+// length is not re-armed. Servers and clients push their deadlines a few
+// microseconds later on every request, and re-arming a runtime timer each
+// time costs more than the request's own work; the price is that a
+// timeout may fire up to 1/64 (1.6%) of its length early.
+const deadlineSlack = 64
 
 // maxDeferred bounds the bytes held back; larger writes go out at once.
 const maxDeferred = 64 << 10
@@ -51,6 +64,41 @@ func NewDeferredConn(c net.Conn, always bool) net.Conn {
 		return c
 	}
 	return &DeferredConn{TCPConn: tc, raw: raw, always: always}
+}
+
+// SetDeadline sets both deadlines (see SetReadDeadline).
+func (c *DeferredConn) SetDeadline(t time.Time) error {
+	if err := c.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.SetWriteDeadline(t)
+}
+
+// SetReadDeadline sets the read deadline, unless it only moves later by
+// less than 1/64 of its length (see deadlineSlack).
+func (c *DeferredConn) SetReadDeadline(t time.Time) error {
+	return c.setDeadline(&c.readDL, t, c.TCPConn.SetReadDeadline)
+}
+
+// SetWriteDeadline is SetReadDeadline for writes.
+func (c *DeferredConn) SetWriteDeadline(t time.Time) error {
+	return c.setDeadline(&c.writeDL, t, c.TCPConn.SetWriteDeadline)
+}
+
+func (c *DeferredConn) setDeadline(d *deadline, t time.Time, set func(time.Time) error) error {
+	c.mu.Lock()
+	cur := d.at
+	if t.Equal(cur) || (!cur.IsZero() && t.After(cur) && t.Sub(cur) < cur.Sub(d.setAt)/deadlineSlack) {
+		c.mu.Unlock()
+		return nil
+	}
+	d.at = t
+	if !t.IsZero() {
+		d.setAt = time.Now()
+	}
+	err := set(t)
+	c.mu.Unlock()
+	return err
 }
 
 // Arm lets the writes until the next Read be held back; armed false sends

@@ -216,3 +216,45 @@ func TestNewDeferredConnLeavesOtherConnsAlone(t *testing.T) {
 		t.Fatalf("a pipe was wrapped: %T", c)
 	}
 }
+
+func TestDeferredConnDeadlines(t *testing.T) {
+	dc, p := deferredPair(t, false)
+	read := func() (time.Duration, error) {
+		start := time.Now()
+		_, err := dc.Read(make([]byte, 8))
+		return time.Since(start), err
+	}
+	// An earlier deadline always takes effect.
+	_ = dc.SetReadDeadline(time.Now().Add(time.Hour))
+	_ = dc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if d, err := read(); !errors.Is(err, os.ErrDeadlineExceeded) || d > time.Second {
+		t.Fatalf("earlier deadline: %v after %s", err, d)
+	}
+	// A small push later is not re-armed (at most 1/64 of the deadline's
+	// length); a large one is.
+	base := time.Now().Add(10 * time.Second)
+	_ = dc.SetReadDeadline(base)
+	_ = dc.SetReadDeadline(base.Add(50 * time.Millisecond))
+	if !dc.readDL.at.Equal(base) {
+		t.Fatalf("a 50ms push of a 10s deadline was re-armed")
+	}
+	_ = dc.SetReadDeadline(base.Add(time.Second))
+	if !dc.readDL.at.Equal(base.Add(time.Second)) {
+		t.Fatalf("a 1s push of a 10s deadline was not re-armed")
+	}
+	// Clearing takes effect: the read waits for the peer.
+	_ = dc.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	_ = dc.SetReadDeadline(time.Time{})
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		_, _ = p.conn.Write([]byte("late"))
+	}()
+	if d, err := read(); err != nil || d < 80*time.Millisecond {
+		t.Fatalf("cleared deadline: %v after %s", err, d)
+	}
+	// SetDeadline covers writes too.
+	_ = dc.SetDeadline(time.Now().Add(time.Minute))
+	if dc.writeDL.at.IsZero() {
+		t.Fatal("SetDeadline did not set the write deadline")
+	}
+}

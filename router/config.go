@@ -31,6 +31,9 @@ type Timeouts struct {
 	Total     units.Duration `yaml:"total"`
 	// Shutdown is the grace period for in-flight streams on SIGTERM.
 	Shutdown units.Duration `yaml:"shutdown"`
+	// Client bounds the wait for a client's request: its bytes once it
+	// has begun, and the next one on a kept-alive connection.
+	Client units.Duration `yaml:"client"`
 }
 
 // Admin is the admin: section.
@@ -126,7 +129,7 @@ func DefaultConfig() Config {
 	return Config{
 		Listen:    ":8080",
 		Limits:    Limits{MaxBodyBytes: 8 << 20},
-		Timeouts:  Timeouts{Connect: units.Duration(2e9), FirstByte: units.Duration(60e9), Idle: units.Duration(30e9), Total: units.Duration(600e9), Shutdown: units.Duration(30e9)},
+		Timeouts:  Timeouts{Connect: units.Duration(2e9), FirstByte: units.Duration(60e9), Idle: units.Duration(30e9), Total: units.Duration(600e9), Shutdown: units.Duration(30e9), Client: units.Duration(120e9)},
 		Admin:     Admin{TokenEnv: "FRONTDOOR_ADMIN_TOKEN", AllowCIDRs: []string{"127.0.0.1/32", "::1/128"}},
 		Logging:   Logging{Level: "info", Format: "json", AccessLog: true},
 		Redis:     redisconn.DefaultConfig(),
@@ -277,6 +280,9 @@ func (c *Config) Problems() []string {
 	}
 	if c.Timeouts.Shutdown < 0 {
 		add("timeouts.shutdown: must be >= 0")
+	}
+	if c.Timeouts.Client <= 0 {
+		add("timeouts.client: must be > 0")
 	}
 	for i, cidr := range c.Admin.AllowCIDRs {
 		if _, err := parseCIDR(cidr); err != nil {

@@ -128,9 +128,12 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		Name:         "frontdoor",
 		// Bodies up to twice the limit are read and answered with a clean
 		// 413 by the handler; only larger ones are cut at the socket.
-		MaxRequestBodySize:            2 * int(cfg.Limits.MaxBodyBytes),
-		ReadTimeout:                   cfg.Timeouts.Total.D(),
-		IdleTimeout:                   2 * time.Minute,
+		MaxRequestBodySize: 2 * int(cfg.Limits.MaxBodyBytes),
+		// One value for both, so the deadline fasthttp re-arms twice per
+		// request barely moves and the connection need not re-arm its
+		// timer (adapters.DeferredConn).
+		ReadTimeout:                   cfg.Timeouts.Client.D(),
+		IdleTimeout:                   cfg.Timeouts.Client.D(),
 		NoDefaultServerHeader:         false,
 		NoDefaultDate:                 true,
 		DisableHeaderNamesNormalizing: false,

@@ -18,6 +18,7 @@ import (
 	"frontdoor/adapters"
 	"frontdoor/cmd/gpusim/sim"
 	"frontdoor/internal/testenv"
+	"frontdoor/internal/units"
 )
 
 func TestChatNonStreaming(t *testing.T) {
@@ -427,5 +428,28 @@ func TestPipelinedRequests(t *testing.T) {
 	}
 	if firstEvent > total/2 {
 		t.Fatalf("the pipelined stream was held back: first event after %s of %s", firstEvent, total)
+	}
+}
+
+// TestClientTimeout: a client that starts a request and stalls, or keeps
+// an idle connection, is cut off after timeouts.client.
+func TestClientTimeout(t *testing.T) {
+	cfg := testConfig(testenv.GPUSim(t, nil))
+	cfg.Timeouts.Client = units.Duration(300 * time.Millisecond)
+	gw := startGateway(t, cfg)
+	for _, start := range []string{"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n", ""} {
+		c, err := net.Dial("tcp", strings.TrimPrefix(gw.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.WriteString(c, start)
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		begin := time.Now()
+		_, err = io.ReadAll(c) // whatever the server says, it must close
+		took := time.Since(begin)
+		c.Close()
+		if err != nil || took < 250*time.Millisecond || took > 3*time.Second {
+			t.Fatalf("stalled client (%q): closed after %s, err %v", start, took, err)
+		}
 	}
 }
