@@ -65,7 +65,16 @@ func ParseAnswer(ep Endpoint, body []byte) (*Answer, error) {
 // ParseUsage reads the usage object of a non-streaming answer without
 // parsing the rest of it. ok is false when there is none.
 func ParseUsage(body []byte) (u Usage, ok bool) {
-	i := bytes.LastIndex(body, []byte(`"usage"`))
+	// Engines put usage last: look in the tail before the whole body.
+	i := -1
+	if tail := max(0, len(body)-256); tail > 0 {
+		if j := bytes.LastIndex(body[tail:], []byte(`"usage"`)); j >= 0 {
+			i = tail + j
+		}
+	}
+	if i < 0 {
+		i = bytes.LastIndex(body, []byte(`"usage"`))
+	}
 	if i < 0 {
 		return u, false
 	}
