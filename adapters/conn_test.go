@@ -200,12 +200,17 @@ func TestDeferredConnServerArming(t *testing.T) {
 	dc, p := deferredPair(t, false)
 	_, _ = dc.Write([]byte("chunk 1"))
 	p.received(t, []byte("chunk 1"), time.Second)
-	dc.Arm(true)
+	dc.Begin()
+	dc.End(true)
 	_, _ = dc.Write([]byte("whole answer"))
 	p.nothing(t, 50*time.Millisecond)
-	dc.Arm(false) // a later unarmed write sends what was held first, in order
+	dc.Begin() // a later unarmed write sends what was held first, in order
 	_, _ = dc.Write([]byte(" + more"))
+	dc.End(false)
 	p.received(t, []byte("whole answer + more"), time.Second)
+	if n := busy.Load(); n != 0 {
+		t.Fatalf("%d requests still count as in hand", n)
+	}
 }
 
 func TestNewDeferredConnLeavesOtherConnsAlone(t *testing.T) {

@@ -344,6 +344,9 @@ func TestPanicReleasesCounters(t *testing.T) {
 	if n := gw.adm.Inflight("p"); n != 0 {
 		t.Fatalf("tenant in-flight leaked: %d", n)
 	}
+	if n := adapters.InHand(); n != 0 { // no test in this package runs in parallel
+		t.Fatalf("requests in hand leaked: %d", n)
+	}
 	if !strings.Contains(logs.String(), "handler panicked") {
 		t.Fatal("the panic was not logged")
 	}

@@ -29,7 +29,7 @@ import (
 func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	dc, _ := ctx.Conn().(*adapters.DeferredConn)
 	if dc != nil {
-		dc.Arm(false) // a pipelined request may follow an armed answer
+		dc.Begin() // writes go out at once: a pipelined request may follow an armed answer
 	}
 	defer func() {
 		if r := recover(); r != nil {
@@ -38,8 +38,8 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		}
 		// A whole answer is followed by the read of the next request:
 		// send it from inside that read (see adapters.DeferredConn).
-		if dc != nil && !ctx.Response.IsBodyStream() {
-			dc.Arm(true)
+		if dc != nil {
+			dc.End(!ctx.Response.IsBodyStream())
 		}
 	}()
 	switch string(ctx.Path()) {
