@@ -25,7 +25,9 @@ import (
 // when the handler arms it for a complete, non-streamed answer (the server
 // reads the next request right after). Held bytes are written at the next
 // Read, an unarmed Write, or Close, whichever comes first; a Close from
-// another goroutine never waits for a blocked Read.
+// another goroutine never waits for a blocked Read. All I/O goes through
+// the runtime poller with non-blocking system calls (raw ones under load,
+// see rawWrite), and deadlines are re-armed lazily (see deadlineSlack).
 type DeferredConn struct {
 	*net.TCPConn
 	raw syscall.RawConn
@@ -53,8 +55,8 @@ const deadlineSlack = 64
 const maxDeferred = 64 << 10
 
 // NewDeferredConn wraps c. always arms it for good (upstream clients); a
-// server connection is armed per answer (see Begin and End). Connections that are not
-// TCP are returned unchanged.
+// server connection is armed per answer (see Begin and End). Connections
+// that are not TCP are returned unchanged.
 func NewDeferredConn(c net.Conn, always bool) net.Conn {
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
