@@ -299,21 +299,24 @@ func (c *DeferredConn) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 }
 
-// Close writes what is held (as much as the send buffer takes), then
-// closes.
+// Close writes what is held, waiting up to closeFlushTimeout for a slow
+// peer to take it, then closes.
 func (c *DeferredConn) Close() error {
 	c.mu.Lock()
-	held := c.takeLocked()
+	held, writeDL := c.takeLocked(), c.writeDL.at
 	c.mu.Unlock()
 	if len(held) > 0 {
-		// Best effort and never blocking: what the send buffer takes.
-		_ = c.raw.Write(func(fd uintptr) bool {
-			_, _ = writeNonBlocking(fd, held)
-			return true
-		})
+		if limit := time.Now().Add(closeFlushTimeout); writeDL.IsZero() || limit.Before(writeDL) {
+			_ = c.TCPConn.SetWriteDeadline(limit)
+		}
+		_ = c.writeAll(held)
 	}
 	return c.TCPConn.Close()
 }
+
+// closeFlushTimeout bounds how long Close waits to hand a held answer to a
+// peer that reads slowly (a client that asked for Connection: close).
+const closeFlushTimeout = 10 * time.Second
 
 // busy counts the requests being handled on DeferredConns (Begin to End).
 var busy atomic.Int32

@@ -263,3 +263,48 @@ func TestDeferredConnDeadlines(t *testing.T) {
 		t.Fatal("SetDeadline did not set the write deadline")
 	}
 }
+
+// A connection closed right after a held answer (a client that asked for
+// Connection: close) still delivers the whole answer, even when the peer
+// is slow to read and the answer is larger than the socket buffers.
+func TestDeferredConnCloseDeliversLargeHeldAnswer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan *net.TCPConn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			tc := c.(*net.TCPConn)
+			_ = tc.SetReadBuffer(4096)
+			accepted <- tc
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.(*net.TCPConn).SetWriteBuffer(4096)
+	dc := NewDeferredConn(c, false).(*DeferredConn)
+	peer := <-accepted
+	defer peer.Close()
+	dc.Begin()
+	dc.End(true)
+	answer := bytes.Repeat([]byte("0123456789abcdef"), (maxDeferred-16)/16)
+	if _, err := dc.Write(answer); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- dc.Close() }()
+	time.Sleep(50 * time.Millisecond) // the peer reads only now
+	_ = peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, err := io.ReadAll(peer)
+	if err != nil || !bytes.Equal(got, answer) {
+		t.Fatalf("peer got %d of %d bytes, err %v", len(got), len(answer), err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+}
