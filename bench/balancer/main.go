@@ -14,13 +14,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -30,6 +28,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"frontdoor/bench/internal/load"
 )
 
 // node is one gpusim process of the cluster.
@@ -74,7 +74,7 @@ func run(dur, warm, affDur time.Duration, rate float64, seed uint64) error {
 			flags: []string{"--ttft", "100ms", "--itl", "15ms", "--max-num-seqs", "4", "--kv-capacity", "16384"}},
 	}
 	for i, n := range cluster {
-		n.port = freePort()
+		n.port = load.FreePort()
 		args := append([]string{"--listen", fmt.Sprintf("127.0.0.1:%d", n.port), "--model", "qwen3-8b",
 			"--output-tokens", "512", "--jitter", "0.1", "--seed", fmt.Sprint(i + 1)}, n.flags...)
 		n.cmd = exec.Command(filepath.Join(dir, "gpusim"), args...)
@@ -82,7 +82,7 @@ func run(dur, warm, affDur time.Duration, rate float64, seed uint64) error {
 			return err
 		}
 		defer func(c *exec.Cmd) { _ = c.Process.Kill(); _ = c.Wait() }(n.cmd)
-		if err := waitHTTP(fmt.Sprintf("http://127.0.0.1:%d/health", n.port)); err != nil {
+		if err := load.WaitUp(fmt.Sprintf("http://127.0.0.1:%d/health", n.port)); err != nil {
 			return fmt.Errorf("gpusim %s: %w", n.name, err)
 		}
 	}
@@ -233,7 +233,7 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d.Micros
 // runPolicy starts frontdoor with the policy, replays jobs against it and
 // stops it.
 func runPolicy(dir string, cluster []*node, policy string, affinity float64, jobs []job, warm time.Duration) (summary, error) {
-	port := freePort()
+	port := load.FreePort()
 	var nodes strings.Builder
 	for _, n := range cluster {
 		fmt.Fprintf(&nodes, "  - {name: %s, url: http://127.0.0.1:%d, kind: vllm, models: [qwen3-8b], max_concurrency: %d}\n", n.name, n.port, n.maxConc)
@@ -272,7 +272,7 @@ nodes:
 		}
 	}()
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	if err := waitHTTP(base + "/readyz"); err != nil {
+	if err := load.WaitUp(base + "/readyz"); err != nil {
 		log, _ := os.ReadFile(logFile.Name())
 		return summary{}, fmt.Errorf("frontdoor not ready: %w\n%s", err, log)
 	}
@@ -391,28 +391,4 @@ func quantile(d []time.Duration, q float64) time.Duration {
 	}
 	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
 	return d[min(len(d)-1, int(q*float64(len(d))))]
-}
-
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func waitHTTP(url string) error {
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(url)
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return nil
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return errors.New("no 200 from " + url + " within 15s")
 }

@@ -117,7 +117,7 @@ func run(rounds int, dur time.Duration, conc int) error {
 	body := []byte(`{"model":"qwen3-8b","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"What is the capital of France? Answer in one word."}],"temperature":0.7,"max_tokens":64}`)
 	var hitBody []byte
 	for _, t := range targets {
-		if err := load.WaitUp(strings.Split(t.url, "/v1/")[0]); err != nil {
+		if err := load.WaitUp(strings.Split(t.url, "/v1/")[0] + "/healthz"); err != nil {
 			return err
 		}
 		// Prime: the first request is a miss, then wait for the write-back.
@@ -148,7 +148,7 @@ func run(rounds int, dur time.Duration, conc int) error {
 		return err
 	}
 	bare := target{"bare fasthttp, same bytes", fmt.Sprintf("http://%s/v1/chat/completions", addr(barePort))}
-	if err := load.WaitUp(strings.Split(bare.url, "/v1/")[0]); err != nil {
+	if err := load.WaitUp(strings.Split(bare.url, "/v1/")[0] + "/healthz"); err != nil {
 		return err
 	}
 	all := append([]target{bare}, targets...)

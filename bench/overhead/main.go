@@ -23,7 +23,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	"frontdoor/bench/internal/load"
@@ -100,8 +99,8 @@ nodes:
 	direct := target{"direct", fmt.Sprintf("http://%s/v1/chat/completions", simAddr), 0}
 	bareT := target{"bare proxy", fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", barePort), bare.Process.Pid}
 	gateway := target{"frontdoor", fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", fdPort), fd.Process.Pid}
-	for _, t := range []target{direct, bareT, gateway} {
-		if err := load.WaitUp(strings.Split(t.url, "/v1/")[0]); err != nil {
+	for _, health := range []string{"http://" + simAddr + "/health", fmt.Sprintf("http://127.0.0.1:%d/healthz", barePort), fmt.Sprintf("http://127.0.0.1:%d/healthz", fdPort)} {
+		if err := load.WaitUp(health); err != nil {
 			return err
 		}
 	}

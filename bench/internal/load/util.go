@@ -39,16 +39,19 @@ func FreePort() int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// WaitUp waits until something answers HTTP at base (scheme://host:port).
-func WaitUp(base string) error {
-	for i := 0; i < 200; i++ {
-		if resp, err := http.Get(base + "/healthz"); err == nil {
+// WaitUp waits up to 15 s until a GET of url answers 200.
+func WaitUp(url string) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(url); err == nil {
 			resp.Body.Close()
-			return nil
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return fmt.Errorf("%s did not come up", base)
+	return fmt.Errorf("no 200 from %s within 15s", url)
 }
 
 // Median applies f to each result and returns the median.
