@@ -5,9 +5,13 @@ BENCHTIME ?= 2s
 
 .PHONY: test build lint bench fuzz redis-server demo clean
 
-## test: run every test with the race detector against a real redis-server.
+## test: run every test with the race detector against a real redis-server,
+## then the gateway's tests again on the fasthttp engine (server.engine), minus
+## two slow ones that test no part of the server.
 test: redis-server
 	FRONTDOOR_REQUIRE_REDIS=1 $(GO) test -race -count=1 $(PKGS)
+	FRONTDOOR_REQUIRE_REDIS=1 FRONTDOOR_TEST_ENGINE=fasthttp $(GO) test -race -count=1 \
+		-skip 'TestAdmissionRateAccuracy|TestSpillLoadKeepsLocalCapsAndLosesNothing' ./router/
 
 ## redis-server: make sure Debian's redis-server is installed (tests start their own).
 redis-server:

@@ -23,6 +23,15 @@ type Limits struct {
 	MaxBodyBytes units.Bytes `yaml:"max_body_bytes"`
 }
 
+// Server is the server: section: how connections are served.
+type Server struct {
+	// Engine "loop" serves whole (non-streaming) inference requests from
+	// epoll event loops and every other connection with fasthttp;
+	// "fasthttp" serves everything with fasthttp.
+	Engine string `yaml:"engine"`
+	Loops  int    `yaml:"loops"` // event loops; 0: one per CPU (GOMAXPROCS)
+}
+
 // Timeouts is the timeouts: section.
 type Timeouts struct {
 	Connect   units.Duration `yaml:"connect"`
@@ -108,6 +117,7 @@ type Warm struct {
 // Config is the whole frontdoor configuration file.
 type Config struct {
 	Listen    string                `yaml:"listen"`
+	Server    Server                `yaml:"server"`
 	Limits    Limits                `yaml:"limits"`
 	Timeouts  Timeouts              `yaml:"timeouts"`
 	Admin     Admin                 `yaml:"admin"`
@@ -128,6 +138,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Listen:    ":8080",
+		Server:    Server{Engine: "loop"},
 		Limits:    Limits{MaxBodyBytes: 8 << 20},
 		Timeouts:  Timeouts{Connect: units.Duration(2e9), FirstByte: units.Duration(60e9), Idle: units.Duration(30e9), Total: units.Duration(600e9), Shutdown: units.Duration(30e9), Client: units.Duration(120e9)},
 		Admin:     Admin{TokenEnv: "FRONTDOOR_ADMIN_TOKEN", AllowCIDRs: []string{"127.0.0.1/32", "::1/128"}},
@@ -271,6 +282,12 @@ func (c *Config) Problems() []string {
 	}
 	if c.Listen == "" {
 		add("listen: is required")
+	}
+	if c.Server.Engine != "loop" && c.Server.Engine != "fasthttp" {
+		add("server.engine: must be loop or fasthttp, got %q", c.Server.Engine)
+	}
+	if c.Server.Loops < 0 || c.Server.Loops > 256 {
+		add("server.loops: must be between 0 and 256")
 	}
 	if c.Limits.MaxBodyBytes < 1024 {
 		add("limits.max_body_bytes: must be at least 1024")

@@ -189,73 +189,84 @@ type exchange struct {
 	slot         heldSlot          // the node or spill-over slot of the current attempt
 	plan         *cachePlan
 	flight       *flight
+	finished     bool // finish ran
 }
 
 func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint) {
-	x := exchange{start: time.Now(), id: requestID(ctx), endpoint: ep}
+	x := &exchange{start: time.Now(), id: requestID(ctx), endpoint: ep}
+	defer func() { g.finish(ctx, x, recover()) }()
+	ur, leader := g.prepare(ctx, x)
+	if leader != nil {
+		ur = g.rejoin(ctx, x, leader)
+	}
+	if ur != nil {
+		g.forward(ctx, x, ur)
+	}
+}
+
+// prepare runs a request up to its trip upstream: it validates, admits and
+// looks it up in the cache. It returns the upstream request, or nil when
+// the client has its answer already, or the flight of an identical request
+// in progress that x must follow (see rejoin). It never blocks when the
+// gateway is loopInline.
+func (g *Gateway) prepare(ctx *fasthttp.RequestCtx, x *exchange) (*adapters.UpstreamRequest, *flight) {
 	ctx.Response.Header.SetCanonical(headerRequestID, []byte(x.id))
-	defer func() { g.finish(ctx, &x, recover()) }()
 	if !ctx.IsPost() {
 		g.onlyMethod(ctx, fasthttp.MethodPost)
-		return
+		return nil, nil
 	}
 	t, apiErr := g.tenants.resolve(ctx)
 	if apiErr != nil {
 		g.writeError(ctx, apiErr)
-		return
+		return nil, nil
 	}
 	x.tenant = t
 	pass, rej := g.adm.Enter(context.Background(), t.name)
 	if rej != nil {
 		g.writeError(ctx, rejection(rej))
-		return
+		return nil, nil
 	}
 	x.pass = pass
 	if !isJSON(ctx.Request.Header.ContentType()) {
 		g.writeError(ctx, &adapters.APIError{Status: 415, Type: adapters.TypeInvalidRequest, Code: "unsupported_media_type",
 			Message: "Content-Type must be application/json, got " + strconv.Quote(string(ctx.Request.Header.ContentType()))})
-		return
+		return nil, nil
 	}
 	if len(ctx.PostBody()) > int(g.cfg.Limits.MaxBodyBytes) {
 		g.writeError(ctx, g.tooLarge())
-		return
+		return nil, nil
 	}
-	req, apiErr := adapters.ParseRequest(ep, ctx.PostBody())
+	req, apiErr := adapters.ParseRequest(x.endpoint, ctx.PostBody())
 	if apiErr != nil {
 		g.writeError(ctx, apiErr)
-		return
+		return nil, nil
 	}
-	defer req.Release()
-	x.req = req
+	x.req = req // finish releases it
 	if !t.allows(req.Model) {
 		g.writeError(ctx, &adapters.APIError{Status: 403, Type: adapters.TypePermission, Code: "model_not_allowed", Param: "model",
 			Message: "tenant " + strconv.Quote(t.name) + " may not use model " + strconv.Quote(req.Model)})
-		return
+		return nil, nil
 	}
 	model, ok := g.pool.Resolve(req.Model, x.id)
 	if !ok {
 		g.writeError(ctx, adapters.NotFound("model", "The model `"+req.Model+"` does not exist"))
-		return
+		return nil, nil
 	}
 	x.model = model
 
-	p := g.planCache(ctx, &x)
+	p := g.planCache(ctx, x)
 	x.plan = p
 	x.cacheResult, x.cacheReason = cacheBypass, p.reason
-	if p.lookup && g.tryHit(ctx, &x, p) {
-		return
+	if p.lookup && g.tryHit(ctx, x, p) {
+		return nil, nil
 	}
 	if p.store {
-		g.semanticScope(&x, p) // the write-back needs it; the request is gone by then
+		g.semanticScope(x, p) // the write-back needs it; the request is gone by then
 		x.cacheResult = cacheMiss
 		if g.cfg.Cache.Coalesce && p.lookup { // no-cache wants a fresh answer of its own
 			f, leader := g.flights.join(p.keys.Exact)
 			if !leader {
-				if g.follow(ctx, &x, f) {
-					return
-				}
-				f = newFlight(p.keys.Exact, false) // the leader failed: go alone
-				ctx.Response.Header.Del("X-Coalesced")
+				return nil, f
 			}
 			x.flight = f
 		} else {
@@ -263,10 +274,29 @@ func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint)
 		}
 		ctx.Response.Header.Set("X-Cache-Entry", x.flight.entryID)
 	}
-	if !g.admitMiss(ctx, &x) {
-		g.failFlight(&x)
-		return
+	return g.toUpstream(ctx, x), nil
+}
+
+// rejoin waits for the flight f of an identical request and serves its
+// answer; when f got none, x goes upstream itself. It blocks.
+func (g *Gateway) rejoin(ctx *fasthttp.RequestCtx, x *exchange, f *flight) *adapters.UpstreamRequest {
+	if g.follow(ctx, x, f) {
+		return nil
 	}
+	x.flight = newFlight(x.plan.keys.Exact, false) // the leader failed: go alone
+	ctx.Response.Header.Del("X-Coalesced")
+	ctx.Response.Header.Set("X-Cache-Entry", x.flight.entryID)
+	return g.toUpstream(ctx, x)
+}
+
+// toUpstream admits a miss and builds its upstream request (nil: refused,
+// the error is written).
+func (g *Gateway) toUpstream(ctx *fasthttp.RequestCtx, x *exchange) *adapters.UpstreamRequest {
+	if !g.admitMiss(ctx, x) {
+		g.failFlight(x)
+		return nil
+	}
+	req, model := x.req, x.model
 	body := req.Body
 	switch {
 	case req.Stream && !req.IncludeUsage:
@@ -279,10 +309,9 @@ func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint)
 	case model != req.Model:
 		body = rewriteModel(req.Root(), model)
 	}
-	g.forward(ctx, &x, &adapters.UpstreamRequest{Endpoint: ep, Body: body, Stream: req.Stream, RequestID: x.id, Model: model})
+	return &adapters.UpstreamRequest{Endpoint: x.endpoint, Body: body, Stream: req.Stream, RequestID: x.id, Model: model}
 }
 
-// rejection is the 429 for an admission refusal.
 func rejection(r *admission.Rejection) *adapters.APIError {
 	return &adapters.APIError{Status: 429, Type: adapters.TypeRateLimit, Code: r.Limit, Message: r.Message, RetryAfter: r.RetryAfterSeconds()}
 }
@@ -334,37 +363,46 @@ func rewriteModel(root *fastjson.Value, model string) []byte {
 	return root.MarshalTo(nil)
 }
 
+// attempts is how far forward has got through the candidate nodes.
+type attempts struct {
+	cands      []*balancer.Node // ordered by the picker
+	next       int              // index of the next candidate to try
+	lastErr    *adapters.APIError
+	lastReason string // why the last attempt failed, for the retry metric
+}
+
 // forward tries the candidate nodes in order until one answers. Failures
 // before the first byte move on to the next (different) node.
 func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.UpstreamRequest) {
-	affinity := systemPromptHash(x.req)
-	cands, _ := g.pool.Pick(x.model, affinity)
-	maxAttempts := 1 + g.cfg.Balancer.Retries
-	var lastErr *adapters.APIError
-	lastReason := "other"
-	if maxWait := g.cfg.Balancer.Queue.MaxWait.D(); maxWait > 0 && !anyFree(cands) && g.pool.AnyUsable(x.model) {
+	st := g.candidates(x)
+	if maxWait := g.cfg.Balancer.Queue.MaxWait.D(); maxWait > 0 && !anyFree(st.cands) && g.pool.AnyUsable(x.model) {
 		// Every node is full: wait for a slot before spilling over or
 		// answering 503.
 		deadline := time.Now().Add(maxWait)
-		for !anyFree(cands) && time.Now().Before(deadline) {
+		for !anyFree(st.cands) && time.Now().Before(deadline) {
 			if !g.pool.WaitForSlot(context.Background(), x.model, time.Until(deadline)) {
 				break
 			}
-			cands, _ = g.pool.Pick(x.model, affinity)
+			st = g.candidates(x)
 		}
 	}
-	for _, n := range cands {
-		if x.attempts >= maxAttempts {
+	g.forwardFrom(ctx, x, ur, st)
+}
+
+func (g *Gateway) candidates(x *exchange) *attempts {
+	cands, _ := g.pool.Pick(x.model, systemPromptHash(x.req))
+	return &attempts{cands: cands, lastReason: "other"}
+}
+
+// forwardFrom is forward from where st stands.
+func (g *Gateway) forwardFrom(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.UpstreamRequest, st *attempts) {
+	for {
+		n := g.nextNode(x, st)
+		if n == nil {
 			break
 		}
-		if !n.TryAcquire() {
-			continue
-		}
-		// Idempotent, and also called by finish: the slot is released on
-		// every path, panics included.
-		x.slot.hold(n, nil)
 		if x.attempts > 0 {
-			g.metrics.retries[lastReason].Inc()
+			g.metrics.retries[st.lastReason].Inc()
 			time.Sleep(g.backoff(x.attempts))
 		}
 		x.attempts++
@@ -374,33 +412,63 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.Up
 			sent = time.Now()
 		}
 		resp, err := be.Send(context.Background(), ur)
-		if err != nil {
-			x.slot.release()
-			g.pool.Report(n, balancer.OutcomeFailure, 0)
-			lastErr, lastReason = sendError(n.Name(), err), retryReason(err, 0)
-			g.log.Warn("upstream attempt failed", "request_id", x.id, "node", n.Name(), "error", err.Error())
-			continue
+		if g.answered(x, n, be, st, resp, err, sent) {
+			g.commit(ctx, x, n, be, resp)
+			return
 		}
-		if adapters.RetryableStatus(resp.Status) {
-			lastErr, lastReason = be.MapError(resp.Status, resp.Body), retryReason(nil, resp.Status)
-			resp.Close()
-			x.slot.release()
-			g.pool.Report(n, balancer.OutcomeFailure, 0)
-			g.log.Warn("upstream attempt refused", "request_id", x.id, "node", n.Name(), "status", resp.Status)
-			continue
-		}
-		// Time to first token is only known for streams: a non-streaming
-		// answer arrives whole.
-		var ttft time.Duration
-		if resp.Streaming() {
-			ttft = time.Since(sent)
-		}
-		g.pool.Report(n, balancer.OutcomeSuccess, ttft)
-		g.metrics.upstreamAnswers.Add(1)
-		x.upstream = n.Name()
-		g.commit(ctx, x, n, be, resp)
-		return
 	}
+	g.noAnswer(ctx, x, ur, st)
+}
+
+// nextNode takes a slot on the next candidate that has one free, or
+// returns nil when none is left or the attempts are used up. The slot is
+// released on every path (finish releases it too, panics included).
+func (g *Gateway) nextNode(x *exchange, st *attempts) *balancer.Node {
+	for st.next < len(st.cands) && x.attempts < 1+g.cfg.Balancer.Retries {
+		n := st.cands[st.next]
+		st.next++
+		if n.TryAcquire() {
+			x.slot.hold(n, nil)
+			return n
+		}
+	}
+	return nil
+}
+
+// answered judges an attempt on node n: true when resp is the answer to
+// commit; false when it failed before the first byte (the slot is then
+// released and st says why), so the next candidate may be tried.
+func (g *Gateway) answered(x *exchange, n *balancer.Node, be adapters.Backend, st *attempts, resp *adapters.UpstreamResponse, err error, sent time.Time) bool {
+	if err != nil {
+		x.slot.release()
+		g.pool.Report(n, balancer.OutcomeFailure, 0)
+		st.lastErr, st.lastReason = sendError(n.Name(), err), retryReason(err, 0)
+		g.log.Warn("upstream attempt failed", "request_id", x.id, "node", n.Name(), "error", err.Error())
+		return false
+	}
+	if adapters.RetryableStatus(resp.Status) {
+		st.lastErr, st.lastReason = be.MapError(resp.Status, resp.Body), retryReason(nil, resp.Status)
+		resp.Close()
+		x.slot.release()
+		g.pool.Report(n, balancer.OutcomeFailure, 0)
+		g.log.Warn("upstream attempt refused", "request_id", x.id, "node", n.Name(), "status", resp.Status)
+		return false
+	}
+	// Time to first token is only known for streams: a non-streaming
+	// answer arrives whole.
+	var ttft time.Duration
+	if resp.Streaming() {
+		ttft = time.Since(sent)
+	}
+	g.pool.Report(n, balancer.OutcomeSuccess, ttft)
+	g.metrics.upstreamAnswers.Add(1)
+	x.upstream = n.Name()
+	return true
+}
+
+// noAnswer spills the request over, or answers the error of the last
+// attempt, when no node answered.
+func (g *Gateway) noAnswer(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.UpstreamRequest, st *attempts) {
 	reason := "failed"
 	if x.attempts == 0 {
 		reason = "saturated"
@@ -408,6 +476,7 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.Up
 	if g.trySpill(ctx, x, ur, reason) {
 		return
 	}
+	lastErr := st.lastErr
 	switch {
 	case x.spillRefused:
 		lastErr = adapters.Unavailable("no local capacity for "+x.model+", and this tenant's traffic may not leave for the hosted API; retry shortly", 1)
@@ -802,6 +871,13 @@ func (g *Gateway) follow(ctx *fasthttp.RequestCtx, x *exchange, f *flight) bool 
 
 // finish records metrics and the access log line. Prompts never appear.
 func (g *Gateway) finish(ctx *fasthttp.RequestCtx, x *exchange, panicked any) {
+	if x.finished {
+		return
+	}
+	x.finished = true
+	if x.req != nil {
+		defer x.req.Release()
+	}
 	if r := panicked; r != nil {
 		// A bug, not bad input: log it, answer 500, and release below.
 		g.log.Error("handler panicked", "request_id", x.id, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))

@@ -68,29 +68,42 @@ func run(rounds int, dur time.Duration, conc int, stream, withWrk, accessLog boo
 	if err := load.Build(dir, "frontdoor", "gpusim", "./bench/bareproxy"); err != nil {
 		return err
 	}
-	simPort, barePort, fdPort := load.FreePort(), load.FreePort(), load.FreePort()
+	simPort, barePort, fdPort, fhPort := load.FreePort(), load.FreePort(), load.FreePort(), load.FreePort()
 	simAddr := fmt.Sprintf("127.0.0.1:%d", simPort)
 	sim := exec.Command(filepath.Join(dir, "gpusim"), "--listen", simAddr,
 		"--ttft", "0", "--itl", "0", "--output-tokens", "16", "--max-num-seqs", "4096", "--model", "qwen3-8b")
 	bare := exec.Command(filepath.Join(dir, "bareproxy"), "-listen", fmt.Sprintf("127.0.0.1:%d", barePort), "-upstream", simAddr)
-	cfg := fmt.Sprintf(`listen: 127.0.0.1:%d
+	var cmds []*exec.Cmd
+	startFrontdoor := func(port int, engine string) (*exec.Cmd, error) {
+		cfg := fmt.Sprintf(`listen: 127.0.0.1:%d
+server: {engine: %s}
 logging: {level: warn, access_log: %v}
 cache: {backend: off}
 nodes:
   - {name: sim, url: http://%s, models: [qwen3-8b], max_concurrency: 4096}
-`, fdPort, accessLog, simAddr)
-	cfgPath := filepath.Join(dir, "fd.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		return err
+`, port, engine, accessLog, simAddr)
+		cfgPath := filepath.Join(dir, engine+".yaml")
+		if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+			return nil, err
+		}
+		logFile, err := os.Create(filepath.Join(dir, engine+".log"))
+		if err != nil {
+			return nil, err
+		}
+		c := exec.Command(filepath.Join(dir, "frontdoor"), "serve", "--config", cfgPath)
+		c.Stderr = logFile
+		return c, nil
 	}
-	logFile, err := os.Create(filepath.Join(dir, "fd.log"))
+	fd, err := startFrontdoor(fdPort, "loop")
 	if err != nil {
 		return err
 	}
-	defer logFile.Close()
-	fd := exec.Command(filepath.Join(dir, "frontdoor"), "serve", "--config", cfgPath)
-	fd.Stderr = logFile
-	for _, c := range []*exec.Cmd{sim, bare, fd} {
+	fh, err := startFrontdoor(fhPort, "fasthttp")
+	if err != nil {
+		return err
+	}
+	cmds = append(cmds, sim, bare, fd, fh)
+	for _, c := range cmds {
 		if err := c.Start(); err != nil {
 			return err
 		}
@@ -99,7 +112,9 @@ nodes:
 	direct := target{"direct", fmt.Sprintf("http://%s/v1/chat/completions", simAddr), 0}
 	bareT := target{"bare proxy", fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", barePort), bare.Process.Pid}
 	gateway := target{"frontdoor", fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", fdPort), fd.Process.Pid}
-	for _, health := range []string{"http://" + simAddr + "/health", fmt.Sprintf("http://127.0.0.1:%d/healthz", barePort), fmt.Sprintf("http://127.0.0.1:%d/healthz", fdPort)} {
+	gatewayFH := target{"frontdoor, fasthttp engine", fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", fhPort), fh.Process.Pid}
+	for _, health := range []string{"http://" + simAddr + "/health", fmt.Sprintf("http://127.0.0.1:%d/healthz", barePort),
+		fmt.Sprintf("http://127.0.0.1:%d/healthz", fdPort), fmt.Sprintf("http://127.0.0.1:%d/healthz", fhPort)} {
 		if err := load.WaitUp(health); err != nil {
 			return err
 		}
@@ -118,7 +133,7 @@ nodes:
 		return nil
 	}
 	fmt.Printf("command: go run ./bench/overhead -rounds %d -duration %s -conc %d -stream=%v -wrk=%v -access-log=%v\n", rounds, dur, conc, stream, withWrk, accessLog)
-	fmt.Printf("setup: %d alternating rounds of direct / bare proxy / frontdoor; gpusim --ttft 0 --itl 0 --output-tokens 16; separate processes on loopback; medians over rounds\n\n", rounds)
+	fmt.Printf("setup: %d alternating rounds of direct / bare proxy / frontdoor (server.engine: loop, the default) / frontdoor (server.engine: fasthttp); gpusim --ttft 0 --itl 0 --output-tokens 16; separate processes on loopback; medians over rounds\n\n", rounds)
 
 	type scenario struct {
 		name    string
@@ -128,8 +143,8 @@ nodes:
 		targets []target
 	}
 	scenarios := []scenario{
-		{"non-streaming, concurrency 1", body, 1, checkJSON, []target{direct, bareT, gateway}},
-		{fmt.Sprintf("non-streaming, concurrency %d", conc), body, conc, checkJSON, []target{direct, bareT, gateway}},
+		{"non-streaming, concurrency 1", body, 1, checkJSON, []target{direct, bareT, gateway, gatewayFH}},
+		{fmt.Sprintf("non-streaming, concurrency %d", conc), body, conc, checkJSON, []target{direct, bareT, gateway, gatewayFH}},
 	}
 	if stream {
 		sb := bytes.Replace(body, []byte(`"max_tokens":16}`), []byte(`"max_tokens":16,"stream":true}`), 1)
@@ -204,7 +219,7 @@ nodes:
 		rates := map[string][]float64{}
 		p50s, p99s := map[string][]float64{}, map[string][]float64{}
 		for r := 0; r < rounds; r++ {
-			for _, t := range []target{direct, bareT, gateway} {
+			for _, t := range []target{direct, bareT, gateway, gatewayFH} {
 				res, err := wrkRun(luaPath, t.url, conc, dur)
 				if err != nil {
 					return fmt.Errorf("wrk %s: %w", t.name, err)
@@ -217,14 +232,14 @@ nodes:
 			}
 		}
 		d := load.MedianOf(rates["direct"])
-		for _, t := range []target{direct, bareT, gateway} {
+		for _, t := range []target{direct, bareT, gateway, gatewayFH} {
 			fmt.Printf("| %s | %.0f | **%.2f** |\n", t.name, load.MedianOf(rates[t.name]), load.MedianOf(rates[t.name])/d)
 		}
 		fmt.Printf("\nwrk -t1 -c1 -d%s --latency, non-streaming:\n\n", dur)
 		fmt.Println("| target | p50 | p99 | added p50 |")
 		fmt.Println("|---|---|---|---|")
 		dp50 := load.MedianOf(p50s["direct"])
-		for _, t := range []target{direct, bareT, gateway} {
+		for _, t := range []target{direct, bareT, gateway, gatewayFH} {
 			added := "–"
 			if t.name != "direct" {
 				added = fmt.Sprintf("**%+.0f µs**", load.MedianOf(p50s[t.name])-dp50)

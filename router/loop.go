@@ -1,0 +1,231 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"frontdoor/adapters"
+)
+
+// The loop engine (server.engine: loop). Whole inference requests are
+// served by adapters.LoopServer's event loops: prepare, the upstream
+// exchange and commit run on the loop's thread. What may block (following
+// a coalesced flight, retries with their backoff, spill-over, nodes behind
+// TLS, Redis) moves to a goroutine with LoopExchange.Go, and every other
+// connection (streams, GETs, admin) is served by fasthttp.
+
+// loopInline reports whether prepare is cheap and never blocks under cfg,
+// so it may run on a loop's thread: no Redis, no admission waits, and no
+// semantic lookup (an embedding and a vector search can take milliseconds
+// that every other connection of the loop would wait). Otherwise prepare
+// runs on a goroutine, and the upstream exchange still on the loop.
+func loopInline(cfg Config) bool {
+	c := cfg.Cache
+	return (c.Backend == "off" || (c.Backend == "memory" && !c.Semantic.Enabled)) &&
+		cfg.Admission.Backend == "local" && cfg.Admission.MaxWait.D() == 0
+}
+
+func (g *Gateway) buildLoop() error {
+	if g.cfg.Server.Engine != "loop" {
+		return nil
+	}
+	g.loopInline = loopInline(g.cfg)
+	g.loopTargets = map[string]*adapters.LoopTarget{}
+	for name, be := range g.backends {
+		if hb, ok := be.(*adapters.HTTPBackend); ok {
+			if t := hb.LoopTarget(); t != nil {
+				g.loopTargets[name] = t
+			}
+		}
+	}
+	g.handoff = newConnQueue()
+	srv, err := adapters.NewLoopServer(adapters.LoopConfig{
+		Loops:         g.cfg.Server.Loops,
+		ClientTimeout: g.cfg.Timeouts.Client.D(),
+		MaxBodyBytes:  int(g.cfg.Limits.MaxBodyBytes),
+		Paths:         []string{"/v1/chat/completions", "/v1/completions"},
+		ServerName:    "frontdoor",
+	}, g.serveLoop, func(c net.Conn) {
+		g.metrics.loopHandoffs.Inc()
+		g.handoff.push(c)
+	})
+	if err != nil {
+		return err
+	}
+	g.loop = srv
+	return nil
+}
+
+// serveLoop serves one whole POST to an inference path, on a loop.
+func (g *Gateway) serveLoop(ex *adapters.LoopExchange) {
+	ctx := ex.Ctx
+	ep := adapters.EndpointChat
+	if string(ctx.Path()) == "/v1/completions" {
+		ep = adapters.EndpointCompletion
+	}
+	g.metrics.loopRequests.Inc()
+	x := &exchange{start: time.Now(), id: requestID(ctx), endpoint: ep}
+	if g.loopInline {
+		defer g.loopRecover(ex, x)
+		ur, leader := g.prepare(ctx, x)
+		g.afterPrepare(ex, x, ur, leader)
+		return
+	}
+	var ur *adapters.UpstreamRequest
+	var leader *flight
+	ex.Go(func() {
+		defer func() {
+			if r := recover(); r != nil {
+				g.finish(ctx, x, r)
+			}
+		}()
+		ur, leader = g.prepare(ctx, x)
+	}, func() {
+		defer g.loopRecover(ex, x)
+		g.afterPrepare(ex, x, ur, leader)
+	})
+}
+
+// afterPrepare goes on from prepare, on the loop.
+func (g *Gateway) afterPrepare(ex *adapters.LoopExchange, x *exchange, ur *adapters.UpstreamRequest, leader *flight) {
+	ctx := ex.Ctx
+	switch {
+	case x.finished: // prepare panicked: the 500 is written
+		ex.Reply()
+	case leader != nil:
+		ex.Go(func() {
+			defer func() { g.finish(ctx, x, recover()) }()
+			if ur := g.rejoin(ctx, x, leader); ur != nil {
+				g.forward(ctx, x, ur)
+			}
+		}, nil)
+	case ur == nil:
+		g.finish(ctx, x, nil)
+		ex.Reply()
+	default:
+		g.forwardLoop(ex, x, ur)
+	}
+}
+
+// forwardLoop makes the first attempt from the loop; anything past it
+// (retries and their backoff, spill-over, the 503) runs on a goroutine.
+func (g *Gateway) forwardLoop(ex *adapters.LoopExchange, x *exchange, ur *adapters.UpstreamRequest) {
+	ctx := ex.Ctx
+	st := g.candidates(x)
+	rest := func() {
+		ex.Go(func() {
+			defer func() { g.finish(ctx, x, recover()) }()
+			g.forwardFrom(ctx, x, ur, st)
+		}, nil)
+	}
+	if g.cfg.Balancer.Queue.MaxWait.D() > 0 && !anyFree(st.cands) {
+		ex.Go(func() {
+			defer func() { g.finish(ctx, x, recover()) }()
+			g.forward(ctx, x, ur)
+		}, nil)
+		return
+	}
+	n := g.nextNode(x, st)
+	if n == nil {
+		rest()
+		return
+	}
+	t := g.loopTargets[n.Name()]
+	if t == nil { // a node the loops cannot speak to: give its slot back for the goroutine
+		x.slot.release()
+		st.next--
+		rest()
+		return
+	}
+	x.attempts++
+	be := g.backends[n.Name()]
+	ex.Send(t, ur, func(resp *adapters.UpstreamResponse, err error) {
+		if x.finished { // a panic already answered it
+			return
+		}
+		defer g.loopRecover(ex, x)
+		if !g.answered(x, n, be, st, resp, err, time.Time{}) {
+			rest()
+			return
+		}
+		g.commit(ctx, x, n, be, resp)
+		g.finish(ctx, x, nil)
+		ex.Reply()
+	})
+}
+
+// loopRecover turns a panic on the loop into a 500 for its request, with
+// everything the request held released; the loop goes on.
+func (g *Gateway) loopRecover(ex *adapters.LoopExchange, x *exchange) {
+	if r := recover(); r != nil {
+		g.finish(ex.Ctx, x, r)
+		ex.Reply()
+	}
+}
+
+// connQueue is the listener the fasthttp server serves the connections
+// the loops hand over from; Close (by the server's shutdown) refuses more.
+type connQueue struct {
+	ch     chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+	addr   net.Addr
+}
+
+func newConnQueue() *connQueue {
+	return &connQueue{ch: make(chan net.Conn), closed: make(chan struct{}), addr: &net.TCPAddr{}}
+}
+
+func (q *connQueue) push(c net.Conn) {
+	select {
+	case q.ch <- c:
+	case <-q.closed:
+		_ = c.Close()
+	}
+}
+
+func (q *connQueue) Accept() (net.Conn, error) {
+	select {
+	case c := <-q.ch:
+		return c, nil
+	case <-q.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (q *connQueue) Close() error {
+	q.once.Do(func() { close(q.closed) })
+	return nil
+}
+
+func (q *connQueue) Addr() net.Addr { return q.addr }
+
+// serveLoopEngine runs the loops on ln and fasthttp on what they hand over.
+func (g *Gateway) serveLoopEngine(ln net.Listener) error {
+	if _, ok := ln.(*net.TCPListener); !ok { // the loops need a socket of their own
+		return g.server.Serve(adapters.DeferredListener{Listener: ln})
+	}
+	q := g.handoff
+	q.addr = ln.Addr()
+	errc := make(chan error, 1)
+	go func() { errc <- g.server.Serve(q) }()
+	err := g.loop.Serve(ln)
+	if ferr := <-errc; err == nil && !errors.Is(ferr, net.ErrClosed) {
+		err = ferr
+	}
+	return err
+}
+
+// shutdownLoopEngine stops the loops and the fasthttp server side by side.
+func (g *Gateway) shutdownLoopEngine(ctx context.Context) error {
+	var loopErr error
+	done := make(chan struct{})
+	go func() { defer close(done); loopErr = g.loop.Shutdown(ctx) }()
+	err := g.server.ShutdownWithContext(ctx)
+	g.handoff.Close()
+	<-done
+	return errors.Join(err, loopErr)
+}

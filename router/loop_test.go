@@ -1,0 +1,91 @@
+package router
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"frontdoor/cmd/gpusim/sim"
+	"frontdoor/internal/testenv"
+)
+
+// The loop engine serves whole inference requests itself and hands every
+// other connection to fasthttp; the fasthttp engine serves everything.
+func TestEngineServesHotPathInLoop(t *testing.T) {
+	s := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT, c.ITL = 0, 0 })
+	for _, engine := range []string{"loop", "fasthttp"} {
+		t.Run(engine, func(t *testing.T) {
+			cfg := testConfig(s)
+			cfg.Server.Engine = engine
+			gw := startGateway(t, cfg)
+			for i := range 3 {
+				resp, b := post(t, gw.URL+"/v1/chat/completions", chatBody(fmt.Sprint("hot ", i), ""))
+				if resp.StatusCode != 200 || !strings.Contains(string(b), `"chat.completion"`) {
+					t.Fatalf("non-streaming: %d %s", resp.StatusCode, b)
+				}
+			}
+			resp, b := post(t, gw.URL+"/v1/chat/completions", chatBody("a stream", `"stream":true`))
+			if resp.StatusCode != 200 || !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
+				t.Fatalf("stream: %d %s", resp.StatusCode, b)
+			}
+			loopReqs, handoffs := gw.metrics.loopRequests.Get(), gw.metrics.loopHandoffs.Get()
+			want := [2]uint64{3, 1}
+			if engine == "fasthttp" {
+				want = [2]uint64{0, 0}
+			}
+			if loopReqs != want[0] || handoffs < want[1] || (engine == "fasthttp" && handoffs != 0) {
+				t.Fatalf("loop served %d requests and handed off %d connections, want %d and at least %d", loopReqs, handoffs, want[0], want[1])
+			}
+		})
+	}
+}
+
+// Clients that leave before their answer never leak a node slot or a
+// tenant's concurrency, whether prepare runs on the loop (cache off) or on
+// a goroutine (semantic cache), and the next requests are served.
+func TestLoopClientAbortsReleaseEverything(t *testing.T) {
+	s := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT, c.ITL, c.OutputTokens = 100*time.Millisecond, 0, 8 })
+	for _, cacheBackend := range []string{"off", "memory"} {
+		t.Run("cache "+cacheBackend, func(t *testing.T) {
+			cfg := testConfig(s)
+			cfg.Server.Engine = "loop"
+			cfg.Cache.Backend = cacheBackend
+			cfg.Logging.AccessLog = false
+			t.Setenv("TEST_AB_KEYS", "sk-ab")
+			cfg.Tenants = []Tenant{{Name: "ab", APIKeysEnv: "TEST_AB_KEYS", MaxConcurrency: 8}}
+			gw := startGateway(t, cfg)
+			if gw.loopInline != (cacheBackend == "off") {
+				t.Fatalf("loopInline = %v with cache %s", gw.loopInline, cacheBackend)
+			}
+			addr := strings.TrimPrefix(gw.URL, "http://")
+			var wg sync.WaitGroup
+			for i := range 20 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c, err := net.Dial("tcp", addr)
+					if err != nil {
+						return
+					}
+					body := chatBody(fmt.Sprint("leave early ", i), "")
+					fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-ab\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+					time.Sleep(time.Duration(i%5) * 10 * time.Millisecond)
+					c.Close()
+				}()
+			}
+			wg.Wait()
+			testenv.Eventually(t, 5*time.Second, func() bool { return gw.adm.Inflight("ab") == 0 },
+				"tenant in-flight stuck at %d after every client left", gw.adm.Inflight("ab"))
+			testenv.Eventually(t, 5*time.Second, func() bool { return gw.Pool().Nodes()[0].Inflight() == 0 }, "node in-flight leaked")
+			for i := range 10 { // more than the tenant's cap: nothing is held
+				resp, b := post(t, gw.URL+"/v1/chat/completions", chatBody(fmt.Sprint("after ", i), ""), "Authorization", "Bearer sk-ab")
+				if resp.StatusCode != 200 {
+					t.Fatalf("after the aborts: %d %s", resp.StatusCode, b)
+				}
+			}
+		})
+	}
+}
