@@ -97,18 +97,22 @@ func ParseUsage(body []byte) (u Usage, ok bool) {
 			depth++
 		case c == '}':
 			if depth--; depth == 0 {
-				p := answerParsers.Get()
-				defer answerParsers.Put(p)
-				v, err := p.ParseBytes(rest[start : j+1])
-				if err != nil {
-					return u, false
-				}
-				parseUsage(v, &u)
-				return u, true
+				return parseUsageObject(rest[start : j+1])
 			}
 		}
 	}
 	return u, false
+}
+
+func parseUsageObject(b []byte) (u Usage, ok bool) {
+	p := answerParsers.Get()
+	defer answerParsers.Put(p)
+	v, err := p.ParseBytes(b)
+	if err != nil {
+		return u, false
+	}
+	parseUsage(v, &u)
+	return u, true
 }
 
 func parseUsage(u *fastjson.Value, dst *Usage) {

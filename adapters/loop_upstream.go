@@ -271,8 +271,8 @@ func parseAnswer(b []byte, eof bool) (resp *UpstreamResponse, used int, keep boo
 		if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) || line[8] != ' ' {
 			return nil, 0, false, fmt.Errorf("%w: malformed status line", ErrUpstreamClosed)
 		}
-		status, convErr := strconv.Atoi(string(line[9:12]))
-		if convErr != nil || status < 100 {
+		status, okStatus := atoi(line[9:12])
+		if !okStatus || status < 100 {
 			return nil, 0, false, fmt.Errorf("%w: malformed status line", ErrUpstreamClosed)
 		}
 		if status < 200 { // 100 Continue and friends: skip
@@ -293,15 +293,19 @@ func parseAnswer(b []byte, eof bool) (resp *UpstreamResponse, used int, keep boo
 			value = bytes.TrimSpace(value)
 			switch {
 			case bytes.EqualFold(name, []byte("Content-Length")):
-				n, convErr := strconv.Atoi(string(value))
-				if convErr != nil || n < 0 {
+				n, okLen := atoi(value)
+				if !okLen {
 					return nil, 0, false, fmt.Errorf("%w: bad Content-Length", ErrUpstreamClosed)
 				}
 				cl = n
 			case bytes.EqualFold(name, []byte("Transfer-Encoding")):
 				chunked = bytes.EqualFold(value, []byte("chunked"))
 			case bytes.EqualFold(name, []byte("Content-Type")):
-				r.ContentType = append([]byte(nil), value...)
+				if bytes.Equal(value, contentTypeJSON) {
+					r.ContentType = contentTypeJSON // shared, never written
+				} else {
+					r.ContentType = append([]byte(nil), value...)
+				}
 			case bytes.EqualFold(name, []byte("Retry-After")):
 				r.RetryAfter = append([]byte(nil), value...)
 			case bytes.EqualFold(name, []byte("Connection")):
@@ -344,7 +348,25 @@ func parseAnswer(b []byte, eof bool) (resp *UpstreamResponse, used int, keep boo
 	}
 }
 
-var crlf = []byte("\r\n")
+var (
+	crlf            = []byte("\r\n")
+	contentTypeJSON = []byte("application/json")
+)
+
+// atoi parses a non-negative decimal of at most 18 digits.
+func atoi(b []byte) (int, bool) {
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
+}
 
 // dechunk decodes a chunked body: done is false while it is incomplete.
 func dechunk(b []byte) (data []byte, used int, done bool, err error) {

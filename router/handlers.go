@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -143,13 +142,31 @@ func requestID(ctx *fasthttp.RequestCtx) string {
 	if id := ctx.Request.Header.Peek("X-Request-Id"); len(id) > 0 && len(id) <= 128 && printable(id) {
 		return string(id)
 	}
-	var b [8]byte
+	var b [16]byte
 	v := rand.Uint64()
-	for i := range b {
-		b[i] = byte(v >> (8 * i))
+	for i := range 8 {
+		b[2*i], b[2*i+1] = hexDigits[byte(v)>>4], hexDigits[byte(v)&15]
+		v >>= 8
 	}
-	return hex.EncodeToString(b[:])
+	return string(b[:])
 }
+
+const hexDigits = "0123456789abcdef"
+
+// smallInt is the decimal text of n, without allocating for small n.
+func smallInt(n int) []byte {
+	if n >= 0 && n < len(smallInts) {
+		return smallInts[n]
+	}
+	return strconv.AppendInt(nil, int64(n), 10)
+}
+
+var smallInts = func() (t [16][]byte) {
+	for i := range t {
+		t[i] = strconv.AppendInt(nil, int64(i), 10)
+	}
+	return t
+}()
 
 func printable(b []byte) bool {
 	for _, c := range b {
@@ -189,7 +206,9 @@ type exchange struct {
 	slot         heldSlot          // the node or spill-over slot of the current attempt
 	plan         *cachePlan
 	flight       *flight
-	finished     bool // finish ran
+	finished     bool                     // finish ran
+	tries        attempts                 // where forward stands
+	upstreamReq  adapters.UpstreamRequest // what toUpstream built
 }
 
 func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint) {
@@ -309,7 +328,8 @@ func (g *Gateway) toUpstream(ctx *fasthttp.RequestCtx, x *exchange) *adapters.Up
 	case model != req.Model:
 		body = rewriteModel(req.Root(), model)
 	}
-	return &adapters.UpstreamRequest{Endpoint: x.endpoint, Body: body, Stream: req.Stream, RequestID: x.id, Model: model}
+	x.upstreamReq = adapters.UpstreamRequest{Endpoint: x.endpoint, Body: body, Stream: req.Stream, RequestID: x.id, Model: model}
+	return &x.upstreamReq
 }
 
 func rejection(r *admission.Rejection) *adapters.APIError {
@@ -391,7 +411,8 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.Up
 
 func (g *Gateway) candidates(x *exchange) *attempts {
 	cands, _ := g.pool.Pick(x.model, systemPromptHash(x.req))
-	return &attempts{cands: cands, lastReason: "other"}
+	x.tries = attempts{cands: cands, lastReason: "other"}
+	return &x.tries
 }
 
 // forwardFrom is forward from where st stands.
@@ -622,7 +643,7 @@ func sendError(node string, err error) *adapters.APIError {
 func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.Node, be adapters.Backend, resp *adapters.UpstreamResponse) {
 	h := &ctx.Response.Header
 	h.SetCanonical(headerUpstream, []byte(x.upstream))
-	h.SetCanonical(headerUpstreamAttempts, strconv.AppendInt(nil, int64(x.attempts), 10))
+	h.SetCanonical(headerUpstreamAttempts, smallInt(x.attempts))
 	f := x.flight
 	if f != nil {
 		f.upstream, f.attempts = x.upstream, x.attempts

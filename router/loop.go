@@ -115,12 +115,6 @@ func (g *Gateway) afterPrepare(ex *adapters.LoopExchange, x *exchange, ur *adapt
 func (g *Gateway) forwardLoop(ex *adapters.LoopExchange, x *exchange, ur *adapters.UpstreamRequest) {
 	ctx := ex.Ctx
 	st := g.candidates(x)
-	rest := func() {
-		ex.Go(func() {
-			defer func() { g.finish(ctx, x, recover()) }()
-			g.forwardFrom(ctx, x, ur, st)
-		}, nil)
-	}
 	if g.cfg.Balancer.Queue.MaxWait.D() > 0 && !anyFree(st.cands) {
 		ex.Go(func() {
 			defer func() { g.finish(ctx, x, recover()) }()
@@ -130,14 +124,14 @@ func (g *Gateway) forwardLoop(ex *adapters.LoopExchange, x *exchange, ur *adapte
 	}
 	n := g.nextNode(x, st)
 	if n == nil {
-		rest()
+		g.forwardRest(ex, x, ur, st)
 		return
 	}
 	t := g.loopTargets[n.Name()]
 	if t == nil { // a node the loops cannot speak to: give its slot back for the goroutine
 		x.slot.release()
 		st.next--
-		rest()
+		g.forwardRest(ex, x, ur, st)
 		return
 	}
 	x.attempts++
@@ -148,13 +142,22 @@ func (g *Gateway) forwardLoop(ex *adapters.LoopExchange, x *exchange, ur *adapte
 		}
 		defer g.loopRecover(ex, x)
 		if !g.answered(x, n, be, st, resp, err, time.Time{}) {
-			rest()
+			g.forwardRest(ex, x, ur, st)
 			return
 		}
 		g.commit(ctx, x, n, be, resp)
 		g.finish(ctx, x, nil)
 		ex.Reply()
 	})
+}
+
+// forwardRest goes on from st on a goroutine: retries with their backoff,
+// then spill-over or the error.
+func (g *Gateway) forwardRest(ex *adapters.LoopExchange, x *exchange, ur *adapters.UpstreamRequest, st *attempts) {
+	ex.Go(func() {
+		defer func() { g.finish(ex.Ctx, x, recover()) }()
+		g.forwardFrom(ex.Ctx, x, ur, st)
+	}, nil)
 }
 
 // loopRecover turns a panic on the loop into a 500 for its request, with
