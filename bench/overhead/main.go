@@ -1,11 +1,14 @@
 // Command overhead measures what frontdoor adds to a request. The same load
-// generator drives gpusim directly, through a bare fasthttp proxy
-// (bench/bareproxy, the floor for any proxy process on this machine) and
-// through frontdoor (pass-through, cache off), alternating in rounds so all
-// three see the same machine noise. gpusim answers with zero TTFT and ITL,
-// so the differences are the proxies. Besides latency and throughput it
-// reports each process's CPU time per request, read from /proc, which moves
-// far less with noise from other tenants than throughput does.
+// generator drives gpusim directly, through two reference proxies and
+// through frontdoor (pass-through, cache off) on each of its engines,
+// alternating in rounds so all see the same machine noise. The references
+// are bench/epollrelay, a one-thread epoll byte relay that parses nothing
+// (the floor of any proxy process here), and bench/bareproxy, the smallest
+// fasthttp reverse proxy (the floor of a goroutine-per-connection one).
+// gpusim answers with zero TTFT and ITL, so the differences are the
+// proxies. Besides latency and throughput it reports each process's CPU
+// time per request, read from /proc, which moves far less with noise from
+// other tenants than throughput does.
 //
 //	go run ./bench/overhead [-rounds 3] [-duration 3s] [-conc 32] [-stream] [-wrk]
 //
@@ -65,14 +68,15 @@ func run(rounds int, dur time.Duration, conc int, stream, withWrk, accessLog boo
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if err := load.Build(dir, "frontdoor", "gpusim", "./bench/bareproxy"); err != nil {
+	if err := load.Build(dir, "frontdoor", "gpusim", "./bench/bareproxy", "./bench/epollrelay"); err != nil {
 		return err
 	}
-	simPort, barePort, fdPort, fhPort := load.FreePort(), load.FreePort(), load.FreePort(), load.FreePort()
+	simPort, barePort, relayPort, fdPort, fhPort := load.FreePort(), load.FreePort(), load.FreePort(), load.FreePort(), load.FreePort()
 	simAddr := fmt.Sprintf("127.0.0.1:%d", simPort)
 	sim := exec.Command(filepath.Join(dir, "gpusim"), "--listen", simAddr,
 		"--ttft", "0", "--itl", "0", "--output-tokens", "16", "--max-num-seqs", "4096", "--model", "qwen3-8b")
 	bare := exec.Command(filepath.Join(dir, "bareproxy"), "-listen", fmt.Sprintf("127.0.0.1:%d", barePort), "-upstream", simAddr)
+	relay := exec.Command(filepath.Join(dir, "epollrelay"), "-listen", fmt.Sprintf("127.0.0.1:%d", relayPort), "-upstream", simAddr)
 	var cmds []*exec.Cmd
 	startFrontdoor := func(port int, engine string) (*exec.Cmd, error) {
 		cfg := fmt.Sprintf(`listen: 127.0.0.1:%d
@@ -102,7 +106,7 @@ nodes:
 	if err != nil {
 		return err
 	}
-	cmds = append(cmds, sim, bare, fd, fh)
+	cmds = append(cmds, sim, bare, relay, fd, fh)
 	for _, c := range cmds {
 		if err := c.Start(); err != nil {
 			return err
@@ -111,9 +115,11 @@ nodes:
 	}
 	direct := target{"direct", fmt.Sprintf("http://%s/v1/chat/completions", simAddr), 0}
 	bareT := target{"bare proxy", fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", barePort), bare.Process.Pid}
+	relayT := target{"epoll relay", fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", relayPort), relay.Process.Pid}
 	gateway := target{"frontdoor", fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", fdPort), fd.Process.Pid}
 	gatewayFH := target{"frontdoor, fasthttp engine", fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", fhPort), fh.Process.Pid}
 	for _, health := range []string{"http://" + simAddr + "/health", fmt.Sprintf("http://127.0.0.1:%d/healthz", barePort),
+		fmt.Sprintf("http://127.0.0.1:%d/health", relayPort), // relayed to gpusim
 		fmt.Sprintf("http://127.0.0.1:%d/healthz", fdPort), fmt.Sprintf("http://127.0.0.1:%d/healthz", fhPort)} {
 		if err := load.WaitUp(health); err != nil {
 			return err
@@ -133,7 +139,7 @@ nodes:
 		return nil
 	}
 	fmt.Printf("command: go run ./bench/overhead -rounds %d -duration %s -conc %d -stream=%v -wrk=%v -access-log=%v\n", rounds, dur, conc, stream, withWrk, accessLog)
-	fmt.Printf("setup: %d alternating rounds of direct / bare proxy / frontdoor (server.engine: loop, the default) / frontdoor (server.engine: fasthttp); gpusim --ttft 0 --itl 0 --output-tokens 16; separate processes on loopback; medians over rounds\n\n", rounds)
+	fmt.Printf("setup: %d alternating rounds of direct / epoll relay / bare fasthttp proxy / frontdoor (server.engine: loop, the default) / frontdoor (server.engine: fasthttp); gpusim --ttft 0 --itl 0 --output-tokens 16; separate processes on loopback; medians over rounds\n\n", rounds)
 
 	type scenario struct {
 		name    string
@@ -143,8 +149,8 @@ nodes:
 		targets []target
 	}
 	scenarios := []scenario{
-		{"non-streaming, concurrency 1", body, 1, checkJSON, []target{direct, bareT, gateway, gatewayFH}},
-		{fmt.Sprintf("non-streaming, concurrency %d", conc), body, conc, checkJSON, []target{direct, bareT, gateway, gatewayFH}},
+		{"non-streaming, concurrency 1", body, 1, checkJSON, []target{direct, relayT, bareT, gateway, gatewayFH}},
+		{fmt.Sprintf("non-streaming, concurrency %d", conc), body, conc, checkJSON, []target{direct, relayT, bareT, gateway, gatewayFH}},
 	}
 	if stream {
 		sb := bytes.Replace(body, []byte(`"max_tokens":16}`), []byte(`"max_tokens":16,"stream":true}`), 1)
@@ -219,7 +225,7 @@ nodes:
 		rates := map[string][]float64{}
 		p50s, p99s := map[string][]float64{}, map[string][]float64{}
 		for r := 0; r < rounds; r++ {
-			for _, t := range []target{direct, bareT, gateway, gatewayFH} {
+			for _, t := range []target{direct, relayT, bareT, gateway, gatewayFH} {
 				res, err := wrkRun(luaPath, t.url, conc, dur)
 				if err != nil {
 					return fmt.Errorf("wrk %s: %w", t.name, err)
@@ -232,14 +238,14 @@ nodes:
 			}
 		}
 		d := load.MedianOf(rates["direct"])
-		for _, t := range []target{direct, bareT, gateway, gatewayFH} {
+		for _, t := range []target{direct, relayT, bareT, gateway, gatewayFH} {
 			fmt.Printf("| %s | %.0f | **%.2f** |\n", t.name, load.MedianOf(rates[t.name]), load.MedianOf(rates[t.name])/d)
 		}
 		fmt.Printf("\nwrk -t1 -c1 -d%s --latency, non-streaming:\n\n", dur)
 		fmt.Println("| target | p50 | p99 | added p50 |")
 		fmt.Println("|---|---|---|---|")
 		dp50 := load.MedianOf(p50s["direct"])
-		for _, t := range []target{direct, bareT, gateway, gatewayFH} {
+		for _, t := range []target{direct, relayT, bareT, gateway, gatewayFH} {
 			added := "–"
 			if t.name != "direct" {
 				added = fmt.Sprintf("**%+.0f µs**", load.MedianOf(p50s[t.name])-dp50)
