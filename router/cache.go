@@ -124,8 +124,8 @@ func (g *Gateway) planCache(ctx *fasthttp.RequestCtx, x *exchange) *cachePlan {
 	return p
 }
 
-// tryHit looks the request up and answers it from the cache on a hit.
-func (g *Gateway) tryHit(ctx *fasthttp.RequestCtx, x *exchange, p *cachePlan) bool {
+// lookupExact answers the request from the exact cache on a hit.
+func (g *Gateway) lookupExact(ctx *fasthttp.RequestCtx, x *exchange, p *cachePlan) bool {
 	if g.cfg.Cache.Exact.Enabled {
 		// An identical request may have just been answered, with its
 		// write-back still under way: that answer is the exact hit. Look
@@ -148,7 +148,18 @@ func (g *Gateway) tryHit(ctx *fasthttp.RequestCtx, x *exchange, p *cachePlan) bo
 			return true
 		}
 	}
-	if !g.semanticScope(x, p) {
+	return false
+}
+
+// semanticDue reports whether a semantic lookup is to be made: the part of
+// a lookup that may take long (an embedding and a vector search).
+func (g *Gateway) semanticDue(x *exchange, p *cachePlan) bool {
+	return p.lookup && g.semanticScope(x, p)
+}
+
+// lookupSemantic answers the request from a similar cached one on a hit.
+func (g *Gateway) lookupSemantic(ctx *fasthttp.RequestCtx, x *exchange, p *cachePlan) bool {
+	if !g.semanticDue(x, p) {
 		return false
 	}
 	vec, err := g.embedder.Embed(context.Background(), p.keys.Query)

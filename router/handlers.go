@@ -226,60 +226,73 @@ func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint)
 // prepare runs a request up to its trip upstream: it validates, admits and
 // looks it up in the cache. It returns the upstream request, or nil when
 // the client has its answer already, or the flight of an identical request
-// in progress that x must follow (see rejoin). It never blocks when the
-// gateway is loopInline.
+// in progress that x must follow (see rejoin).
 func (g *Gateway) prepare(ctx *fasthttp.RequestCtx, x *exchange) (*adapters.UpstreamRequest, *flight) {
+	if !g.admitAndPlan(ctx, x) {
+		return nil, nil
+	}
+	if p := x.plan; p.lookup && (g.lookupExact(ctx, x, p) || g.lookupSemantic(ctx, x, p)) {
+		return nil, nil
+	}
+	return g.prepareMiss(ctx, x)
+}
+
+// admitAndPlan validates and admits the request and plans its cache use
+// (x.plan). It returns false when the client has its answer (an error).
+func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
 	ctx.Response.Header.SetCanonical(headerRequestID, []byte(x.id))
 	if !ctx.IsPost() {
 		g.onlyMethod(ctx, fasthttp.MethodPost)
-		return nil, nil
+		return false
 	}
 	t, apiErr := g.tenants.resolve(ctx)
 	if apiErr != nil {
 		g.writeError(ctx, apiErr)
-		return nil, nil
+		return false
 	}
 	x.tenant = t
 	pass, rej := g.adm.Enter(context.Background(), t.name)
 	if rej != nil {
 		g.writeError(ctx, rejection(rej))
-		return nil, nil
+		return false
 	}
 	x.pass = pass
 	if !isJSON(ctx.Request.Header.ContentType()) {
 		g.writeError(ctx, &adapters.APIError{Status: 415, Type: adapters.TypeInvalidRequest, Code: "unsupported_media_type",
 			Message: "Content-Type must be application/json, got " + strconv.Quote(string(ctx.Request.Header.ContentType()))})
-		return nil, nil
+		return false
 	}
 	if len(ctx.PostBody()) > int(g.cfg.Limits.MaxBodyBytes) {
 		g.writeError(ctx, g.tooLarge())
-		return nil, nil
+		return false
 	}
 	req, apiErr := adapters.ParseRequest(x.endpoint, ctx.PostBody())
 	if apiErr != nil {
 		g.writeError(ctx, apiErr)
-		return nil, nil
+		return false
 	}
 	x.req = req // finish releases it
 	if !t.allows(req.Model) {
 		g.writeError(ctx, &adapters.APIError{Status: 403, Type: adapters.TypePermission, Code: "model_not_allowed", Param: "model",
 			Message: "tenant " + strconv.Quote(t.name) + " may not use model " + strconv.Quote(req.Model)})
-		return nil, nil
+		return false
 	}
 	model, ok := g.pool.Resolve(req.Model, x.id)
 	if !ok {
 		g.writeError(ctx, adapters.NotFound("model", "The model `"+req.Model+"` does not exist"))
-		return nil, nil
+		return false
 	}
 	x.model = model
-
 	p := g.planCache(ctx, x)
 	x.plan = p
 	x.cacheResult, x.cacheReason = cacheBypass, p.reason
-	if p.lookup && g.tryHit(ctx, x, p) {
-		return nil, nil
-	}
-	if p.store {
+	return true
+}
+
+// prepareMiss readies a cache miss for the trip upstream: it leads (or
+// follows, see rejoin) the flight of identical requests and admits it.
+func (g *Gateway) prepareMiss(ctx *fasthttp.RequestCtx, x *exchange) (*adapters.UpstreamRequest, *flight) {
+	if p := x.plan; p.store {
 		g.semanticScope(x, p) // the write-back needs it; the request is gone by then
 		x.cacheResult = cacheMiss
 		if g.cfg.Cache.Coalesce && p.lookup { // no-cache wants a fresh answer of its own

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"frontdoor/adapters"
 )
 
@@ -17,22 +19,20 @@ import (
 // TLS, Redis) moves to a goroutine with LoopExchange.Go, and every other
 // connection (streams, GETs, admin) is served by fasthttp.
 
-// loopInline reports whether prepare is cheap and never blocks under cfg,
-// so it may run on a loop's thread: no Redis, no admission waits, and no
+// loopBlocking reports whether every step of prepare may block under cfg
+// (Redis for the cache or admission, admission waits), so that it must
+// run whole on a goroutine. Otherwise it runs on the loop, except for a
 // semantic lookup (an embedding and a vector search can take milliseconds
-// that every other connection of the loop would wait). Otherwise prepare
-// runs on a goroutine, and the upstream exchange still on the loop.
-func loopInline(cfg Config) bool {
-	c := cfg.Cache
-	return (c.Backend == "off" || (c.Backend == "memory" && !c.Semantic.Enabled)) &&
-		cfg.Admission.Backend == "local" && cfg.Admission.MaxWait.D() == 0
+// that every other connection of the loop would wait).
+func loopBlocking(cfg Config) bool {
+	return cfg.Cache.Backend == "redis" || cfg.Admission.Backend != "local" || cfg.Admission.MaxWait.D() > 0
 }
 
 func (g *Gateway) buildLoop() error {
 	if g.cfg.Server.Engine != "loop" {
 		return nil
 	}
-	g.loopInline = loopInline(g.cfg)
+	g.loopBlocking = loopBlocking(g.cfg)
 	g.loopTargets = map[string]*adapters.LoopTarget{}
 	for name, be := range g.backends {
 		if hb, ok := be.(*adapters.HTTPBackend); ok {
@@ -68,21 +68,44 @@ func (g *Gateway) serveLoop(ex *adapters.LoopExchange) {
 	}
 	g.metrics.loopRequests.Inc()
 	x := &exchange{start: time.Now(), id: requestID(ctx), endpoint: ep}
-	if g.loopInline {
-		defer g.loopRecover(ex, x)
-		ur, leader := g.prepare(ctx, x)
-		g.afterPrepare(ex, x, ur, leader)
+	if g.loopBlocking {
+		g.prepareOnGoroutine(ex, x, g.prepare)
 		return
 	}
+	defer g.loopRecover(ex, x)
+	if !g.admitAndPlan(ctx, x) {
+		g.afterPrepare(ex, x, nil, nil)
+		return
+	}
+	if p := x.plan; p.lookup && g.lookupExact(ctx, x, p) {
+		g.afterPrepare(ex, x, nil, nil)
+		return
+	}
+	if g.semanticDue(x, x.plan) {
+		g.prepareOnGoroutine(ex, x, func(ctx *fasthttp.RequestCtx, x *exchange) (*adapters.UpstreamRequest, *flight) {
+			if g.lookupSemantic(ctx, x, x.plan) {
+				return nil, nil
+			}
+			return g.prepareMiss(ctx, x)
+		})
+		return
+	}
+	ur, leader := g.prepareMiss(ctx, x)
+	g.afterPrepare(ex, x, ur, leader)
+}
+
+// prepareOnGoroutine runs step (the rest of prepare) on a goroutine, then
+// goes on on the loop.
+func (g *Gateway) prepareOnGoroutine(ex *adapters.LoopExchange, x *exchange, step func(*fasthttp.RequestCtx, *exchange) (*adapters.UpstreamRequest, *flight)) {
 	var ur *adapters.UpstreamRequest
 	var leader *flight
 	ex.Go(func() {
 		defer func() {
 			if r := recover(); r != nil {
-				g.finish(ctx, x, r)
+				g.finish(ex.Ctx, x, r)
 			}
 		}()
-		ur, leader = g.prepare(ctx, x)
+		ur, leader = step(ex.Ctx, x)
 	}, func() {
 		defer g.loopRecover(ex, x)
 		g.afterPrepare(ex, x, ur, leader)

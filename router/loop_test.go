@@ -44,22 +44,23 @@ func TestEngineServesHotPathInLoop(t *testing.T) {
 }
 
 // Clients that leave before their answer never leak a node slot or a
-// tenant's concurrency, whether prepare runs on the loop (cache off) or on
-// a goroutine (semantic cache), and the next requests are served.
+// tenant's concurrency, whether prepare runs on the loop (cache off), its
+// semantic lookup on a goroutine (memory) or all of it (redis), and the
+// next requests are served.
 func TestLoopClientAbortsReleaseEverything(t *testing.T) {
 	s := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT, c.ITL, c.OutputTokens = 100*time.Millisecond, 0, 8 })
-	for _, cacheBackend := range []string{"off", "memory"} {
+	for _, cacheBackend := range []string{"off", "memory", "redis"} {
 		t.Run("cache "+cacheBackend, func(t *testing.T) {
 			cfg := testConfig(s)
 			cfg.Server.Engine = "loop"
 			cfg.Cache.Backend = cacheBackend
+			if cacheBackend == "redis" {
+				cfg.Redis.URL = testenv.StartRedis(t).URL()
+			}
 			cfg.Logging.AccessLog = false
 			t.Setenv("TEST_AB_KEYS", "sk-ab")
 			cfg.Tenants = []Tenant{{Name: "ab", APIKeysEnv: "TEST_AB_KEYS", MaxConcurrency: 8}}
 			gw := startGateway(t, cfg)
-			if gw.loopInline != (cacheBackend == "off") {
-				t.Fatalf("loopInline = %v with cache %s", gw.loopInline, cacheBackend)
-			}
 			addr := strings.TrimPrefix(gw.URL, "http://")
 			var wg sync.WaitGroup
 			for i := range 20 {
