@@ -21,10 +21,12 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:9300", "address to listen on")
 	upstream := flag.String("upstream", "127.0.0.1:9301", "address to relay to")
 	flag.Parse()
-	if err := run(*listen, *upstream); err != nil {
+	ep, lfd, usa, err := setup(*listen, *upstream)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "epollrelay:", err)
 		os.Exit(1)
 	}
+	relay(ep, lfd, usa)
 }
 
 func sockaddr(addr string) (*unix.SockaddrInet4, error) {
@@ -37,37 +39,41 @@ func sockaddr(addr string) (*unix.SockaddrInet4, error) {
 	return sa, nil
 }
 
-func run(listen, upstream string) error {
-	runtime.LockOSThread()
+// setup listens and makes the epoll set.
+func setup(listen, upstream string) (ep, lfd int, usa *unix.SockaddrInet4, err error) {
 	lsa, err := sockaddr(listen)
 	if err != nil {
-		return err
+		return 0, 0, nil, err
 	}
-	usa, err := sockaddr(upstream)
-	if err != nil {
-		return err
+	if usa, err = sockaddr(upstream); err != nil {
+		return 0, 0, nil, err
 	}
-	lfd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK, 0)
-	if err != nil {
-		return err
+	if lfd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK, 0); err != nil {
+		return 0, 0, nil, err
 	}
 	_ = unix.SetsockoptInt(lfd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
 	if err := unix.Bind(lfd, lsa); err != nil {
-		return err
+		return 0, 0, nil, err
 	}
 	if err := unix.Listen(lfd, 1024); err != nil {
-		return err
+		return 0, 0, nil, err
 	}
-	ep, err := unix.EpollCreate1(0)
-	if err != nil {
-		return err
+	if ep, err = unix.EpollCreate1(0); err != nil {
+		return 0, 0, nil, err
 	}
-	watch := func(fd int) error {
-		return unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)})
+	if err := watch(ep, lfd); err != nil {
+		return 0, 0, nil, err
 	}
-	if err := watch(lfd); err != nil {
-		return err
-	}
+	return ep, lfd, usa, nil
+}
+
+func watch(ep, fd int) error {
+	return unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)})
+}
+
+// relay copies bytes between client and upstream connections, forever.
+func relay(ep, lfd int, usa *unix.SockaddrInet4) {
+	runtime.LockOSThread()
 	peer := map[int]int{}
 	events := make([]unix.EpollEvent, 128)
 	buf := make([]byte, 64<<10)
@@ -95,7 +101,7 @@ func run(listen, upstream string) error {
 					_ = unix.SetNonblock(ufd, true)
 					for _, s := range []int{cfd, ufd} {
 						_ = unix.SetsockoptInt(s, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-						_ = watch(s)
+						_ = watch(ep, s)
 					}
 					peer[cfd], peer[ufd] = ufd, cfd
 				}
