@@ -670,25 +670,21 @@ func (ex *LoopExchange) Reply() {
 }
 
 // Go runs fn on a goroutine of its own, for work that may block, then
-// then (nil: Reply) on the loop. fn must recover its own panics to release
-// what it holds; one that escapes is answered with a 500. Loop only.
-func (ex *LoopExchange) Go(fn, then func()) {
+// replies on the loop. fn must recover its own panics to release what it
+// holds; one that escapes is answered with a 500. Loop only.
+func (ex *LoopExchange) Go(fn func()) {
 	l := ex.c.l
-	if then == nil {
-		then = ex.Reply
-	}
 	go func() {
 		defer func() {
 			if r := recover(); r != nil {
 				ex.Ctx.Response.Reset()
 				ex.Ctx.Response.SetStatusCode(500)
 				ex.Ctx.Response.SetBodyString(`{"error":{"message":"internal error","type":"server_error","param":null,"code":"internal_error"}}`)
-				then = ex.Reply
 			}
 			if ex.Ctx.Response.IsBodyStream() {
 				ex.Ctx.Response.Body() // a stream the handler did not expect: read it whole
 			}
-			l.post(then)
+			l.post(ex.Reply)
 		}()
 		fn()
 	}()

@@ -222,7 +222,7 @@ func TestLoopShutdownDrains(t *testing.T) {
 		ex.Go(func() {
 			<-release
 			ex.Ctx.SetBodyString("finished")
-		}, nil)
+		})
 	})
 	busy, busyBR := dialLoop(t, f.addr)
 	_, idleBR := dialLoop(t, f.addr)

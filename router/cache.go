@@ -151,15 +151,9 @@ func (g *Gateway) lookupExact(ctx *fasthttp.RequestCtx, x *exchange, p *cachePla
 	return false
 }
 
-// semanticDue reports whether a semantic lookup is to be made: the part of
-// a lookup that may take long (an embedding and a vector search).
-func (g *Gateway) semanticDue(x *exchange, p *cachePlan) bool {
-	return p.lookup && g.semanticScope(x, p)
-}
-
 // lookupSemantic answers the request from a similar cached one on a hit.
 func (g *Gateway) lookupSemantic(ctx *fasthttp.RequestCtx, x *exchange, p *cachePlan) bool {
-	if !g.semanticDue(x, p) {
+	if !p.lookup || !g.semanticScope(x, p) {
 		return false
 	}
 	vec, err := g.embedder.Embed(context.Background(), p.keys.Query)

@@ -65,10 +65,9 @@ type Gateway struct {
 	streams  sync.WaitGroup // live stream pumps
 	live     liveStreams    // for the forced stop after the grace period
 
-	loop         *adapters.LoopServer // server.engine: loop
-	loopBlocking bool                 // prepare may block throughout: it runs on goroutines
-	loopTargets  map[string]*adapters.LoopTarget
-	handoff      *connQueue
+	loop        *adapters.LoopServer // server.engine: loop
+	loopTargets map[string]*adapters.LoopTarget
+	handoff     *connQueue
 
 	runCancel context.CancelFunc
 	runDone   chan struct{}

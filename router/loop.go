@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
 	"frontdoor/adapters"
 )
 
@@ -16,23 +14,30 @@ import (
 // served by adapters.LoopServer's event loops: prepare, the upstream
 // exchange and commit run on the loop's thread. What may block (following
 // a coalesced flight, retries with their backoff, spill-over, nodes behind
-// TLS, Redis) moves to a goroutine with LoopExchange.Go, and every other
-// connection (streams, GETs, admin) is served by fasthttp.
+// TLS) moves to a goroutine with LoopExchange.Go, and every other
+// connection (streams, GETs, admin) is served by fasthttp. Configs whose
+// checks may block (see loopServes) are served by fasthttp alone.
 
-// loopBlocking reports whether every step of prepare may block under cfg
-// (Redis for the cache or admission, admission waits), so that it must
-// run whole on a goroutine. Otherwise it runs on the loop, except for a
-// semantic lookup (an embedding and a vector search can take milliseconds
-// that every other connection of the loop would wait).
-func loopBlocking(cfg Config) bool {
-	return cfg.Cache.Backend == "redis" || cfg.Admission.Backend != "local" || cfg.Admission.MaxWait.D() > 0
+// loopServes reports whether the loops serve under cfg: when no step of a
+// request's checks can block or take long (no Redis, no admission waits, no
+// semantic lookup, whose embedding and vector search can take milliseconds
+// that every other connection of a loop would wait). Otherwise each request
+// would hop to a goroutine and back, which costs more than fasthttp's
+// goroutine per connection (docs/BENCHMARKS.md), and fasthttp serves.
+func loopServes(cfg Config) bool {
+	c := cfg.Cache
+	return (c.Backend == "off" || (c.Backend == "memory" && !c.Semantic.Enabled)) &&
+		cfg.Admission.Backend == "local" && cfg.Admission.MaxWait.D() == 0
 }
 
 func (g *Gateway) buildLoop() error {
 	if g.cfg.Server.Engine != "loop" {
 		return nil
 	}
-	g.loopBlocking = loopBlocking(g.cfg)
+	if !loopServes(g.cfg) {
+		g.log.Info("server.engine loop: a request's checks may block or take long under this config (Redis, admission waits or semantic cache); fasthttp serves every request")
+		return nil
+	}
 	g.loopTargets = map[string]*adapters.LoopTarget{}
 	for name, be := range g.backends {
 		if hb, ok := be.(*adapters.HTTPBackend); ok {
@@ -68,63 +73,22 @@ func (g *Gateway) serveLoop(ex *adapters.LoopExchange) {
 	}
 	g.metrics.loopRequests.Inc()
 	x := &exchange{start: time.Now(), id: requestID(ctx), endpoint: ep}
-	if g.loopBlocking {
-		g.prepareOnGoroutine(ex, x, g.prepare)
-		return
-	}
 	defer g.loopRecover(ex, x)
-	if !g.admitAndPlan(ctx, x) {
-		g.afterPrepare(ex, x, nil, nil)
-		return
-	}
-	if p := x.plan; p.lookup && g.lookupExact(ctx, x, p) {
-		g.afterPrepare(ex, x, nil, nil)
-		return
-	}
-	if g.semanticDue(x, x.plan) {
-		g.prepareOnGoroutine(ex, x, func(ctx *fasthttp.RequestCtx, x *exchange) (*adapters.UpstreamRequest, *flight) {
-			if g.lookupSemantic(ctx, x, x.plan) {
-				return nil, nil
-			}
-			return g.prepareMiss(ctx, x)
-		})
-		return
-	}
-	ur, leader := g.prepareMiss(ctx, x)
+	ur, leader := g.prepare(ctx, x)
 	g.afterPrepare(ex, x, ur, leader)
-}
-
-// prepareOnGoroutine runs step (the rest of prepare) on a goroutine, then
-// goes on on the loop.
-func (g *Gateway) prepareOnGoroutine(ex *adapters.LoopExchange, x *exchange, step func(*fasthttp.RequestCtx, *exchange) (*adapters.UpstreamRequest, *flight)) {
-	var ur *adapters.UpstreamRequest
-	var leader *flight
-	ex.Go(func() {
-		defer func() {
-			if r := recover(); r != nil {
-				g.finish(ex.Ctx, x, r)
-			}
-		}()
-		ur, leader = step(ex.Ctx, x)
-	}, func() {
-		defer g.loopRecover(ex, x)
-		g.afterPrepare(ex, x, ur, leader)
-	})
 }
 
 // afterPrepare goes on from prepare, on the loop.
 func (g *Gateway) afterPrepare(ex *adapters.LoopExchange, x *exchange, ur *adapters.UpstreamRequest, leader *flight) {
 	ctx := ex.Ctx
 	switch {
-	case x.finished: // prepare panicked: the 500 is written
-		ex.Reply()
 	case leader != nil:
 		ex.Go(func() {
 			defer func() { g.finish(ctx, x, recover()) }()
 			if ur := g.rejoin(ctx, x, leader); ur != nil {
 				g.forward(ctx, x, ur)
 			}
-		}, nil)
+		})
 	case ur == nil:
 		g.finish(ctx, x, nil)
 		ex.Reply()
@@ -142,7 +106,7 @@ func (g *Gateway) forwardLoop(ex *adapters.LoopExchange, x *exchange, ur *adapte
 		ex.Go(func() {
 			defer func() { g.finish(ctx, x, recover()) }()
 			g.forward(ctx, x, ur)
-		}, nil)
+		})
 		return
 	}
 	n := g.nextNode(x, st)
@@ -180,7 +144,7 @@ func (g *Gateway) forwardRest(ex *adapters.LoopExchange, x *exchange, ur *adapte
 	ex.Go(func() {
 		defer func() { g.finish(ex.Ctx, x, recover()) }()
 		g.forwardFrom(ex.Ctx, x, ur, st)
-	}, nil)
+	})
 }
 
 // loopRecover turns a panic on the loop into a 500 for its request, with

@@ -44,23 +44,30 @@ func TestEngineServesHotPathInLoop(t *testing.T) {
 }
 
 // Clients that leave before their answer never leak a node slot or a
-// tenant's concurrency, whether prepare runs on the loop (cache off), its
-// semantic lookup on a goroutine (memory) or all of it (redis), and the
-// next requests are served.
+// tenant's concurrency, and the next requests are served: on the loops
+// (cache off, exact-only memory cache) and on fasthttp, which serves alone
+// when a request's checks may block or take long (semantic cache, Redis).
 func TestLoopClientAbortsReleaseEverything(t *testing.T) {
 	s := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT, c.ITL, c.OutputTokens = 100*time.Millisecond, 0, 8 })
-	for _, cacheBackend := range []string{"off", "memory", "redis"} {
-		t.Run("cache "+cacheBackend, func(t *testing.T) {
+	for _, tc := range []struct {
+		cache    string
+		semantic bool
+		loops    bool
+	}{{"off", false, true}, {"memory", false, true}, {"memory", true, false}, {"redis", false, false}} {
+		t.Run(fmt.Sprintf("cache %s semantic %v", tc.cache, tc.semantic), func(t *testing.T) {
 			cfg := testConfig(s)
 			cfg.Server.Engine = "loop"
-			cfg.Cache.Backend = cacheBackend
-			if cacheBackend == "redis" {
+			cfg.Cache.Backend, cfg.Cache.Semantic.Enabled = tc.cache, tc.semantic
+			if tc.cache == "redis" {
 				cfg.Redis.URL = testenv.StartRedis(t).URL()
 			}
 			cfg.Logging.AccessLog = false
 			t.Setenv("TEST_AB_KEYS", "sk-ab")
 			cfg.Tenants = []Tenant{{Name: "ab", APIKeysEnv: "TEST_AB_KEYS", MaxConcurrency: 8}}
 			gw := startGateway(t, cfg)
+			if (gw.loop != nil) != tc.loops {
+				t.Fatalf("loops running: %v, want %v", gw.loop != nil, tc.loops)
+			}
 			addr := strings.TrimPrefix(gw.URL, "http://")
 			var wg sync.WaitGroup
 			for i := range 20 {

@@ -78,7 +78,7 @@ func run(rounds int, dur time.Duration, conc int) error {
 		procs = append(procs, c)
 		return nil
 	}
-	simPort, memPort, redisGwPort, redisPort, barePort := load.FreePort(), load.FreePort(), load.FreePort(), load.FreePort(), load.FreePort()
+	simPort, redisPort, barePort := load.FreePort(), load.FreePort(), load.FreePort()
 	if err := start(filepath.Join(dir, "gpusim"), "--listen", addr(simPort), "--ttft", "0", "--itl", "0", "--output-tokens", "64"); err != nil {
 		return err
 	}
@@ -87,31 +87,33 @@ func run(rounds int, dur time.Duration, conc int) error {
 		haveRedis = false
 		fmt.Fprintln(os.Stderr, "no redis-server: skipping the Redis rows")
 	}
-	gwCfg := func(port int, backend string) string {
-		return fmt.Sprintf("listen: %s\nlogging: {level: warn, access_log: false}\ncache: {backend: %s}\nredis: {url: redis://%s/0, timeout: 100ms}\nnodes:\n  - {name: sim, url: http://%s, models: [qwen3-8b], max_concurrency: 1024}\n",
-			addr(port), backend, addr(redisPort), addr(simPort))
+	gwCfg := func(port int, backend, engine string) string {
+		return fmt.Sprintf("listen: %s\nserver: {engine: %s}\nlogging: {level: warn, access_log: false}\ncache: {backend: %s}\nredis: {url: redis://%s/0, timeout: 100ms}\nnodes:\n  - {name: sim, url: http://%s, models: [qwen3-8b], max_concurrency: 1024}\n",
+			addr(port), engine, backend, addr(redisPort), addr(simPort))
 	}
 	type target struct {
 		name string
 		url  string
 	}
-	targets := []target{{"frontdoor, memory cache", fmt.Sprintf("http://%s/v1/chat/completions", addr(memPort))}}
-	for _, gw := range []struct {
-		port    int
-		backend string
-	}{{memPort, "memory"}, {redisGwPort, "redis"}} {
-		if gw.backend == "redis" && !haveRedis {
+	var targets []target
+	for _, backend := range []string{"memory", "redis"} {
+		if backend == "redis" && !haveRedis {
 			continue
 		}
-		p := filepath.Join(dir, gw.backend+".yaml")
-		if err := os.WriteFile(p, []byte(gwCfg(gw.port, gw.backend)), 0o600); err != nil {
-			return err
-		}
-		if err := start(filepath.Join(dir, "frontdoor"), "serve", "--config", p); err != nil {
-			return err
-		}
-		if gw.backend == "redis" {
-			targets = append(targets, target{"frontdoor, redis cache", fmt.Sprintf("http://%s/v1/chat/completions", addr(gw.port))})
+		for _, engine := range []string{"loop", "fasthttp"} {
+			port := load.FreePort()
+			p := filepath.Join(dir, backend+"-"+engine+".yaml")
+			if err := os.WriteFile(p, []byte(gwCfg(port, backend, engine)), 0o600); err != nil {
+				return err
+			}
+			if err := start(filepath.Join(dir, "frontdoor"), "serve", "--config", p); err != nil {
+				return err
+			}
+			name := "frontdoor, " + backend + " cache"
+			if engine != "loop" {
+				name += ", " + engine + " engine"
+			}
+			targets = append(targets, target{name, fmt.Sprintf("http://%s/v1/chat/completions", addr(port))})
 		}
 	}
 	body := []byte(`{"model":"qwen3-8b","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"What is the capital of France? Answer in one word."}],"temperature":0.7,"max_tokens":64}`)
