@@ -87,34 +87,37 @@ func run(rounds int, dur time.Duration, conc int) error {
 		haveRedis = false
 		fmt.Fprintln(os.Stderr, "no redis-server: skipping the Redis rows")
 	}
-	gwCfg := func(port int, backend, engine string) string {
-		return fmt.Sprintf("listen: %s\nserver: {engine: %s}\nlogging: {level: warn, access_log: false}\ncache: {backend: %s}\nredis: {url: redis://%s/0, timeout: 100ms}\nnodes:\n  - {name: sim, url: http://%s, models: [qwen3-8b], max_concurrency: 1024}\n",
-			addr(port), engine, backend, addr(redisPort), addr(simPort))
+	gwCfg := func(port int, backend string, semantic bool) string {
+		return fmt.Sprintf("listen: %s\nlogging: {level: warn, access_log: false}\ncache: {backend: %s, semantic: {enabled: %v}}\nredis: {url: redis://%s/0, timeout: 100ms}\nnodes:\n  - {name: sim, url: http://%s, models: [qwen3-8b], max_concurrency: 1024}\n",
+			addr(port), backend, semantic, addr(redisPort), addr(simPort))
 	}
 	type target struct {
 		name string
 		url  string
 	}
+	// The default config (semantic on) is served by fasthttp; an
+	// exact-only memory cache is served by the event loops (server.engine).
 	var targets []target
-	for _, backend := range []string{"memory", "redis"} {
-		if backend == "redis" && !haveRedis {
+	for _, gw := range []struct {
+		name, backend string
+		semantic      bool
+	}{
+		{"frontdoor, memory cache", "memory", true},
+		{"frontdoor, memory cache, exact only (event loops)", "memory", false},
+		{"frontdoor, redis cache", "redis", true},
+	} {
+		if gw.backend == "redis" && !haveRedis {
 			continue
 		}
-		for _, engine := range []string{"loop", "fasthttp"} {
-			port := load.FreePort()
-			p := filepath.Join(dir, backend+"-"+engine+".yaml")
-			if err := os.WriteFile(p, []byte(gwCfg(port, backend, engine)), 0o600); err != nil {
-				return err
-			}
-			if err := start(filepath.Join(dir, "frontdoor"), "serve", "--config", p); err != nil {
-				return err
-			}
-			name := "frontdoor, " + backend + " cache"
-			if engine != "loop" {
-				name += ", " + engine + " engine"
-			}
-			targets = append(targets, target{name, fmt.Sprintf("http://%s/v1/chat/completions", addr(port))})
+		port := load.FreePort()
+		p := filepath.Join(dir, fmt.Sprintf("%s-%v.yaml", gw.backend, gw.semantic))
+		if err := os.WriteFile(p, []byte(gwCfg(port, gw.backend, gw.semantic)), 0o600); err != nil {
+			return err
 		}
+		if err := start(filepath.Join(dir, "frontdoor"), "serve", "--config", p); err != nil {
+			return err
+		}
+		targets = append(targets, target{gw.name, fmt.Sprintf("http://%s/v1/chat/completions", addr(port))})
 	}
 	body := []byte(`{"model":"qwen3-8b","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"What is the capital of France? Answer in one word."}],"temperature":0.7,"max_tokens":64}`)
 	var hitBody []byte
