@@ -717,9 +717,6 @@ func (ex *LoopExchange) Go(fn func()) {
 	}()
 }
 
-// RemoteAddr is the client's address.
-func (ex *LoopExchange) RemoteAddr() net.Addr { return ex.c.remote }
-
 // sysRead and sysWrite are read(2) and write(2) without the scheduler's
 // bookkeeping: loop sockets are non-blocking.
 func sysRead(fd int, p []byte) (int, error) {

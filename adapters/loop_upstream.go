@@ -15,15 +15,11 @@ import (
 // LoopTarget is an upstream as a loop talks to it: plain HTTP/1.1 with
 // keep-alive connections pooled per loop. HTTPBackend.LoopTarget builds it.
 type LoopTarget struct {
-	name    string
 	addr    string    // host:port to dial
 	heads   [2][]byte // request line and fixed headers, by Endpoint
 	connect time.Duration
 	total   time.Duration
 }
-
-// Name is the upstream's name.
-func (t *LoopTarget) Name() string { return t.name }
 
 // LoopTarget returns the backend as loops speak to it, or nil when it
 // needs what only the goroutine client has (TLS).
@@ -31,7 +27,7 @@ func (b *HTTPBackend) LoopTarget() *LoopTarget {
 	if b.client.IsTLS {
 		return nil
 	}
-	t := &LoopTarget{name: b.target.Name, addr: b.client.Addr, connect: b.cfg.Connect, total: b.cfg.Total}
+	t := &LoopTarget{addr: b.client.Addr, connect: b.cfg.Connect, total: b.cfg.Total}
 	for _, ep := range []Endpoint{EndpointChat, EndpointCompletion} {
 		u, err := BaseURL(b.target.URL)
 		if err != nil {
