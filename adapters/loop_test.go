@@ -494,3 +494,30 @@ func TestLoopSendRequestBytes(t *testing.T) {
 		t.Fatalf("upstream body = %q", b)
 	}
 }
+
+// FuzzUpstreamAnswer feeds the loop's HTTP/1.1 answer parser arbitrary
+// upstream bytes: it must never panic, never claim more bytes than it was
+// given, and frame an answer from its own bytes alone (what follows it
+// changes nothing).
+func FuzzUpstreamAnswer(f *testing.F) {
+	f.Add([]byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"), false)
+	f.Add([]byte("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\nT: v\r\n\r\n"), false)
+	f.Add([]byte("HTTP/1.0 503 Busy\r\nRetry-After: 3\r\n\r\nlater"), true)
+	f.Add([]byte("HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n"), false)
+	f.Fuzz(func(t *testing.T, b []byte, eof bool) {
+		resp, used, keep, err := parseAnswer(b, eof)
+		if resp == nil {
+			return
+		}
+		if err != nil || used > len(b) || used <= 0 || resp.Status < 200 || resp.Status > 999 {
+			t.Fatalf("answer %d, used %d of %d, err %v", resp.Status, used, len(b), err)
+		}
+		if !keep {
+			return // close-delimited, or the connection closes: the end is the framing
+		}
+		again, used2, _, err2 := parseAnswer(b[:used], false)
+		if again == nil || err2 != nil || used2 != used || !bytes.Equal(again.Body, resp.Body) || again.Status != resp.Status {
+			t.Fatalf("the answer's own %d bytes frame differently: %v %d %v", used, again, used2, err2)
+		}
+	})
+}
