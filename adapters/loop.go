@@ -443,7 +443,7 @@ func (c *loopConn) read(hup bool) {
 			return
 		}
 		if cap(c.in)-len(c.in) < 2048 {
-			c.grow()
+			c.grow(len(c.in) - c.start + 4096)
 		}
 		free := c.in[len(c.in):cap(c.in)]
 		n, err := sysRead(c.fd, free)
@@ -462,13 +462,17 @@ func (c *loopConn) read(hup bool) {
 	}
 }
 
-// grow makes room, moving the unread bytes to a new buffer: the old one may
-// still back the request in hand.
-func (c *loopConn) grow() {
-	unread := c.in[c.start:]
-	nb := make([]byte, len(unread), max(2*cap(c.in), len(unread)+4096))
-	copy(nb, unread)
-	c.in, c.start = nb, 0
+// grow moves the unread bytes to a new buffer of at least size bytes (the
+// old one may still back the request in hand).
+func (c *loopConn) grow(size int) {
+	c.in, c.start = regrow(c.in[c.start:], max(2*cap(c.in), size)), 0
+}
+
+// regrow copies b into a new buffer with room for size bytes.
+func regrow(b []byte, size int) []byte {
+	nb := make([]byte, len(b), max(size, len(b)))
+	copy(nb, b)
+	return nb
 }
 
 // advance starts the next request when the connection is free for it.
@@ -552,9 +556,7 @@ func (c *loopConn) frame(b []byte) int {
 	total := len(head) + cl
 	if len(b) < total {
 		if total > cap(c.in)-c.start {
-			nb := make([]byte, len(b), total+4096)
-			copy(nb, b)
-			c.in, c.start = nb, 0
+			c.grow(total + 4096)
 		}
 		return 0
 	}

@@ -203,7 +203,7 @@ func TestLoopConnectionCloseAndIdleTimeout(t *testing.T) {
 	if _, err := br.ReadByte(); err != io.EOF {
 		t.Fatalf("after close: %v, want EOF", err)
 	}
-	idle, br2 := dialLoop(t, f.addr)
+	_, br2 := dialLoop(t, f.addr)
 	start := time.Now()
 	if _, err := br2.ReadByte(); err != io.EOF {
 		t.Fatalf("idle connection: %v, want EOF", err)
@@ -211,7 +211,6 @@ func TestLoopConnectionCloseAndIdleTimeout(t *testing.T) {
 	if d := time.Since(start); d < 250*time.Millisecond || d > 3*time.Second {
 		t.Fatalf("idle connection closed after %s, want about 300ms", d)
 	}
-	_ = idle
 }
 
 // Shutdown closes idle connections, refuses new ones, and lets a request

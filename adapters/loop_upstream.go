@@ -27,23 +27,23 @@ func (b *HTTPBackend) LoopTarget() *LoopTarget {
 	if b.client.IsTLS {
 		return nil
 	}
-	t := &LoopTarget{addr: b.client.Addr, connect: b.cfg.Connect, total: b.cfg.Total}
-	for _, ep := range []Endpoint{EndpointChat, EndpointCompletion} {
-		u, err := BaseURL(b.target.URL)
-		if err != nil {
+	u, err := BaseURL(b.target.URL)
+	if err != nil {
+		return nil
+	}
+	fixed := "Host: " + u.Host + "\r\nContent-Type: application/json\r\n"
+	if b.auth != "" {
+		fixed += "Authorization: " + b.auth + "\r\n"
+	}
+	for k, v := range b.target.Headers {
+		if !printableASCII(k) || !printableASCII(v) {
 			return nil
 		}
-		h := []byte("POST " + u.Path + ep.Path() + " HTTP/1.1\r\nHost: " + u.Host + "\r\nContent-Type: application/json\r\n")
-		if b.auth != "" {
-			h = append(h, "Authorization: "+b.auth+"\r\n"...)
-		}
-		for k, v := range b.target.Headers {
-			if !printableASCII(k) || !printableASCII(v) {
-				return nil
-			}
-			h = append(h, k+": "+v+"\r\n"...)
-		}
-		t.heads[ep] = h
+		fixed += k + ": " + v + "\r\n"
+	}
+	t := &LoopTarget{addr: b.client.Addr, connect: b.cfg.Connect, total: b.cfg.Total}
+	for _, ep := range []Endpoint{EndpointChat, EndpointCompletion} {
+		t.heads[ep] = []byte("POST " + u.Path + ep.Path() + " HTTP/1.1\r\n" + fixed)
 	}
 	return t
 }
@@ -170,9 +170,7 @@ func (u *upConn) ready(events uint32) {
 	eof := false
 	for !eof {
 		if cap(u.in)-len(u.in) < 2048 {
-			nb := make([]byte, len(u.in), 2*cap(u.in)+4096)
-			copy(nb, u.in)
-			u.in = nb
+			u.in = regrow(u.in, 2*cap(u.in)+4096)
 		}
 		free := u.in[len(u.in):cap(u.in)]
 		n, err := sysRead(u.fd, free)
