@@ -39,6 +39,7 @@ type LoopServer struct {
 	loops   []*loop
 	stopped bool
 	done    chan struct{}
+	batch   bool // loops batch reads and writes through io_uring
 }
 
 // LoopConfig configures a LoopServer.
@@ -48,6 +49,9 @@ type LoopConfig struct {
 	MaxBodyBytes  int           // larger bodies go to the fallback server
 	Paths         []string      // POST paths served in the loops
 	ServerName    string        // the Server header
+	// PlainSyscalls turns off batching reads and writes through io_uring,
+	// even where the kernel allows it: one system call per operation.
+	PlainSyscalls bool
 }
 
 // DefaultLoops is one loop per four CPUs, at least one. A loop only moves
@@ -88,8 +92,18 @@ func NewLoopServer(cfg LoopConfig, handle func(*LoopExchange), handOff func(net.
 	for _, p := range cfg.Paths {
 		s.lines = append(s.lines, []byte("POST "+p+" HTTP/1.1\r\n"))
 	}
+	if !cfg.PlainSyscalls {
+		if b, err := newIOBatch(); err == nil {
+			b.close()
+			s.batch = true
+		}
+	}
 	return s, nil
 }
+
+// IOBatching reports whether the loops batch their reads and writes
+// through io_uring: PlainSyscalls is off and the kernel allows it.
+func (s *LoopServer) IOBatching() bool { return s.batch }
 
 // Serve runs the loops on ln (a TCP listener) until Shutdown.
 func (s *LoopServer) Serve(ln net.Listener) error {
@@ -182,12 +196,44 @@ type loop struct {
 	hr bytes.Reader
 	br *bufio.Reader
 
+	ring        *ioBatch // nil: plain system calls
+	reads       []aheadRead
+	writes      []loopFD // sockets with bytes to write at the end of the turn
+	spareWrites []loopFD
+	sendIdx     []int
+
 	mu     sync.Mutex
 	posted []func()
 }
 
 // loopFD is a socket of a loop.
-type loopFD interface{ ready(events uint32) }
+type loopFD interface {
+	ready(events uint32)
+	// aheadBuf returns where the first read for events goes when the loop
+	// makes it ahead in a batch, or nil; landed takes its result.
+	aheadBuf(events uint32) []byte
+	landed(res int32, hup bool)
+	// pendingOut returns the bytes a queued write still has to send (nil:
+	// none, or closed); wrote takes the batch's result.
+	pendingOut() (fd int, b []byte)
+	wrote(res int32)
+	flush()
+}
+
+// aheadRead is a read made ahead, in a batch, for a socket epoll reported.
+type aheadRead struct {
+	h   loopFD
+	idx int
+	hup bool
+}
+
+// The state a read made ahead leaves for the socket's own read.
+const (
+	aheadNone    = iota
+	aheadDrained // nothing more to read for this event
+	aheadMore    // the buffer filled, or the peer hung up: read on
+	aheadEOF     // the peer's end, or an error
+)
 
 const (
 	epollExclusive = 1 << 28 // EPOLLEXCLUSIVE: one loop wakes per new connection
@@ -207,6 +253,9 @@ func newLoop(s *LoopServer, lfd int) (*loop, error) {
 	}
 	l := &loop{s: s, ep: ep, efd: efd, lfd: lfd, idle: map[*LoopTarget][]*upConn{},
 		br: bufio.NewReaderSize(nil, maxHead+64)}
+	if s.batch {
+		l.ring, _ = newIOBatch() // nil (plain system calls) should it fail now
+	}
 	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, efd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(efd)}); err != nil {
 		l.closeFDs()
 		return nil, fmt.Errorf("epoll_ctl eventfd: %w", err)
@@ -221,6 +270,9 @@ func newLoop(s *LoopServer, lfd int) (*loop, error) {
 func (l *loop) closeFDs() {
 	unix.Close(l.ep)
 	unix.Close(l.efd)
+	if l.ring != nil {
+		l.ring.close()
+	}
 }
 
 func (l *loop) run() {
@@ -234,6 +286,9 @@ func (l *loop) run() {
 		l.now = time.Now()
 		if n > 0 {
 			l.spinUntil = l.now.Add(spinFor)
+			if l.ring != nil {
+				l.readAhead(events[:n])
+			}
 		}
 		for i := range n {
 			fd := int(events[i].Fd)
@@ -252,6 +307,7 @@ func (l *loop) run() {
 			l.sweep()
 			l.sweepAt = l.now.Add(sweepEvery)
 		}
+		l.flushWrites()
 		if l.lfd < 0 && l.clients == 0 && l.busy == 0 {
 			for _, h := range l.fds {
 				if u, ok := h.(*upConn); ok {
@@ -260,6 +316,68 @@ func (l *loop) run() {
 			}
 			return
 		}
+	}
+}
+
+// readAhead makes, in one batch, the first read of every socket epoll
+// reported readable; each socket's ready then finds its bytes in place.
+func (l *loop) readAhead(events []unix.EpollEvent) {
+	l.reads = l.reads[:0]
+	for i := range events {
+		fd := int(events[i].Fd)
+		if fd < 0 || fd >= len(l.fds) || l.fds[fd] == nil {
+			continue
+		}
+		h := l.fds[fd]
+		if p := h.aheadBuf(events[i].Events); p != nil {
+			l.reads = append(l.reads, aheadRead{h: h, idx: l.ring.recv(fd, p), hup: events[i].Events&hangUp != 0})
+		}
+	}
+	l.ring.run()
+	for _, r := range l.reads {
+		r.h.landed(l.ring.res[r.idx], r.hup)
+	}
+	clear(l.reads)
+}
+
+// write sends h's queued bytes: now without a ring, else in the batch at
+// the end of the loop's turn.
+func (l *loop) write(h loopFD, queued *bool) {
+	if l.ring == nil {
+		h.flush()
+		return
+	}
+	if !*queued {
+		*queued = true
+		l.writes = append(l.writes, h)
+	}
+}
+
+// flushWrites sends every queued write in batches. Finishing a write may
+// start the next request and queue more; it runs until none is left.
+func (l *loop) flushWrites() {
+	for len(l.writes) > 0 {
+		round := l.writes
+		l.writes = l.spareWrites[:0] // what this round queues goes to the next
+		for start := 0; start < len(round); start += batchEntries {
+			chunk := round[start:min(len(round), start+batchEntries)]
+			l.sendIdx = l.sendIdx[:0]
+			for _, h := range chunk {
+				idx := -1
+				if fd, b := h.pendingOut(); len(b) > 0 {
+					idx = l.ring.send(fd, b)
+				}
+				l.sendIdx = append(l.sendIdx, idx)
+			}
+			l.ring.run()
+			for i, h := range chunk {
+				if idx := l.sendIdx[i]; idx >= 0 {
+					h.wrote(l.ring.res[idx])
+				}
+			}
+		}
+		clear(round)
+		l.spareWrites = round[:0]
 	}
 }
 
@@ -412,6 +530,8 @@ type loopConn struct {
 	ctx       *fasthttp.RequestCtx
 	deadline  time.Time // zero while a request is in hand
 	paused    bool      // stopped reading: a pipelined backlog is big enough
+	ahead     int8      // what a read made ahead found (aheadNone when none)
+	queued    bool      // out waits in the loop's write batch
 	peerGone  bool      // read EOF or an error
 	advancing bool      // inside advance: Reply must not re-enter it
 	closeAfter,
@@ -437,6 +557,12 @@ const hangUp = unix.EPOLLRDHUP | unix.EPOLLHUP | unix.EPOLLERR
 // read means drained, unless the peer hung up: then its end, which comes
 // with no edge of its own, is read too.
 func (c *loopConn) read(hup bool) {
+	if a := c.ahead; a != aheadNone {
+		c.ahead = aheadNone
+		if a == aheadDrained {
+			return
+		}
+	}
 	for !c.peerGone && !c.closed {
 		if c.ex != nil && len(c.in)-c.start > maxBacklog {
 			c.paused = true
@@ -460,6 +586,43 @@ func (c *loopConn) read(hup bool) {
 			c.peerGone = true
 		}
 	}
+}
+
+func (c *loopConn) aheadBuf(events uint32) []byte {
+	if events&(unix.EPOLLIN|hangUp) == 0 || c.peerGone || c.closed ||
+		(c.ex != nil && len(c.in)-c.start > maxBacklog) {
+		return nil // read, if at all, decides for itself
+	}
+	if cap(c.in)-len(c.in) < 2048 {
+		c.grow(len(c.in) - c.start + 4096)
+	}
+	return c.in[len(c.in):cap(c.in)]
+}
+
+func (c *loopConn) landed(res int32, hup bool) {
+	var gone bool
+	c.in, c.ahead, gone = landAhead(c.in, res, hup)
+	c.peerGone = c.peerGone || gone
+}
+
+// landAhead appends a read made ahead into the free space of in and says
+// what it leaves for the socket's own read; gone: EOF or an error.
+func landAhead(in []byte, res int32, hup bool) ([]byte, int8, bool) {
+	n, err := readResult(res)
+	switch {
+	case n > 0:
+		full := n == cap(in)-len(in)
+		in = in[:len(in)+n]
+		if full || hup {
+			return in, aheadMore, false
+		}
+		return in, aheadDrained, false
+	case err == unix.EAGAIN:
+		return in, aheadDrained, false
+	case err == unix.EINTR:
+		return in, aheadMore, false
+	}
+	return in, aheadEOF, true
 }
 
 // grow moves the unread bytes to a new buffer of at least size bytes (the
@@ -634,6 +797,42 @@ func (c *loopConn) flush() {
 	}
 }
 
+func (c *loopConn) pendingOut() (int, []byte) {
+	c.queued = false
+	if c.closed {
+		return -1, nil
+	}
+	return c.fd, c.out[c.outOff:]
+}
+
+func (c *loopConn) wrote(res int32) {
+	if goOn, err := takeSent(res, &c.outOff); err != nil {
+		c.close()
+		return
+	} else if !goOn {
+		return
+	}
+	c.flush() // the rest of a short write, then the end of the answer
+	if !c.closed {
+		c.advance()
+	}
+}
+
+// takeSent applies a batched send's result to *off. goOn is false when
+// the write must wait (EAGAIN: EPOLLOUT resumes it) or failed with err.
+func takeSent(res int32, off *int) (goOn bool, err error) {
+	n, err := sentResult(res)
+	switch {
+	case n > 0:
+		*off += n
+	case err == unix.EAGAIN:
+		return false, nil
+	case err != unix.EINTR:
+		return false, err
+	}
+	return true, nil
+}
+
 func (c *loopConn) close() {
 	if c.closed {
 		return
@@ -692,7 +891,7 @@ func (ex *LoopExchange) Reply() {
 	c.out = resp.Header.AppendBytes(c.out)
 	c.out = append(c.out, body...)
 	c.deadline = l.now.Add(l.s.cfg.ClientTimeout)
-	c.flush()
+	l.write(c, &c.queued)
 	if !c.closed && !c.advancing {
 		c.advance()
 	}

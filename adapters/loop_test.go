@@ -26,8 +26,36 @@ type loopFixture struct {
 	done chan error
 }
 
+// plainIO makes startLoop's servers use plain system calls; ioModes sets
+// it for each of its runs (the loop tests are not parallel).
+var plainIO bool
+
+// ioModes runs test with the loops batching through io_uring, where the
+// kernel allows it, and with plain system calls.
+func ioModes(t *testing.T, test func(t *testing.T)) {
+	for _, plain := range []bool{false, true} {
+		name := "io_uring"
+		if plain {
+			name = "plain"
+		}
+		t.Run(name, func(t *testing.T) {
+			if !plain {
+				if b, err := newIOBatch(); err != nil {
+					t.Skipf("no io_uring here (%v): the loops make plain system calls", err)
+				} else {
+					b.close()
+				}
+			}
+			plainIO = plain
+			defer func() { plainIO = false }()
+			test(t)
+		})
+	}
+}
+
 func startLoop(t *testing.T, cfg LoopConfig, handle func(*LoopExchange)) *loopFixture {
 	t.Helper()
+	cfg.PlainSyscalls = cfg.PlainSyscalls || plainIO
 	if handle == nil {
 		handle = func(ex *LoopExchange) {
 			ex.Ctx.Response.Header.Set("X-Served-By", "loop")
@@ -51,6 +79,9 @@ func startLoop(t *testing.T, cfg LoopConfig, handle func(*LoopExchange)) *loopFi
 	srv, err := NewLoopServer(cfg, handle, func(c net.Conn) { _ = fallback.ServeConn(c) })
 	if err != nil {
 		t.Fatal(err)
+	}
+	if srv.IOBatching() == cfg.PlainSyscalls {
+		t.Fatalf("IOBatching() = %v with PlainSyscalls %v", srv.IOBatching(), cfg.PlainSyscalls)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -101,7 +132,9 @@ func dialLoop(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
 
 // Served paths run in the loop; the first request of any other kind hands
 // the connection, with everything read, to the fallback for good.
-func TestLoopServesAndHandsOff(t *testing.T) {
+func TestLoopServesAndHandsOff(t *testing.T) { ioModes(t, testLoopServesAndHandsOff) }
+
+func testLoopServesAndHandsOff(t *testing.T) {
 	f := startLoop(t, LoopConfig{}, nil)
 	c, br := dialLoop(t, f.addr)
 	steps := []struct {
@@ -125,7 +158,9 @@ func TestLoopServesAndHandsOff(t *testing.T) {
 
 // What the loop does not serve itself goes to the fallback: streams,
 // chunked and oversize bodies, other paths, HTTP/1.0, 100-continue.
-func TestLoopHandsOffWhatItDoesNotServe(t *testing.T) {
+func TestLoopHandsOffWhatItDoesNotServe(t *testing.T) { ioModes(t, testLoopHandsOffWhatItDoesNotServe) }
+
+func testLoopHandsOffWhatItDoesNotServe(t *testing.T) {
 	f := startLoop(t, LoopConfig{MaxBodyBytes: 64}, nil)
 	big := `{"x":"` + strings.Repeat("a", 100) + `"}`
 	cases := map[string]string{
@@ -156,7 +191,9 @@ func TestLoopHandsOffWhatItDoesNotServe(t *testing.T) {
 
 // Pipelined requests, and requests that arrive a few bytes at a time or
 // larger than the first buffer, are answered whole and in order.
-func TestLoopPipelinedPartialAndLarge(t *testing.T) {
+func TestLoopPipelinedPartialAndLarge(t *testing.T) { ioModes(t, testLoopPipelinedPartialAndLarge) }
+
+func testLoopPipelinedPartialAndLarge(t *testing.T) {
 	f := startLoop(t, LoopConfig{}, nil)
 	c, br := dialLoop(t, f.addr)
 	var all string
@@ -191,6 +228,10 @@ func TestLoopPipelinedPartialAndLarge(t *testing.T) {
 // Connection: close is honoured, and an idle connection is closed after
 // the client timeout.
 func TestLoopConnectionCloseAndIdleTimeout(t *testing.T) {
+	ioModes(t, testLoopConnectionCloseAndIdleTimeout)
+}
+
+func testLoopConnectionCloseAndIdleTimeout(t *testing.T) {
 	f := startLoop(t, LoopConfig{ClientTimeout: 300 * time.Millisecond}, nil)
 	c, br := dialLoop(t, f.addr)
 	if _, err := c.Write([]byte(postReq("/v1/chat/completions", `{}`, "Connection: close"))); err != nil {
@@ -215,7 +256,9 @@ func TestLoopConnectionCloseAndIdleTimeout(t *testing.T) {
 
 // Shutdown closes idle connections, refuses new ones, and lets a request
 // in flight (here on a goroutine) finish.
-func TestLoopShutdownDrains(t *testing.T) {
+func TestLoopShutdownDrains(t *testing.T) { ioModes(t, testLoopShutdownDrains) }
+
+func testLoopShutdownDrains(t *testing.T) {
 	release := make(chan struct{})
 	f := startLoop(t, LoopConfig{}, func(ex *LoopExchange) {
 		ex.Go(func() {
@@ -353,7 +396,9 @@ func loopTarget(t *testing.T, url string, total time.Duration) *LoopTarget {
 
 // Send speaks HTTP/1.1 to an upstream: sized and chunked answers, 1xx
 // interim answers, keep-alive reuse of one connection.
-func TestLoopSendAnswers(t *testing.T) {
+func TestLoopSendAnswers(t *testing.T) { ioModes(t, testLoopSendAnswers) }
+
+func testLoopSendAnswers(t *testing.T) {
 	answers := []string{
 		"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{\"a\":1}",
 		"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"b\r\n4\r\n\":2}\r\n0\r\n\r\n",
@@ -384,7 +429,9 @@ func TestLoopSendAnswers(t *testing.T) {
 }
 
 // Failures before the answer map to Send's errors, so the router retries.
-func TestLoopSendFailures(t *testing.T) {
+func TestLoopSendFailures(t *testing.T) { ioModes(t, testLoopSendFailures) }
+
+func testLoopSendFailures(t *testing.T) {
 	t.Run("refused", func(t *testing.T) {
 		ln, _ := net.Listen("tcp", "127.0.0.1:0")
 		addr := ln.Addr().String()
@@ -431,6 +478,10 @@ func expectLoopError(t *testing.T, target *LoopTarget, want error) {
 // An idle upstream connection the upstream closes is dropped at once, so
 // the next request opens a new one instead of failing.
 func TestLoopSendDropsClosedIdleConnections(t *testing.T) {
+	ioModes(t, testLoopSendDropsClosedIdleConnections)
+}
+
+func testLoopSendDropsClosedIdleConnections(t *testing.T) {
 	up := startUpstream(t, func(_ int, c net.Conn) bool {
 		_, _ = c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
 		go func() { time.Sleep(50 * time.Millisecond); c.Close() }()
@@ -454,7 +505,9 @@ func TestLoopSendDropsClosedIdleConnections(t *testing.T) {
 
 // The request the upstream gets carries the target's fixed headers, the
 // key and the request id, and the body byte for byte.
-func TestLoopSendRequestBytes(t *testing.T) {
+func TestLoopSendRequestBytes(t *testing.T) { ioModes(t, testLoopSendRequestBytes) }
+
+func testLoopSendRequestBytes(t *testing.T) {
 	got := make(chan *http.Request, 1)
 	bodies := make(chan []byte, 1)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -129,6 +129,8 @@ type upConn struct {
 	done      func(*UpstreamResponse, error) // nil while idle
 	deadline  time.Time                      // of the answer in flight
 	idleSince time.Time
+	ahead     int8 // what a read made ahead found (aheadNone when none)
+	queued    bool // out waits in the loop's write batch
 	closed    bool
 }
 
@@ -140,7 +142,42 @@ const (
 func (u *upConn) send(msg []byte, done func(*UpstreamResponse, error)) {
 	u.done, u.out, u.outOff = done, msg, 0
 	u.deadline = u.l.now.Add(u.t.total)
+	u.l.write(u, &u.queued)
+}
+
+func (u *upConn) pendingOut() (int, []byte) {
+	u.queued = false
+	if u.closed {
+		return -1, nil
+	}
+	return u.fd, u.out[u.outOff:]
+}
+
+func (u *upConn) wrote(res int32) {
+	if u.closed {
+		return
+	}
+	if goOn, err := takeSent(res, &u.outOff); err != nil {
+		u.fail(fmt.Errorf("%w: write: %w", ErrUpstreamClosed, err))
+		return
+	} else if !goOn {
+		return
+	}
 	u.flush()
+}
+
+func (u *upConn) aheadBuf(events uint32) []byte {
+	if u.closed || u.done == nil || events&(unix.EPOLLIN|hangUp) == 0 {
+		return nil
+	}
+	if cap(u.in)-len(u.in) < 2048 {
+		u.in = regrow(u.in, 2*cap(u.in)+4096)
+	}
+	return u.in[len(u.in):cap(u.in)]
+}
+
+func (u *upConn) landed(res int32, hup bool) {
+	u.in, u.ahead, _ = landAhead(u.in, res, hup)
 }
 
 func (u *upConn) flush() {
@@ -167,8 +204,10 @@ func (u *upConn) ready(events uint32) {
 		u.close()
 		return
 	}
-	eof := false
-	for !eof {
+	ahead := u.ahead
+	u.ahead = aheadNone
+	eof := ahead == aheadEOF
+	for ahead != aheadDrained && !eof {
 		if cap(u.in)-len(u.in) < 2048 {
 			u.in = regrow(u.in, 2*cap(u.in)+4096)
 		}
@@ -194,8 +233,8 @@ func (u *upConn) ready(events uint32) {
 	case err != nil:
 		u.fail(err)
 	case resp != nil:
-		if used != len(u.in) {
-			keep = false // bytes nobody asked for
+		if used != len(u.in) || u.outOff < len(u.out) {
+			keep = false // bytes nobody asked for, or an answer before the whole request went
 		}
 		done := u.done
 		u.done, u.in = nil, u.in[:0]

@@ -29,7 +29,10 @@ type Server struct {
 	// epoll event loops and every other connection with fasthttp;
 	// "fasthttp" serves everything with fasthttp.
 	Engine string `yaml:"engine"`
-	Loops  int    `yaml:"loops"` // event loops; 0: one per CPU (GOMAXPROCS)
+	Loops  int    `yaml:"loops"` // event loops; 0: one per four CPUs, at least one
+	// IOUring "auto" batches the loops' socket reads and writes through
+	// io_uring where the kernel allows it; "off" makes a system call each.
+	IOUring string `yaml:"io_uring"`
 }
 
 // Timeouts is the timeouts: section.
@@ -138,7 +141,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Listen:    ":8080",
-		Server:    Server{Engine: "loop"},
+		Server:    Server{Engine: "loop", IOUring: "auto"},
 		Limits:    Limits{MaxBodyBytes: 8 << 20},
 		Timeouts:  Timeouts{Connect: units.Duration(2e9), FirstByte: units.Duration(60e9), Idle: units.Duration(30e9), Total: units.Duration(600e9), Shutdown: units.Duration(30e9), Client: units.Duration(120e9)},
 		Admin:     Admin{TokenEnv: "FRONTDOOR_ADMIN_TOKEN", AllowCIDRs: []string{"127.0.0.1/32", "::1/128"}},
@@ -285,6 +288,9 @@ func (c *Config) Problems() []string {
 	}
 	if c.Server.Engine != "loop" && c.Server.Engine != "fasthttp" {
 		add("server.engine: must be loop or fasthttp, got %q", c.Server.Engine)
+	}
+	if c.Server.IOUring != "auto" && c.Server.IOUring != "off" {
+		add("server.io_uring: must be auto or off, got %q", c.Server.IOUring)
 	}
 	if c.Server.Loops < 0 || c.Server.Loops > 256 {
 		add("server.loops: must be between 0 and 256")

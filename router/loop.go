@@ -53,6 +53,7 @@ func (g *Gateway) buildLoop() error {
 		MaxBodyBytes:  int(g.cfg.Limits.MaxBodyBytes),
 		Paths:         []string{"/v1/chat/completions", "/v1/completions"},
 		ServerName:    "frontdoor",
+		PlainSyscalls: g.cfg.Server.IOUring == "off",
 	}, g.serveLoop, func(c net.Conn) {
 		g.metrics.loopHandoffs.Inc()
 		g.handoff.push(c)
@@ -61,6 +62,11 @@ func (g *Gateway) buildLoop() error {
 		return err
 	}
 	g.loop = srv
+	if srv.IOBatching() {
+		g.log.Info("server.engine loop: socket reads and writes are batched through io_uring")
+	} else {
+		g.log.Info("server.engine loop: one system call per socket read or write", "io_uring", g.cfg.Server.IOUring)
+	}
 	return nil
 }
 

@@ -12,15 +12,20 @@ import (
 	"frontdoor/internal/testenv"
 )
 
-// The loop engine serves whole inference requests itself and hands every
-// other connection to fasthttp; the fasthttp engine serves everything.
+// The loop engine serves whole inference requests itself, batching its
+// socket I/O through io_uring or not, and hands every other connection to
+// fasthttp; the fasthttp engine serves everything.
 func TestEngineServesHotPathInLoop(t *testing.T) {
 	s := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT, c.ITL = 0, 0 })
-	for _, engine := range []string{"loop", "fasthttp"} {
-		t.Run(engine, func(t *testing.T) {
+	for _, tc := range []struct{ engine, ioUring string }{{"loop", "auto"}, {"loop", "off"}, {"fasthttp", "auto"}} {
+		engine := tc.engine
+		t.Run(engine+" io_uring "+tc.ioUring, func(t *testing.T) {
 			cfg := testConfig(s)
-			cfg.Server.Engine = engine
+			cfg.Server.Engine, cfg.Server.IOUring = engine, tc.ioUring
 			gw := startGateway(t, cfg)
+			if tc.ioUring == "off" && gw.loop.IOBatching() {
+				t.Fatal("io_uring: off, yet the loops batch through it")
+			}
 			for i := range 3 {
 				resp, b := post(t, gw.URL+"/v1/chat/completions", chatBody(fmt.Sprint("hot ", i), ""))
 				if resp.StatusCode != 200 || !strings.Contains(string(b), `"chat.completion"`) {

@@ -71,26 +71,26 @@ func run(rounds int, dur time.Duration, conc int, stream, withWrk, accessLog boo
 	if err := load.Build(dir, "frontdoor", "gpusim", "./bench/bareproxy", "./bench/epollrelay"); err != nil {
 		return err
 	}
-	simPort, barePort, relayPort, fdPort, fhPort := load.FreePort(), load.FreePort(), load.FreePort(), load.FreePort(), load.FreePort()
+	simPort, barePort, relayPort, fdPort, fhPort, plainPort := load.FreePort(), load.FreePort(), load.FreePort(), load.FreePort(), load.FreePort(), load.FreePort()
 	simAddr := fmt.Sprintf("127.0.0.1:%d", simPort)
 	sim := exec.Command(filepath.Join(dir, "gpusim"), "--listen", simAddr,
 		"--ttft", "0", "--itl", "0", "--output-tokens", "16", "--max-num-seqs", "4096", "--model", "qwen3-8b")
 	bare := exec.Command(filepath.Join(dir, "bareproxy"), "-listen", fmt.Sprintf("127.0.0.1:%d", barePort), "-upstream", simAddr)
 	relay := exec.Command(filepath.Join(dir, "epollrelay"), "-listen", fmt.Sprintf("127.0.0.1:%d", relayPort), "-upstream", simAddr)
 	var cmds []*exec.Cmd
-	startFrontdoor := func(port int, engine string) (*exec.Cmd, error) {
+	startFrontdoor := func(port int, engine, ioUring string) (*exec.Cmd, error) {
 		cfg := fmt.Sprintf(`listen: 127.0.0.1:%d
-server: {engine: %s}
+server: {engine: %s, io_uring: %s}
 logging: {level: warn, access_log: %v}
 cache: {backend: off}
 nodes:
   - {name: sim, url: http://%s, models: [qwen3-8b], max_concurrency: 4096}
-`, port, engine, accessLog, simAddr)
-		cfgPath := filepath.Join(dir, engine+".yaml")
+`, port, engine, ioUring, accessLog, simAddr)
+		cfgPath := filepath.Join(dir, engine+"-"+ioUring+".yaml")
 		if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 			return nil, err
 		}
-		logFile, err := os.Create(filepath.Join(dir, engine+".log"))
+		logFile, err := os.Create(filepath.Join(dir, engine+"-"+ioUring+".log"))
 		if err != nil {
 			return nil, err
 		}
@@ -98,15 +98,19 @@ nodes:
 		c.Stderr = logFile
 		return c, nil
 	}
-	fd, err := startFrontdoor(fdPort, "loop")
+	fd, err := startFrontdoor(fdPort, "loop", "auto")
 	if err != nil {
 		return err
 	}
-	fh, err := startFrontdoor(fhPort, "fasthttp")
+	plain, err := startFrontdoor(plainPort, "loop", "off")
 	if err != nil {
 		return err
 	}
-	cmds = append(cmds, sim, bare, relay, fd, fh)
+	fh, err := startFrontdoor(fhPort, "fasthttp", "auto")
+	if err != nil {
+		return err
+	}
+	cmds = append(cmds, sim, bare, relay, fd, plain, fh)
 	for _, c := range cmds {
 		if err := c.Start(); err != nil {
 			return err
@@ -117,10 +121,12 @@ nodes:
 	bareT := target{"bare proxy", fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", barePort), bare.Process.Pid}
 	relayT := target{"epoll relay", fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", relayPort), relay.Process.Pid}
 	gateway := target{"frontdoor", fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", fdPort), fd.Process.Pid}
+	gatewayPlain := target{"frontdoor, io_uring off", fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", plainPort), plain.Process.Pid}
 	gatewayFH := target{"frontdoor, fasthttp engine", fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", fhPort), fh.Process.Pid}
 	for _, health := range []string{"http://" + simAddr + "/health", fmt.Sprintf("http://127.0.0.1:%d/healthz", barePort),
 		fmt.Sprintf("http://127.0.0.1:%d/health", relayPort), // relayed to gpusim
-		fmt.Sprintf("http://127.0.0.1:%d/healthz", fdPort), fmt.Sprintf("http://127.0.0.1:%d/healthz", fhPort)} {
+		fmt.Sprintf("http://127.0.0.1:%d/healthz", fdPort), fmt.Sprintf("http://127.0.0.1:%d/healthz", plainPort),
+		fmt.Sprintf("http://127.0.0.1:%d/healthz", fhPort)} {
 		if err := load.WaitUp(health); err != nil {
 			return err
 		}
@@ -139,7 +145,7 @@ nodes:
 		return nil
 	}
 	fmt.Printf("command: go run ./bench/overhead -rounds %d -duration %s -conc %d -stream=%v -wrk=%v -access-log=%v\n", rounds, dur, conc, stream, withWrk, accessLog)
-	fmt.Printf("setup: %d alternating rounds of direct / epoll relay / bare fasthttp proxy / frontdoor (server.engine: loop, the default) / frontdoor (server.engine: fasthttp); gpusim --ttft 0 --itl 0 --output-tokens 16; separate processes on loopback; medians over rounds\n\n", rounds)
+	fmt.Printf("setup: %d alternating rounds of direct / epoll relay / bare fasthttp proxy / frontdoor (server.engine: loop, io_uring: auto, the defaults) / frontdoor (loop, io_uring: off) / frontdoor (server.engine: fasthttp); gpusim --ttft 0 --itl 0 --output-tokens 16; separate processes on loopback; medians over rounds\n\n", rounds)
 
 	type scenario struct {
 		name    string
@@ -149,8 +155,8 @@ nodes:
 		targets []target
 	}
 	scenarios := []scenario{
-		{"non-streaming, concurrency 1", body, 1, checkJSON, []target{direct, relayT, bareT, gateway, gatewayFH}},
-		{fmt.Sprintf("non-streaming, concurrency %d", conc), body, conc, checkJSON, []target{direct, relayT, bareT, gateway, gatewayFH}},
+		{"non-streaming, concurrency 1", body, 1, checkJSON, []target{direct, relayT, bareT, gateway, gatewayPlain, gatewayFH}},
+		{fmt.Sprintf("non-streaming, concurrency %d", conc), body, conc, checkJSON, []target{direct, relayT, bareT, gateway, gatewayPlain, gatewayFH}},
 	}
 	if stream {
 		sb := bytes.Replace(body, []byte(`"max_tokens":16}`), []byte(`"max_tokens":16,"stream":true}`), 1)
@@ -225,7 +231,7 @@ nodes:
 		rates := map[string][]float64{}
 		p50s, p99s := map[string][]float64{}, map[string][]float64{}
 		for r := 0; r < rounds; r++ {
-			for _, t := range []target{direct, relayT, bareT, gateway, gatewayFH} {
+			for _, t := range []target{direct, relayT, bareT, gateway, gatewayPlain, gatewayFH} {
 				res, err := wrkRun(luaPath, t.url, conc, dur)
 				if err != nil {
 					return fmt.Errorf("wrk %s: %w", t.name, err)
@@ -238,14 +244,14 @@ nodes:
 			}
 		}
 		d := load.MedianOf(rates["direct"])
-		for _, t := range []target{direct, relayT, bareT, gateway, gatewayFH} {
+		for _, t := range []target{direct, relayT, bareT, gateway, gatewayPlain, gatewayFH} {
 			fmt.Printf("| %s | %.0f | **%.2f** |\n", t.name, load.MedianOf(rates[t.name]), load.MedianOf(rates[t.name])/d)
 		}
 		fmt.Printf("\nwrk -t1 -c1 -d%s --latency, non-streaming:\n\n", dur)
 		fmt.Println("| target | p50 | p99 | added p50 |")
 		fmt.Println("|---|---|---|---|")
 		dp50 := load.MedianOf(p50s["direct"])
-		for _, t := range []target{direct, relayT, bareT, gateway, gatewayFH} {
+		for _, t := range []target{direct, relayT, bareT, gateway, gatewayPlain, gatewayFH} {
 			added := "–"
 			if t.name != "direct" {
 				added = fmt.Sprintf("**%+.0f µs**", load.MedianOf(p50s[t.name])-dp50)

@@ -40,7 +40,7 @@ func TestCheckConfigAcceptsTheExamples(t *testing.T) {
 
 func TestCheckConfigReportsEveryProblemWithItsPath(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "bad.yaml")
-	bad := "nodes:\n  - {name: a, url: http://x:1, models: [m]}\n  - {name: b, url: \"127.0.0.1:9001\", models: [m]}\n  - {name: \"c\\r\\nX-Evil: 1\", url: http://x:2, models: [m]}\nbalancer: {policy: fastest}\ntimeouts: {client: 0s}\ncache: {bogus: 1}\n"
+	bad := "nodes:\n  - {name: a, url: http://x:1, models: [m]}\n  - {name: b, url: \"127.0.0.1:9001\", models: [m]}\n  - {name: \"c\\r\\nX-Evil: 1\", url: http://x:2, models: [m]}\nbalancer: {policy: fastest}\ntimeouts: {client: 0s}\nserver: {io_uring: always}\ncache: {bogus: 1}\n"
 	if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,8 @@ func TestCheckConfigReportsEveryProblemWithItsPath(t *testing.T) {
 	errOut.Reset()
 	run([]string{"check-config", "--config", path}, &out, &errOut)
 	for _, want := range []string{"nodes[1].url: missing scheme", `balancer.policy: "fastest"`,
-		`nodes[2].name: "c\r\nX-Evil: 1" may only use letters, digits`, "timeouts.client: must be > 0"} {
+		`nodes[2].name: "c\r\nX-Evil: 1" may only use letters, digits`, "timeouts.client: must be > 0",
+		`server.io_uring: must be auto or off, got "always"`} {
 		if !strings.Contains(errOut.String(), want) {
 			t.Fatalf("missing %q in:\n%s", want, errOut.String())
 		}
