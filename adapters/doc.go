@@ -4,8 +4,10 @@
 // request to an engine (vLLM, SGLang, TGI or DashScope) and stream the answer
 // back. It also owns the two transports: LoopServer, epoll event loops that
 // serve whole hot-path requests and talk HTTP/1.1 to upstreams without a
-// goroutine per connection (LoopExchange.Send), handing every other
-// connection to a fallback server; and DeferredConn, which sends a request
+// goroutine per connection (LoopExchange.Send), batching each turn's
+// socket reads and writes through io_uring where the kernel allows it
+// (ioBatch), and handing every other connection to a fallback server; and
+// DeferredConn, which sends a request
 // (or a whole answer) from inside the read that follows it, for the
 // goroutine-per-connection side. It knows nothing about caching, admission
 // or node choice.
