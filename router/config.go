@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -60,6 +61,9 @@ type Logging struct {
 	Format     string `yaml:"format"` // json | text
 	AccessLog  bool   `yaml:"access_log"`
 	LogPrompts bool   `yaml:"log_prompts"`
+	// FlushInterval batches log lines (see LogBuffer); 0 writes each line
+	// as it comes.
+	FlushInterval units.Duration `yaml:"flush_interval"`
 }
 
 // GlobalLimits is admission.global.
@@ -145,7 +149,7 @@ func DefaultConfig() Config {
 		Limits:    Limits{MaxBodyBytes: 8 << 20},
 		Timeouts:  Timeouts{Connect: units.Duration(2e9), FirstByte: units.Duration(60e9), Idle: units.Duration(30e9), Total: units.Duration(600e9), Shutdown: units.Duration(30e9), Client: units.Duration(120e9)},
 		Admin:     Admin{TokenEnv: "FRONTDOOR_ADMIN_TOKEN", AllowCIDRs: []string{"127.0.0.1/32", "::1/128"}},
-		Logging:   Logging{Level: "info", Format: "json", AccessLog: true},
+		Logging:   Logging{Level: "info", Format: "json", AccessLog: true, FlushInterval: units.Duration(100 * time.Millisecond)},
 		Redis:     redisconn.DefaultConfig(),
 		Cache:     cache.DefaultConfig(),
 		Admission: Admission{Backend: "local", DefaultMaxTokens: 1024, Replicas: 1},
@@ -321,6 +325,9 @@ func (c *Config) Problems() []string {
 	case "json", "text":
 	default:
 		add("logging.format: %q is not one of json, text", c.Logging.Format)
+	}
+	if d := c.Logging.FlushInterval.D(); d < 0 || d > time.Minute {
+		add("logging.flush_interval: must be between 0s and 1m")
 	}
 	usesRedis := c.Cache.Backend == "redis" || c.Admission.Backend == "redis"
 	if usesRedis {

@@ -131,6 +131,11 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 // serve wires the gateway from cfg and runs it until ctx ends, then shuts
 // down gracefully. ready, if set, receives the listening address.
 func serve(ctx context.Context, cfg router.Config, logOut io.Writer, ready func(addr string)) error {
+	if every := cfg.Logging.FlushInterval.D(); every > 0 {
+		lb := router.NewLogBuffer(logOut, every)
+		defer lb.Close()
+		logOut = lb
+	}
 	logger := router.NewLogger(cfg.Logging, logOut)
 	pool, err := balancer.New(cfg.Balancer, cfg.Nodes, cfg.Models)
 	if err != nil {

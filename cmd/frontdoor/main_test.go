@@ -117,13 +117,15 @@ func TestDemoServes(t *testing.T) {
 }
 
 // SIGTERM during a stream: the stream finishes, new connections are refused
-// and the process exits 0.
+// and the process exits 0, writing the log lines it still buffers.
 func TestSIGTERMDrainsStreams(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
 	node := testenv.GPUSim(t, func(c *sim.Config) { c.ITL, c.OutputTokens = 40*time.Millisecond, 40 })
-	base, cmd, logs := startServe(t, fmt.Sprintf("timeouts: {shutdown: 10s}\nnodes:\n  - {name: a, url: %s, models: [qwen3-8b]}\n", node.URL()))
+	// Log lines wait a minute, far longer than the test: only the flush
+	// at exit can write the stream's access-log line.
+	base, cmd, logs := startServe(t, fmt.Sprintf("timeouts: {shutdown: 10s}\nlogging: {flush_interval: 1m}\nnodes:\n  - {name: a, url: %s, models: [qwen3-8b]}\n", node.URL()))
 	addr := strings.TrimPrefix(base, "http://")
 
 	resp, err := http.Post(base+"/v1/chat/completions", "application/json",
@@ -159,6 +161,9 @@ func TestSIGTERMDrainsStreams(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("process did not exit after the stream finished")
+	}
+	if out := logs.String(); !strings.Contains(out, `"msg":"request"`) || !strings.Contains(out, `"stream":true`) || !strings.Contains(out, "shutting down") {
+		t.Fatalf("buffered log lines lost at exit:\n%s", out)
 	}
 }
 
