@@ -1,9 +1,10 @@
 // Command overhead measures what frontdoor adds to a request. The same load
 // generator drives gpusim directly, through two reference proxies and
-// through frontdoor (pass-through, cache off) on each of its engines,
-// alternating in rounds so all see the same machine noise. The references
-// are bench/epollrelay, a one-thread epoll byte relay that parses nothing
-// (the floor of any proxy process here), and bench/bareproxy, the smallest
+// through frontdoor (pass-through, cache off) on each of its engines, and
+// on the loop engine without io_uring, alternating in rounds so all see the
+// same machine noise. The references are bench/epollrelay, a one-thread
+// epoll byte relay that parses nothing (the floor of a proxy that makes a
+// system call per socket operation), and bench/bareproxy, the smallest
 // fasthttp reverse proxy (the floor of a goroutine-per-connection one).
 // gpusim answers with zero TTFT and ITL, so the differences are the
 // proxies. Besides latency and throughput it reports each process's CPU
