@@ -40,8 +40,9 @@ const (
 	uringOpRecv     = 27
 	uringGetEvents  = 1
 	uringOffSQEs    = 0x10000000
-	uringFeatSingle = 1   // IORING_FEAT_SINGLE_MMAP
-	batchEntries    = 256 // operations in one batch at most
+	uringFeatSingle = 1      // IORING_FEAT_SINGLE_MMAP
+	uringSubmitAll  = 1 << 7 // IORING_SETUP_SUBMIT_ALL
+	batchEntries    = 256    // operations in one batch at most
 )
 
 type uringSQOffsets struct {
@@ -92,7 +93,9 @@ var errOldRing = errors.New("io_uring: the kernel's ring lacks IORING_FEAT_SINGL
 // forbids it (io_uring_disabled, seccomp): the loop then makes plain
 // system calls.
 func newIOBatch() (*ioBatch, error) {
-	var p uringParams
+	// SUBMIT_ALL (Linux 5.18): an operation that fails before it starts
+	// does not stop the ones after it from being submitted.
+	p := uringParams{flags: uringSubmitAll}
 	fd, _, errno := syscall.RawSyscall(sysIOUringSetup, batchEntries, uintptr(unsafe.Pointer(&p)), 0)
 	if errno != 0 {
 		return nil, fmt.Errorf("io_uring_setup: %w", errno)
