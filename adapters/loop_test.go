@@ -130,6 +130,36 @@ func dialLoop(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
 	return c, bufio.NewReader(c)
 }
 
+// More answers than one batch holds, all written in the same turn of the
+// loop: each reaches its own client, whole.
+func TestLoopManyAnswersInOneTurn(t *testing.T) { ioModes(t, testLoopManyAnswersInOneTurn) }
+
+func testLoopManyAnswersInOneTurn(t *testing.T) {
+	const n = batchEntries + batchEntries/2
+	var held []*LoopExchange
+	f := startLoop(t, LoopConfig{}, func(ex *LoopExchange) {
+		ex.Ctx.SetBody(ex.Ctx.PostBody())
+		if held = append(held, ex); len(held) == n { // the last one: answer all, now
+			for _, h := range held {
+				h.Reply()
+			}
+		}
+	})
+	conns := make([]*bufio.Reader, n)
+	for i := range n {
+		c, br := dialLoop(t, f.addr)
+		if _, err := io.WriteString(c, postReq("/v1/chat/completions", fmt.Sprintf(`{"i":%d}`, i))); err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = br
+	}
+	for i, br := range conns {
+		if resp, body := readResp(t, br); resp.StatusCode != 200 || body != fmt.Sprintf(`{"i":%d}`, i) {
+			t.Fatalf("client %d got %d %q", i, resp.StatusCode, body)
+		}
+	}
+}
+
 // Served paths run in the loop; the first request of any other kind hands
 // the connection, with everything read, to the fallback for good.
 func TestLoopServesAndHandsOff(t *testing.T) { ioModes(t, testLoopServesAndHandsOff) }
