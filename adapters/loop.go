@@ -102,6 +102,9 @@ func NewLoopServer(cfg LoopConfig, handle func(*LoopExchange), handOff func(net.
 	return s, nil
 }
 
+// Loops is the number of event loops.
+func (s *LoopServer) Loops() int { return s.cfg.Loops }
+
 // IOBatching reports whether the loops batch their reads and writes
 // through io_uring: PlainSyscalls is off and the kernel allows it.
 func (s *LoopServer) IOBatching() bool { return s.batch }

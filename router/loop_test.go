@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"frontdoor/adapters"
 	"frontdoor/cmd/gpusim/sim"
 	"frontdoor/internal/testenv"
 )
@@ -36,13 +37,17 @@ func TestEngineServesHotPathInLoop(t *testing.T) {
 			if resp.StatusCode != 200 || !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
 				t.Fatalf("stream: %d %s", resp.StatusCode, b)
 			}
-			loopReqs, handoffs := gw.metrics.loopRequests.Get(), gw.metrics.loopHandoffs.Get()
+			st := getStatus(t, gw.URL)
+			loopReqs, handoffs := st.Server.LoopRequests, st.Server.Handoffs
 			want := [2]uint64{3, 1}
 			if engine == "fasthttp" {
 				want = [2]uint64{0, 0}
 			}
-			if loopReqs != want[0] || handoffs < want[1] || (engine == "fasthttp" && handoffs != 0) {
-				t.Fatalf("loop served %d requests and handed off %d connections, want %d and at least %d", loopReqs, handoffs, want[0], want[1])
+			if st.Server.Engine != engine || loopReqs != want[0] || handoffs < want[1] || (engine == "fasthttp" && handoffs != 0) {
+				t.Fatalf("/status server %+v: want engine %s, %d loop requests and at least %d hand-offs", st.Server, engine, want[0], want[1])
+			}
+			if engine == "loop" && (st.Server.Loops != adapters.DefaultLoops() || st.Server.IOUring != gw.loop.IOBatching()) {
+				t.Fatalf("/status server %+v, loops batching: %v", st.Server, gw.loop.IOBatching())
 			}
 		})
 	}
