@@ -387,7 +387,8 @@ func (l *loop) flushWrites() {
 
 // spinFor is how long a loop that has just worked polls for more before it
 // sleeps: the next request or answer usually comes within it at low
-// concurrency, and a sleeping thread costs a wake-up to resume.
+// concurrency, and a sleeping thread costs a wake-up to resume. Between
+// polls it yields the CPU to any thread waiting for it.
 const spinFor = 50 * time.Microsecond
 
 // wait returns the next events: it polls without sleeping for up to
@@ -405,6 +406,9 @@ func (l *loop) wait(events []unix.EpollEvent) (int, error) {
 			l.spinUntil = time.Time{}
 			return unix.EpollWait(l.ep, events, int(sweepEvery/time.Millisecond))
 		}
+		// Let whatever waits for this CPU run first, the node or the
+		// client on a small machine: the poll then costs them nothing.
+		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 	}
 }
 
