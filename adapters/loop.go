@@ -576,10 +576,7 @@ func (c *loopConn) read(hup bool) {
 			c.paused = true
 			return
 		}
-		if cap(c.in)-len(c.in) < 2048 {
-			c.grow(len(c.in) - c.start + 4096)
-		}
-		free := c.in[len(c.in):cap(c.in)]
+		free := c.room()
 		n, err := sysRead(c.fd, free)
 		switch {
 		case n > 0:
@@ -601,6 +598,11 @@ func (c *loopConn) aheadBuf(events uint32) []byte {
 		(c.ex != nil && len(c.in)-c.start > maxBacklog) {
 		return nil // read, if at all, decides for itself
 	}
+	return c.room()
+}
+
+// room returns the free space after the bytes read, grown when short.
+func (c *loopConn) room() []byte {
 	if cap(c.in)-len(c.in) < 2048 {
 		c.grow(len(c.in) - c.start + 4096)
 	}

@@ -170,6 +170,11 @@ func (u *upConn) aheadBuf(events uint32) []byte {
 	if u.closed || u.done == nil || events&(unix.EPOLLIN|hangUp) == 0 {
 		return nil
 	}
+	return u.room()
+}
+
+// room returns the free space after the bytes read, grown when short.
+func (u *upConn) room() []byte {
 	if cap(u.in)-len(u.in) < 2048 {
 		u.in = regrow(u.in, 2*cap(u.in)+4096)
 	}
@@ -208,10 +213,7 @@ func (u *upConn) ready(events uint32) {
 	u.ahead = aheadNone
 	eof := ahead == aheadEOF
 	for ahead != aheadDrained && !eof {
-		if cap(u.in)-len(u.in) < 2048 {
-			u.in = regrow(u.in, 2*cap(u.in)+4096)
-		}
-		free := u.in[len(u.in):cap(u.in)]
+		free := u.room()
 		n, err := sysRead(u.fd, free)
 		if n > 0 {
 			u.in = u.in[:len(u.in)+n]
