@@ -3,6 +3,8 @@ package cache
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"frontdoor/embed"
 	"frontdoor/internal/units"
@@ -35,19 +37,74 @@ type StreamReplay struct {
 	Pace        units.Duration `yaml:"pace"`
 }
 
+// ReadsConfig is cache.reads: the lookups on the request path.
+type ReadsConfig struct {
+	Timeout units.Duration `yaml:"timeout"` // per lookup; a slower store is a miss
+	Breaker BreakerConfig  `yaml:"breaker"`
+}
+
+// WritesConfig is cache.writes: the write-back, off the request path.
+type WritesConfig struct {
+	Timeout units.Duration `yaml:"timeout"` // per batch
+	Queue   int            `yaml:"queue"`   // entries waiting; a full queue drops the write
+	Workers int            `yaml:"workers"`
+	Batch   int            `yaml:"batch"` // most entries in one pipeline
+	Breaker BreakerConfig  `yaml:"breaker"`
+}
+
+// RedisIndexConfig is cache.redis_index: the RediSearch vector index.
+type RedisIndexConfig struct {
+	Type           string `yaml:"type"`            // hnsw | flat
+	M              int    `yaml:"m"`               // hnsw: edges per node
+	EFConstruction int    `yaml:"ef_construction"` // hnsw: candidates kept while inserting
+	EFRuntime      int    `yaml:"ef_runtime"`      // hnsw: candidates kept while searching
+}
+
+// Validate checks the section.
+func (c RedisIndexConfig) Validate() error {
+	var errs []error
+	switch c.Type {
+	case "hnsw", "flat":
+	default:
+		errs = append(errs, fmt.Errorf("type: %q is not one of hnsw, flat", c.Type))
+	}
+	if c.M < 2 || c.M > 512 {
+		errs = append(errs, errors.New("m: must be between 2 and 512"))
+	}
+	if c.EFConstruction < 1 || c.EFConstruction > 4096 {
+		errs = append(errs, errors.New("ef_construction: must be between 1 and 4096"))
+	}
+	if c.EFRuntime < 1 || c.EFRuntime > 4096 {
+		errs = append(errs, errors.New("ef_runtime: must be between 1 and 4096"))
+	}
+	return errors.Join(errs...)
+}
+
 // Config is the cache: section.
 type Config struct {
-	Backend      string         `yaml:"backend"` // memory | redis | off
-	TTL          units.Duration `yaml:"ttl"`
-	MaxTTL       units.Duration `yaml:"max_ttl"` // cap for X-Cache-TTL; default: ttl
-	MaxBytes     units.Bytes    `yaml:"max_bytes"`
-	VectorSearch string         `yaml:"vector_search"` // auto | redisearch | local
-	Exact        ExactConfig    `yaml:"exact"`
-	Semantic     SemanticConfig `yaml:"semantic"`
-	Embedder     embed.Config   `yaml:"embedder"`
-	Eligibility  Eligibility    `yaml:"eligibility"`
-	Coalesce     bool           `yaml:"coalesce"`
-	StreamReplay StreamReplay   `yaml:"stream_replay"`
+	Backend      string           `yaml:"backend"` // memory | redis | off
+	TTL          units.Duration   `yaml:"ttl"`
+	MaxTTL       units.Duration   `yaml:"max_ttl"` // cap for X-Cache-TTL; default: ttl
+	MaxBytes     units.Bytes      `yaml:"max_bytes"`
+	VectorSearch string           `yaml:"vector_search"` // auto | redisearch | local
+	RedisIndex   RedisIndexConfig `yaml:"redis_index"`
+	Reads        ReadsConfig      `yaml:"reads"`
+	Writes       WritesConfig     `yaml:"writes"`
+	Exact        ExactConfig      `yaml:"exact"`
+	Semantic     SemanticConfig   `yaml:"semantic"`
+	Embedder     embed.Config     `yaml:"embedder"`
+	Eligibility  Eligibility      `yaml:"eligibility"`
+	Coalesce     bool             `yaml:"coalesce"`
+	StreamReplay StreamReplay     `yaml:"stream_replay"`
+}
+
+// prefixLines puts prefix before each line of err (a joined error).
+func prefixLines(prefix string, err error) error {
+	lines := strings.Split(err.Error(), "\n")
+	for i, l := range lines {
+		lines[i] = prefix + l
+	}
+	return errors.New(strings.Join(lines, "\n"))
 }
 
 // DefaultConfig returns the embedded defaults: a memory cache with the local
@@ -58,6 +115,11 @@ func DefaultConfig() Config {
 		TTL:          units.Duration(24 * 3600e9),
 		MaxBytes:     512 << 20,
 		VectorSearch: "auto",
+		RedisIndex:   RedisIndexConfig{Type: "hnsw", M: 16, EFConstruction: 200, EFRuntime: 10},
+		Reads: ReadsConfig{Timeout: units.Duration(100 * time.Millisecond),
+			Breaker: BreakerConfig{FailureRatio: 0.5, MinCalls: 20, Window: units.Duration(10 * time.Second), OpenFor: units.Duration(time.Second)}},
+		Writes: WritesConfig{Timeout: units.Duration(2 * time.Second), Queue: 10000, Workers: 2, Batch: 64,
+			Breaker: BreakerConfig{FailureRatio: 0.5, MinCalls: 10, Window: units.Duration(30 * time.Second), OpenFor: units.Duration(2 * time.Second)}},
 		Exact:        ExactConfig{Enabled: true},
 		Semantic:     SemanticConfig{Enabled: true, Threshold: 0.91, Guards: Guards{Numbers: true, Negation: true}},
 		Embedder:     embed.DefaultConfig(),
@@ -89,6 +151,30 @@ func (c *Config) Validate() error {
 	case "auto", "redisearch", "local":
 	default:
 		add("vector_search: %q is not one of auto, redisearch, local", c.VectorSearch)
+	}
+	if err := c.RedisIndex.Validate(); err != nil {
+		errs = append(errs, prefixLines("redis_index.", err))
+	}
+	if c.Reads.Timeout <= 0 {
+		add("reads.timeout: must be > 0")
+	}
+	if err := c.Reads.Breaker.Validate(); err != nil {
+		errs = append(errs, prefixLines("reads.breaker.", err))
+	}
+	if c.Writes.Timeout <= 0 {
+		add("writes.timeout: must be > 0")
+	}
+	if c.Writes.Queue < 1 {
+		add("writes.queue: must be >= 1")
+	}
+	if c.Writes.Workers < 1 || c.Writes.Workers > 64 {
+		add("writes.workers: must be between 1 and 64")
+	}
+	if c.Writes.Batch < 1 || c.Writes.Batch > 1024 {
+		add("writes.batch: must be between 1 and 1024")
+	}
+	if err := c.Writes.Breaker.Validate(); err != nil {
+		errs = append(errs, prefixLines("writes.breaker.", err))
 	}
 	if t := c.Semantic.Threshold; t <= 0 || t > 1 {
 		add("semantic.threshold: must be in (0, 1]")

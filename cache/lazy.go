@@ -21,7 +21,11 @@ type LazyStore struct {
 
 type storeBox struct{ s Store }
 
-var _ Store = (*LazyStore)(nil)
+var (
+	_ Store       = (*LazyStore)(nil)
+	_ BatchPutter = (*LazyStore)(nil)
+	_ BatchPutter = (*RedisStore)(nil)
+)
 
 // NewLazyStore tries build once now and, if that fails, every retry in the
 // background until it succeeds or Close is called. onErr sees each failure.
@@ -89,6 +93,15 @@ func (l *LazyStore) Put(ctx context.Context, e *Entry, vec []float32, ttl time.D
 		return err
 	}
 	return s.Put(ctx, e, vec, ttl)
+}
+
+// PutBatch stores ws in one round trip when the store can.
+func (l *LazyStore) PutBatch(ctx context.Context, ws []Write) error {
+	s, err := l.store()
+	if err != nil {
+		return err
+	}
+	return putAll(ctx, s, ws)
 }
 
 // Search implements Store.

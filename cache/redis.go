@@ -54,11 +54,18 @@ const (
 
 // RedisOptions configures a RedisStore.
 type RedisOptions struct {
-	Prefix       string        // key prefix, e.g. "fd:" (redis.key_prefix)
-	Dims         int           // embedder dims
-	VectorSearch string        // "auto" (default) | "redisearch" | "local"
-	Timeout      time.Duration // per call; default 50ms
+	Prefix       string // key prefix, e.g. "fd:" (redis.key_prefix)
+	Dims         int    // embedder dims
+	Embedder     string // embedder name (embed.Embedder.Name); names the vector keys and the index
+	VectorSearch string // "auto" (default) | "redisearch" | "local"
+	Index        RedisIndexConfig
+	ReadTimeout  time.Duration // Get and Search; default 100ms
+	WriteTimeout time.Duration // Put, Delete, Purge and the index's set-up; default 2s
 	SyncInterval time.Duration // local mode: stream poll block time; default 1s
+	// Writer, when set, carries the writes and the background work (the
+	// local index's sync), so that they neither wait for nor hold the
+	// lookups' connections. Default: the store's client.
+	Writer redis.UniversalClient
 
 	sweepEvery time.Duration // local mode: how often expired vectors are dropped; default 30s
 }
@@ -68,11 +75,13 @@ type RedisOptions struct {
 // redisearch), else in an in-process VectorIndex per replica that is loaded
 // with SCAN at start and kept in sync through the p events stream.
 type RedisStore struct {
-	c    redis.UniversalClient
-	opt  RedisOptions
-	mode string
+	c, w     redis.UniversalClient // lookups; writes
+	opt      RedisOptions
+	mode     string
+	fallback string // why auto chose local, if it did
 
-	keyEvents, keyNamespaces, keyIndex string
+	keyEvents, keyNamespaces, keyIndex, keyVec string
+	reindexAt                                  atomic.Int64 // unix ns of the last index re-creation
 
 	idx atomic.Pointer[VectorIndex] // local mode; swapped whole on a resync
 	// own maps ids this store indexed in Put to the index it used, so that
@@ -99,8 +108,17 @@ func NewRedisStore(ctx context.Context, client redis.UniversalClient, opt RedisO
 	if opt.VectorSearch == "" {
 		opt.VectorSearch = "auto"
 	}
-	if opt.Timeout <= 0 {
-		opt.Timeout = 50 * time.Millisecond
+	if opt.ReadTimeout <= 0 {
+		opt.ReadTimeout = 100 * time.Millisecond
+	}
+	if opt.WriteTimeout <= 0 {
+		opt.WriteTimeout = 2 * time.Second
+	}
+	if opt.Index.Type == "" {
+		opt.Index = DefaultConfig().RedisIndex
+	}
+	if opt.Embedder == "" {
+		opt.Embedder = "vec"
 	}
 	if opt.SyncInterval <= 0 {
 		opt.SyncInterval = time.Second
@@ -108,21 +126,37 @@ func NewRedisStore(ctx context.Context, client redis.UniversalClient, opt RedisO
 	if opt.sweepEvery <= 0 {
 		opt.sweepEvery = 30 * time.Second
 	}
+	if opt.Writer == nil {
+		opt.Writer = client
+	}
+	// Vectors and their index are named after the embedder and its dims:
+	// a changed embedder gets a new index instead of mixing vector spaces.
+	space := keySafe(opt.Embedder) + ":" + strconv.Itoa(opt.Dims)
 	r := &RedisStore{
-		c: client, opt: opt,
-		keyEvents: opt.Prefix + "events", keyNamespaces: opt.Prefix + "namespaces", keyIndex: opt.Prefix + "idx",
+		c: client, w: opt.Writer, opt: opt,
+		keyEvents: opt.Prefix + "events", keyNamespaces: opt.Prefix + "namespaces",
+		keyIndex: opt.Prefix + "idx:" + space, keyVec: opt.Prefix + "v:" + space + ":",
 		done: make(chan struct{}),
 	}
 	switch opt.VectorSearch {
 	case modeLocal:
 		r.mode = modeLocal
 	case modeRedisearch, "auto":
+		if _, ok := client.(*redis.ClusterClient); ok {
+			// Open-source Redis Cluster has no distributed search; a module
+			// on each master would search that master's slots only.
+			if opt.VectorSearch == "auto" {
+				r.mode, r.fallback = modeLocal, "a Redis Cluster has no RediSearch across its masters"
+				break
+			}
+			return nil, errors.New("cache: redis: vector_search redisearch: a Redis Cluster has no RediSearch across its masters; use auto or local")
+		}
 		err := r.ensureIndex(ctx)
 		switch {
 		case err == nil:
 			r.mode = modeRedisearch
 		case errors.Is(err, errNoVectorSearch) && opt.VectorSearch == "auto":
-			r.mode = modeLocal
+			r.mode, r.fallback = modeLocal, err.Error()
 		default:
 			return nil, fmt.Errorf("cache: redis: vector_search %s: %w", opt.VectorSearch, err)
 		}
@@ -147,13 +181,34 @@ func NewRedisStore(ctx context.Context, client redis.UniversalClient, opt RedisO
 // Mode returns "local" or "redisearch": where semantic search runs.
 func (r *RedisStore) Mode() string { return r.mode }
 
+// Fallback says why vector_search auto chose the in-process index, or "".
+func (r *RedisStore) Fallback() string { return r.fallback }
+
+// IndexName is the RediSearch index (redisearch mode).
+func (r *RedisStore) IndexName() string { return r.keyIndex }
+
 func (r *RedisStore) exactKey(k string) string { return r.opt.Prefix + "e:" + k }
 func (r *RedisStore) idKey(id string) string   { return r.opt.Prefix + "id:" + id }
-func (r *RedisStore) vecKey(id string) string  { return r.opt.Prefix + "v:" + id }
+func (r *RedisStore) vecKey(id string) string  { return r.keyVec + id }
 func (r *RedisStore) nsKey(ns string) string   { return r.opt.Prefix + "ns:" + ns }
 
 func (r *RedisStore) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, r.opt.Timeout)
+	return context.WithTimeout(ctx, r.opt.ReadTimeout)
+}
+
+func (r *RedisStore) writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, r.opt.WriteTimeout)
+}
+
+// keySafe keeps letters, digits and "._-" of s, for a key or index name.
+func keySafe(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
 }
 
 // Get returns the entry stored under the exact key.
@@ -180,18 +235,63 @@ func (r *RedisStore) Get(ctx context.Context, key string) (*Entry, error) {
 // under the same exact key replaces the exact entry; the earlier one's vector
 // stays searchable until its own TTL.
 func (r *RedisStore) Put(ctx context.Context, e *Entry, vec []float32, ttl time.Duration) error {
+	return r.PutBatch(ctx, []Write{{Entry: e, Vec: vec, TTL: ttl}})
+}
+
+// PutBatch stores ws in one pipeline, as Put stores one. An invalid write
+// fails alone; the others are stored.
+func (r *RedisStore) PutBatch(ctx context.Context, ws []Write) error {
+	ctx, cancel := r.writeCtx(ctx)
+	defer cancel()
+	var errs []error
+	pipe := r.w.Pipeline()
+	type added struct {
+		w       Write
+		idx     *VectorIndex
+		expires time.Time
+	}
+	var adds []added
+	for _, w := range ws {
+		idx, expires, err := r.queuePut(ctx, pipe, w)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("cache: redis put: %w", err))
+			continue
+		}
+		if idx != nil {
+			adds = append(adds, added{w, idx, expires})
+		}
+	}
+	if pipe.Len() == 0 {
+		return errors.Join(errs...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		for _, a := range adds {
+			r.own.CompareAndDelete(a.w.Entry.ID, a.idx)
+		}
+		return errors.Join(append(errs, fmt.Errorf("cache: redis put: %w", err))...)
+	}
+	for _, a := range adds {
+		a.idx.Add(a.w.Entry.Scope, a.w.Entry.ID, a.w.Vec, a.expires)
+	}
+	return errors.Join(errs...)
+}
+
+// queuePut checks w and adds its commands to pipe. In local mode it returns
+// the index to add the vector to once the pipeline has run.
+func (r *RedisStore) queuePut(ctx context.Context, pipe redis.Pipeliner, w Write) (*VectorIndex, time.Time, error) {
+	e, vec, ttl := w.Entry, w.Vec, w.TTL
 	switch {
 	case e == nil:
-		return errors.New("cache: redis put: nil entry")
+		return nil, time.Time{}, errors.New("nil entry")
 	case ttl <= 0:
-		return errors.New("cache: redis put: ttl must be > 0")
+		return nil, time.Time{}, errors.New("ttl must be > 0")
 	case vec != nil && len(vec) != r.opt.Dims:
-		return fmt.Errorf("cache: redis put: vector has %d dims, want %d", len(vec), r.opt.Dims)
+		return nil, time.Time{}, fmt.Errorf("vector has %d dims, want %d", len(vec), r.opt.Dims)
 	case vec == nil && e.ExactKey == "":
-		return errors.New("cache: redis put: entry has neither an exact key nor a vector")
+		return nil, time.Time{}, errors.New("entry has neither an exact key nor a vector")
 	case vec != nil && (e.Scope == "" || strings.ContainsRune(e.Scope, ',')):
 		// ',' would split the RediSearch TAG into several scopes.
-		return errors.New("cache: redis put: a vector needs a scope without ','")
+		return nil, time.Time{}, errors.New("a vector needs a scope without ','")
 	}
 	if e.ID == "" {
 		e.ID = NewEntryID()
@@ -199,14 +299,11 @@ func (r *RedisStore) Put(ctx context.Context, e *Entry, vec []float32, ttl time.
 	ttl = max(ttl, time.Millisecond)
 	payload, err := encodePayload(e)
 	if err != nil {
-		return fmt.Errorf("cache: redis put: %w", err)
+		return nil, time.Time{}, err
 	}
-	ctx, cancel := r.callCtx(ctx)
-	defer cancel()
 	now := time.Now()
 	expires := now.Add(ttl)
 	nk := r.nsKey(e.Namespace)
-	pipe := r.c.Pipeline()
 	if e.ExactKey != "" {
 		pipe.Set(ctx, r.exactKey(e.ExactKey), payload, ttl)
 	}
@@ -223,27 +320,19 @@ func (r *RedisStore) Put(ctx context.Context, e *Entry, vec []float32, ttl time.
 	pipe.ExpireNX(ctx, nk, ttl+nsTrimSlack)
 	pipe.ExpireGT(ctx, nk, ttl+nsTrimSlack)
 	pipe.SAdd(ctx, r.keyNamespaces, e.Namespace)
-	if vec != nil {
-		// Also in redisearch mode, so that a replica forced to local mode
-		// on the same server stays in sync.
-		pipe.XAdd(ctx, r.eventArgs("add", e.ID))
+	if vec == nil {
+		return nil, expires, nil
 	}
-	var idx *VectorIndex
-	if vec != nil && r.mode == modeLocal {
-		// Marked before Exec: the event may come back before Exec returns.
-		idx = r.idx.Load()
-		r.own.Store(e.ID, idx)
+	// Also in redisearch mode, so that a replica forced to local mode on
+	// the same server stays in sync.
+	pipe.XAdd(ctx, r.eventArgs("add", e.ID))
+	if r.mode != modeLocal {
+		return nil, expires, nil
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		if idx != nil {
-			r.own.CompareAndDelete(e.ID, idx)
-		}
-		return fmt.Errorf("cache: redis put: %w", err)
-	}
-	if idx != nil {
-		idx.Add(e.Scope, e.ID, vec, expires)
-	}
-	return nil
+	// Marked before Exec: the event may come back before Exec returns.
+	idx := r.idx.Load()
+	r.own.Store(e.ID, idx)
+	return idx, expires, nil
 }
 
 func (r *RedisStore) eventArgs(op, id string) *redis.XAddArgs {
@@ -299,15 +388,15 @@ func (r *RedisStore) Search(ctx context.Context, scope string, vec []float32, k 
 // When the exact key was overwritten by a later entry, that one goes too: a
 // cache miss, never a wrong answer.
 func (r *RedisStore) Delete(ctx context.Context, id string) error {
-	ctx, cancel := r.callCtx(ctx)
+	ctx, cancel := r.writeCtx(ctx)
 	defer cancel()
-	ref, err := r.c.Get(ctx, r.idKey(id)).Bytes()
+	ref, err := r.w.Get(ctx, r.idKey(id)).Bytes()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("cache: redis delete: %w", err)
 	}
 	found := err == nil
 	ns, key := decodeRef(ref)
-	pipe := r.c.Pipeline()
+	pipe := r.w.Pipeline()
 	var dels []*redis.IntCmd
 	if key != "" {
 		dels = append(dels, pipe.Del(ctx, r.exactKey(key)))
@@ -351,13 +440,13 @@ func (r *RedisStore) Purge(ctx context.Context, namespace string) (int, error) {
 }
 
 func (r *RedisStore) purgeBatch(ctx context.Context, nk string) (n int, more bool, err error) {
-	ctx, cancel := r.callCtx(ctx)
+	ctx, cancel := r.writeCtx(ctx)
 	defer cancel()
-	ids, err := r.c.ZRange(ctx, nk, 0, purgeBatch-1).Result()
+	ids, err := r.w.ZRange(ctx, nk, 0, purgeBatch-1).Result()
 	if err != nil || len(ids) == 0 {
 		return 0, false, err
 	}
-	pipe := r.c.Pipeline()
+	pipe := r.w.Pipeline()
 	refs := make([]*redis.StringCmd, len(ids))
 	for i, id := range ids {
 		refs[i] = pipe.Get(ctx, r.idKey(id))
@@ -365,7 +454,7 @@ func (r *RedisStore) purgeBatch(ctx context.Context, nk string) (n int, more boo
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return 0, false, err
 	}
-	pipe = r.c.Pipeline()
+	pipe = r.w.Pipeline()
 	vdels := make([]*redis.IntCmd, len(ids))
 	members := make([]any, len(ids))
 	for i, id := range ids {
@@ -424,11 +513,11 @@ func (r *RedisStore) Stats(ctx context.Context) (Stats, error) {
 		st.VectorEntries, st.Scopes = int64(idx.Len()), int64(idx.Scopes())
 		return st, nil
 	}
-	info, err := r.c.FTInfo(ctx, r.keyIndex).Result()
+	n, err := r.indexDocs(ctx)
 	if err != nil {
 		return st, fmt.Errorf("cache: redis stats: %w", err)
 	}
-	st.VectorEntries = int64(info.NumDocs)
+	st.VectorEntries = n
 	return st, nil
 }
 
@@ -486,8 +575,8 @@ func (r *RedisStore) syncLoop(ctx context.Context, lastID string) {
 // syncOnce waits up to SyncInterval for events after lastID, applies them and
 // returns the id to read from next.
 func (r *RedisStore) syncOnce(ctx context.Context, lastID string) (string, error) {
-	rctx, cancel := context.WithTimeout(ctx, r.opt.SyncInterval+r.opt.Timeout+time.Second)
-	streams, err := r.c.XRead(rctx, &redis.XReadArgs{
+	rctx, cancel := context.WithTimeout(ctx, r.opt.SyncInterval+r.opt.WriteTimeout)
+	streams, err := r.w.XRead(rctx, &redis.XReadArgs{
 		Streams: []string{r.keyEvents, lastID}, Count: syncCount, Block: r.opt.SyncInterval,
 	}).Result()
 	cancel()
@@ -553,8 +642,8 @@ func (r *RedisStore) applyEvents(ctx context.Context, msgs []redis.XMessage) err
 // recoverSync runs once Redis answers again after errors: it resumes from
 // lastID when the stream still holds everything after it, else reloads.
 func (r *RedisStore) recoverSync(ctx context.Context, lastID string) (string, error) {
-	cctx, cancel := r.callCtx(ctx)
-	info, err := r.c.XInfoStream(cctx, r.keyEvents).Result()
+	cctx, cancel := r.writeCtx(ctx)
+	info, err := r.w.XInfoStream(cctx, r.keyEvents).Result()
 	cancel()
 	gap := false
 	switch {
@@ -575,8 +664,8 @@ func (r *RedisStore) recoverSync(ctx context.Context, lastID string) (string, er
 // the stream id to read events from, captured before the scan so that no
 // change is missed (events replayed twice are harmless).
 func (r *RedisStore) resync(ctx context.Context) (string, error) {
-	cctx, cancel := r.callCtx(ctx)
-	last, err := r.c.XRevRangeN(cctx, r.keyEvents, "+", "-", 1).Result()
+	cctx, cancel := r.writeCtx(ctx)
+	last, err := r.w.XRevRangeN(cctx, r.keyEvents, "+", "-", 1).Result()
 	cancel()
 	if err != nil {
 		return "", err
@@ -615,7 +704,7 @@ func (r *RedisStore) scanKeys(ctx context.Context, pattern string, fn func(conte
 	scan := func(ctx context.Context, c redis.Cmdable) error {
 		var cursor uint64
 		for {
-			cctx, cancel := r.callCtx(ctx)
+			cctx, cancel := r.writeCtx(ctx)
 			keys, next, err := c.Scan(cctx, cursor, pattern, scanCount).Result()
 			cancel()
 			if err != nil {
@@ -631,10 +720,10 @@ func (r *RedisStore) scanKeys(ctx context.Context, pattern string, fn func(conte
 			}
 		}
 	}
-	if cc, ok := r.c.(*redis.ClusterClient); ok {
+	if cc, ok := r.w.(*redis.ClusterClient); ok {
 		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
 	}
-	return scan(ctx, r.c)
+	return scan(ctx, r.w)
 }
 
 type storedVec struct {
@@ -649,9 +738,9 @@ func (r *RedisStore) fetchVectors(ctx context.Context, ids []string) (map[string
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	ctx, cancel := r.callCtx(ctx)
+	ctx, cancel := r.writeCtx(ctx)
 	defer cancel()
-	pipe := r.c.Pipeline()
+	pipe := r.w.Pipeline()
 	fields := make([]*redis.SliceCmd, len(ids))
 	ttls := make([]*redis.DurationCmd, len(ids))
 	for i, id := range ids {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/redis/go-redis/v9"
@@ -15,46 +16,56 @@ import (
 // no search module, or one too old for VECTOR (Debian's redis-redisearch 1.2).
 var errNoVectorSearch = errors.New("server has no RediSearch with vector support (Redis Stack or Redis 8 needed)")
 
-// ensureIndex creates the vector index idempotently: HASHes under p v:,
-// "scope" a case-sensitive TAG, "vec" an HNSW FLOAT32 COSINE vector of Dims. A server reply
-// that rejects FT._LIST or FT.CREATE yields errNoVectorSearch; connection
-// errors are returned as they are, so that auto never guesses while Redis is
-// down.
+// ensureIndex creates the vector index idempotently: HASHes under the
+// vector prefix, "scope" a case-sensitive TAG, "vec" an HNSW or FLAT FLOAT32
+// COSINE vector of Dims. Replicas that start together race on FT.CREATE;
+// Redis runs one, the others get "already exists", which is success. A
+// server reply that rejects FT._LIST or FT.CREATE yields errNoVectorSearch;
+// connection errors are returned as they are, so that auto never guesses
+// while Redis is down.
 func (r *RedisStore) ensureIndex(ctx context.Context) error {
-	cctx, cancel := r.callCtx(ctx)
-	_, err := r.c.FT_List(cctx).Result()
-	cancel()
-	if err != nil {
-		return noSearchIfServerError(err)
-	}
-	cctx, cancel = r.callCtx(ctx)
+	cctx, cancel := r.writeCtx(ctx)
 	defer cancel()
-	err = r.c.FTCreate(cctx, r.keyIndex,
-		&redis.FTCreateOptions{OnHash: true, Prefix: []any{r.vecKey("")}},
-		&redis.FieldSchema{FieldName: "scope", FieldType: redis.SearchFieldTypeTag, CaseSensitive: true},
-		&redis.FieldSchema{FieldName: "vec", FieldType: redis.SearchFieldTypeVector, VectorArgs: &redis.FTVectorArgs{
-			HNSWOptions: &redis.FTHNSWOptions{Type: "FLOAT32", Dim: r.opt.Dims, DistanceMetric: "COSINE"},
-		}},
-	).Err()
-	if err == nil {
-		return nil
-	}
-	if !strings.Contains(strings.ToLower(err.Error()), "already exists") {
+	if _, err := r.w.FT_List(cctx).Result(); err != nil {
 		return noSearchIfServerError(err)
 	}
-	// An index made earlier: check that it has our dims (best effort, FT.INFO
-	// replies differ between versions).
-	info, ierr := r.c.FTInfo(cctx, r.keyIndex).Result()
-	if ierr != nil {
+	ix := r.opt.Index
+	args := &redis.FTVectorArgs{}
+	if ix.Type == "flat" {
+		args.FlatOptions = &redis.FTFlatOptions{Type: "FLOAT32", Dim: r.opt.Dims, DistanceMetric: "COSINE"}
+	} else {
+		args.HNSWOptions = &redis.FTHNSWOptions{Type: "FLOAT32", Dim: r.opt.Dims, DistanceMetric: "COSINE",
+			MaxEdgesPerNode: ix.M, MaxAllowedEdgesPerNode: ix.EFConstruction, EFRunTime: ix.EFRuntime}
+	}
+	err := r.w.FTCreate(cctx, r.keyIndex,
+		&redis.FTCreateOptions{OnHash: true, Prefix: []any{r.keyVec}},
+		&redis.FieldSchema{FieldName: "scope", FieldType: redis.SearchFieldTypeTag, CaseSensitive: true},
+		&redis.FieldSchema{FieldName: "vec", FieldType: redis.SearchFieldTypeVector, VectorArgs: args},
+	).Err()
+	if err == nil || strings.Contains(strings.ToLower(err.Error()), "already exists") {
 		return nil
 	}
-	for _, a := range info.Attributes {
-		if (a.Attribute == "vec" || a.Identifier == "vec") && a.Dim != 0 && a.Dim != r.opt.Dims {
-			return fmt.Errorf("index %s has DIM %d but the embedder has %d dims: drop it (FT.DROPINDEX %s) or change redis.key_prefix",
-				r.keyIndex, a.Dim, r.opt.Dims, r.keyIndex)
-		}
+	return noSearchIfServerError(err)
+}
+
+// isNoIndex reports the server's answer to a search on an index it does not
+// have (Redis restarted empty, or the index was dropped).
+func isNoIndex(err error) bool {
+	if !isServerError(err) {
+		return false
 	}
-	return nil
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "no such index") || strings.Contains(msg, "unknown index")
+}
+
+// reindex re-creates a lost index in the background, at most once a second.
+func (r *RedisStore) reindex() {
+	now := time.Now().UnixNano()
+	last := r.reindexAt.Load()
+	if now-last < int64(time.Second) || !r.reindexAt.CompareAndSwap(last, now) {
+		return
+	}
+	go func() { _ = r.ensureIndex(context.Background()) }()
 }
 
 func noSearchIfServerError(err error) error {
@@ -68,8 +79,15 @@ func noSearchIfServerError(err error) error {
 func (r *RedisStore) searchKNN(ctx context.Context, scope string, vec []float32, k int) ([]Match, error) {
 	ctx, cancel := r.callCtx(ctx)
 	defer cancel()
-	res, err := r.c.FTSearchWithArgs(ctx, r.keyIndex, knnQuery(scope, k), knnOptions(vec, k)).Result()
+	ef := 0
+	if r.opt.Index.Type != "flat" {
+		ef = r.opt.Index.EFRuntime
+	}
+	res, err := r.c.FTSearchWithArgs(ctx, r.keyIndex, knnQuery(scope, k, ef), knnOptions(vec, k)).Result()
 	if err != nil {
+		if isNoIndex(err) {
+			r.reindex()
+		}
 		return nil, fmt.Errorf("cache: redis search: %w", err)
 	}
 	hits := parseKNNDocs(res.Docs, r.vecKey(""))
@@ -85,9 +103,13 @@ func (r *RedisStore) searchKNN(ctx context.Context, scope string, vec []float32,
 }
 
 // knnQuery is the dialect-2 query for the k nearest vectors of one scope;
-// the vector is passed as the parameter B.
-func knnQuery(scope string, k int) string {
-	return "(@scope:{" + escapeTag(scope) + "})=>[KNN " + strconv.Itoa(k) + " @vec $B AS dist]"
+// the vector is passed as the parameter B. ef > 0 sets HNSW's EF_RUNTIME.
+func knnQuery(scope string, k, ef int) string {
+	q := "(@scope:{" + escapeTag(scope) + "})=>[KNN " + strconv.Itoa(k) + " @vec $B"
+	if ef > 0 {
+		q += " EF_RUNTIME " + strconv.Itoa(ef)
+	}
+	return q + " AS dist]"
 }
 
 func knnOptions(vec []float32, k int) *redis.FTSearchOptions {
@@ -140,4 +162,26 @@ func parseKNNDocs(docs []redis.Document, keyPrefix string) []knnHit {
 		out = append(out, knnHit{id: strings.TrimPrefix(d.ID, keyPrefix), payload: payload, similarity: float32(1 - dist)})
 	}
 	return out
+}
+
+// indexDocs reads num_docs from FT.INFO. (go-redis's FTInfo parser reads 0
+// from RediSearch 2.6's reply, so the flat reply is read as it is.)
+func (r *RedisStore) indexDocs(ctx context.Context) (int64, error) {
+	raw, err := r.c.Do(ctx, "FT.INFO", r.keyIndex).Slice()
+	if err != nil {
+		return 0, err
+	}
+	for i := 0; i+1 < len(raw); i += 2 {
+		if k, _ := raw[i].(string); k == "num_docs" {
+			switch v := raw[i+1].(type) {
+			case int64:
+				return v, nil
+			case string:
+				return strconv.ParseInt(v, 10, 64)
+			case float64:
+				return int64(v), nil
+			}
+		}
+	}
+	return 0, errors.New("FT.INFO has no num_docs")
 }

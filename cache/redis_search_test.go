@@ -1,14 +1,10 @@
 package cache
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"frontdoor/internal/testenv"
 )
 
 // --- pure parts: always run ---
@@ -39,22 +37,11 @@ func TestRedisSearchEscapeTag(t *testing.T) {
 }
 
 func TestRedisSearchKNNQuery(t *testing.T) {
-	if got, want := knnQuery("9f86d0", 3), "(@scope:{9f86d0})=>[KNN 3 @vec $B AS dist]"; got != want {
+	if got, want := knnQuery("9f86d0", 3, 0), "(@scope:{9f86d0})=>[KNN 3 @vec $B AS dist]"; got != want {
 		t.Fatalf("knnQuery = %q, want %q", got, want)
 	}
-	if got, want := knnQuery("a}b", 1), `(@scope:{a\}b})=>[KNN 1 @vec $B AS dist]`; got != want {
+	if got, want := knnQuery("a}b", 1, 40), `(@scope:{a\}b})=>[KNN 1 @vec $B EF_RUNTIME 40 AS dist]`; got != want {
 		t.Fatalf("knnQuery = %q, want %q", got, want)
-	}
-	vec := []float32{1, -2, 0.5}
-	args, err := redis.FTSearchQuery(knnQuery("s", 4), knnOptions(vec, 4))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := fmt.Sprint(args...)
-	want := fmt.Sprint(knnQuery("s", 4), "RETURN", 2, "entry", "dist", "SORTBY", "dist", "ASC", "LIMIT", 0, 4,
-		"PARAMS", 2, "B", vecBytes(vec), "DIALECT", 2)
-	if got != want {
-		t.Fatalf("FT.SEARCH args\n got %s\nwant %s", got, want)
 	}
 }
 
@@ -78,298 +65,224 @@ func TestRedisSearchParseKNNDocs(t *testing.T) {
 	}
 }
 
-// --- the wire: a fake server records what the store sends ---
+// --- a real RediSearch (the module in shared/redis-modules) ---
 
-type fakeRedis struct {
-	ln    net.Listener
-	reply func(args []string) string // raw RESP; "" for the default
-	mu    sync.Mutex
-	cmds  [][]string
-	wg    sync.WaitGroup
+func searchServer(t *testing.T) (*testenv.Redis, redis.UniversalClient) {
+	r := testenv.StartRediSearch(t)
+	return r, newTestRedisClient(t, r.Addr(), time.Second)
 }
 
-func startFakeRedis(t *testing.T, reply func(args []string) string) *fakeRedis {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func ftList(t *testing.T, c redis.UniversalClient) []string {
+	t.Helper()
+	names, err := c.FT_List(context.Background()).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeRedis{ln: ln, reply: reply}
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			f.wg.Add(1)
-			go func() { defer f.wg.Done(); f.serve(c) }()
-		}
-	}()
-	t.Cleanup(func() { _ = ln.Close(); f.wg.Wait() })
-	return f
+	slices.Sort(names)
+	return names
 }
 
-func (f *fakeRedis) serve(c net.Conn) {
-	defer c.Close()
-	rd := bufio.NewReader(c)
-	for {
-		args, err := readRESPCommand(rd)
-		if err != nil {
-			return
-		}
-		f.mu.Lock()
-		f.cmds = append(f.cmds, args)
-		f.mu.Unlock()
-		out := f.reply(args)
-		if out == "" {
-			switch strings.ToUpper(args[0]) {
-			case "HELLO":
-				out = "-ERR unknown command 'HELLO'\r\n" // speak RESP2
-			case "XREAD":
-				time.Sleep(30 * time.Millisecond)
-				out = "*-1\r\n"
-			case "XREVRANGE":
-				out = "*0\r\n"
-			case "SCAN":
-				out = "*2\r\n$1\r\n0\r\n*0\r\n"
-			default:
-				out = "+OK\r\n"
-			}
-		}
-		if _, err := io.WriteString(c, out); err != nil {
-			return
-		}
-	}
-}
-
-func (f *fakeRedis) find(name string) []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, c := range f.cmds {
-		if strings.EqualFold(c[0], name) {
-			return c
-		}
-	}
-	return nil
-}
-
-func readRESPCommand(rd *bufio.Reader) ([]string, error) {
-	line, err := rd.ReadString('\n')
-	if err != nil {
-		return nil, err
-	}
-	if !strings.HasPrefix(line, "*") {
-		return nil, errors.New("not an array")
-	}
-	n, _ := strconv.Atoi(strings.TrimSpace(line[1:]))
-	args := make([]string, n)
-	for i := range args {
-		if line, err = rd.ReadString('\n'); err != nil {
-			return nil, err
-		}
-		l, _ := strconv.Atoi(strings.TrimSpace(line[1:]))
-		b := make([]byte, l+2)
-		if _, err := io.ReadFull(rd, b); err != nil {
-			return nil, err
-		}
-		args[i] = string(b[:l])
-	}
-	return args, nil
-}
-
-func bulk(s string) string { return "$" + strconv.Itoa(len(s)) + "\r\n" + s + "\r\n" }
-
-// TestRedisSearchWire checks the FT.CREATE and FT.SEARCH commands byte for
-// byte and the parsing of a RESP2 FT.SEARCH reply into matches.
-func TestRedisSearchWire(t *testing.T) {
-	rng := rand.New(rand.NewPCG(20, 20))
-	e1, e2 := rdsEntry("t", "s1", "first"), rdsEntry("t", "s1", "second")
-	p1, _ := encodePayload(e1)
-	p2, _ := encodePayload(e2)
-	f := startFakeRedis(t, func(args []string) string {
-		switch strings.ToUpper(args[0]) {
-		case "FT._LIST":
-			return "*0\r\n"
-		case "FT.SEARCH":
-			return "*5\r\n:2\r\n" +
-				bulk("fd:v:"+e1.ID) + "*4\r\n" + bulk("entry") + bulk(string(p1)) + bulk("dist") + bulk("0.0400000214577") +
-				bulk("fd:v:"+e2.ID) + "*4\r\n" + bulk("dist") + bulk("0.25") + bulk("entry") + bulk(string(p2))
-		}
-		return ""
-	})
-	c := newTestRedisClient(t, f.ln.Addr().String(), time.Second)
-	s := newTestRedisStore(t, c, RedisOptions{VectorSearch: "auto"})
-	if s.Mode() != "redisearch" {
-		t.Fatalf("mode %q", s.Mode())
-	}
-	want := []string{"FT.CREATE", "fd:idx", "ON", "HASH", "PREFIX", "1", "fd:v:", "SCHEMA",
-		"scope", "TAG", "CASESENSITIVE", "vec", "VECTOR", "HNSW", "6", "TYPE", "FLOAT32", "DIM", strconv.Itoa(rdsDims), "DISTANCE_METRIC", "COSINE"}
-	if got := f.find("FT.CREATE"); !slices.Equal(got, want) {
-		t.Fatalf("FT.CREATE\n got %q\nwant %q", got, want)
-	}
-	q := rdsUnit(rng)
-	ms, err := s.Search(context.Background(), "s1", q, 2)
+// ftVectorParams reads the parameters of an index's vector field.
+func ftVectorParams(t *testing.T, c redis.UniversalClient, index string) string {
+	t.Helper()
+	raw, err := c.Do(context.Background(), "FT.DEBUG", "VECSIM_INFO", index, "vec").Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = []string{"FT.SEARCH", "fd:idx", "(@scope:{s1})=>[KNN 2 @vec $B AS dist]", "RETURN", "2", "entry", "dist",
-		"SORTBY", "dist", "ASC", "LIMIT", "0", "2", "PARAMS", "2", "B", string(vecBytes(q)), "DIALECT", "2"}
-	if got := f.find("FT.SEARCH"); !slices.Equal(got, want) {
-		t.Fatalf("FT.SEARCH\n got %q\nwant %q", got, want)
-	}
-	if len(ms) != 2 || ms[0].Entry.ID != e1.ID || ms[1].Entry.ID != e2.ID {
-		t.Fatalf("matches %+v", ms)
-	}
-	rdsSameEntry(t, ms[0].Entry, e1)
-	if ms[0].Similarity < 0.959 || ms[0].Similarity > 0.961 || ms[1].Similarity != 0.75 {
-		t.Fatalf("similarities %v %v", ms[0].Similarity, ms[1].Similarity)
-	}
+	return fmt.Sprint(raw)
 }
 
-// TestRedisSearchCreateRejected: a search module that rejects the VECTOR
-// schema (RediSearch < 2.4) means local for auto and an error for redisearch;
-// an index that exists already is fine.
-func TestRedisSearchCreateRejected(t *testing.T) {
-	for _, tc := range []struct {
-		name, create, mode string
-		wantMode           string // "" = NewRedisStore fails
-	}{
-		{"old module, auto", "-Could not parse field spec\r\n", "auto", "local"},
-		{"old module, redisearch", "-Could not parse field spec\r\n", "redisearch", ""},
-		{"index exists", "-Index already exists\r\n", "redisearch", "redisearch"},
-		{"index exists, auto", "-Index already exists\r\n", "auto", "redisearch"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f := startFakeRedis(t, func(args []string) string {
-				switch strings.ToUpper(args[0]) {
-				case "FT._LIST":
-					return "*1\r\n" + bulk("fd:idx")
-				case "FT.CREATE":
-					return tc.create
-				case "FT.INFO":
-					return "-ERR not in this fake\r\n"
-				}
-				return ""
-			})
-			c := newTestRedisClient(t, f.ln.Addr().String(), time.Second)
-			s, err := NewRedisStore(context.Background(), c, RedisOptions{Dims: rdsDims, VectorSearch: tc.mode, Timeout: time.Second, SyncInterval: 50 * time.Millisecond})
-			if tc.wantMode == "" {
-				if !errors.Is(err, errNoVectorSearch) {
-					t.Fatalf("err %v, want errNoVectorSearch", err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			if s.Mode() != tc.wantMode {
-				t.Fatalf("mode %q, want %q", s.Mode(), tc.wantMode)
-			}
-		})
+// TestRedisSearchIndex: the index's name carries the embedder and its
+// dims, its parameters come from the config, a changed embedder gets an
+// index of its own, and FLAT works too.
+func TestRedisSearchIndex(t *testing.T) {
+	_, c := searchServer(t)
+	hnsw := newTestRedisStore(t, c, RedisOptions{VectorSearch: "redisearch", Embedder: "local-64",
+		Index: RedisIndexConfig{Type: "hnsw", M: 24, EFConstruction: 150, EFRuntime: 33}})
+	if got, want := hnsw.IndexName(), "fd:idx:local-64:64"; got != want {
+		t.Fatalf("index name %q, want %q", got, want)
 	}
-}
-
-// --- a real RediSearch: only where one is given ---
-
-func searchServer(t *testing.T) redis.UniversalClient {
-	addr := os.Getenv("FRONTDOOR_TEST_REDIS_SEARCH_ADDR")
-	if addr == "" {
-		t.Skip("FRONTDOOR_TEST_REDIS_SEARCH_ADDR not set: no Redis with the search module here (Redis Stack / Redis 8); the RediSearch KNN path is untested in this run")
-	}
-	return newTestRedisClient(t, addr, 500*time.Millisecond)
-}
-
-// newSearchStore opens a redisearch store under a random prefix and drops
-// its index and keys when the test ends.
-func newSearchStore(t *testing.T, c redis.UniversalClient, prefix string) *RedisStore {
-	s := newTestRedisStore(t, c, RedisOptions{Prefix: prefix, VectorSearch: "redisearch", Timeout: 500 * time.Millisecond})
-	t.Cleanup(func() {
-		ctx := context.Background()
-		_ = c.FTDropIndexWithArgs(ctx, prefix+"idx", &redis.FTDropIndexOptions{DeleteDocs: true}).Err()
-		iter := c.Scan(ctx, 0, prefix+"*", 500).Iterator()
-		for iter.Next(ctx) {
-			c.Del(ctx, iter.Val())
+	info := ftVectorParams(t, c, hnsw.IndexName())
+	for _, want := range []string{"ALGORITHM HNSW", "M 24", "EF_CONSTRUCTION 150", "EF_RUNTIME 33", "DIMENSION 64"} {
+		if !strings.Contains(info, want) {
+			t.Errorf("FT.INFO lacks %q: %s", want, info)
 		}
-	})
-	return s
-}
-
-func randomPrefix() string { return fmt.Sprintf("fdtest%x:", rand.Uint64()) }
-
-func TestRedisSearchIndexIdempotent(t *testing.T) {
-	c := searchServer(t)
-	prefix := randomPrefix()
-	s := newSearchStore(t, c, prefix)
-	if s.Mode() != "redisearch" {
-		t.Fatalf("mode %q", s.Mode())
 	}
-	again := newTestRedisStore(t, c, RedisOptions{Prefix: prefix, VectorSearch: "auto", Timeout: 500 * time.Millisecond})
-	if again.Mode() != "redisearch" {
-		t.Fatalf("second store: mode %q", again.Mode())
+	other := newTestRedisStore(t, c, RedisOptions{VectorSearch: "redisearch", Embedder: "openai:text-embedding-v4", Dims: 32})
+	flat := newTestRedisStore(t, c, RedisOptions{VectorSearch: "redisearch", Embedder: "flat", Index: RedisIndexConfig{Type: "flat", M: 16, EFConstruction: 200, EFRuntime: 10}})
+	if got := ftList(t, c); !slices.Equal(got, []string{"fd:idx:flat:64", "fd:idx:local-64:64", "fd:idx:openai_text-embedding-v4:32"}) {
+		t.Fatalf("FT._LIST = %q", got)
 	}
-	_, err := NewRedisStore(context.Background(), c, RedisOptions{Prefix: prefix, Dims: rdsDims * 2, VectorSearch: "redisearch", Timeout: 500 * time.Millisecond})
-	if err == nil || !strings.Contains(err.Error(), "DIM") {
-		t.Fatalf("other dims on the same index: %v, want a DIM error", err)
+	if info := ftVectorParams(t, c, flat.IndexName()); !strings.Contains(info, "FLAT") {
+		t.Fatalf("flat index: %s", info)
 	}
-}
-
-func TestRedisSearchKNN(t *testing.T) {
-	c := searchServer(t)
-	s := newSearchStore(t, c, randomPrefix())
 	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(21, 21))
-	q := rdsUnit(rng)
-	best, other := rdsEntry("t", "scope-A.1", "best"), rdsEntry("t", "scope-A.1", "other")
-	foreign := rdsEntry("t", "scope-B", "foreign") // nearest of all, other scope
-	for _, p := range []struct {
-		e *Entry
-		v []float32
-	}{{best, rdsNear(rng, q)}, {other, rdsUnit(rng)}, {foreign, q}} {
-		if err := s.Put(ctx, p.e, p.v, time.Minute); err != nil {
+	rng := rand.New(rand.NewPCG(30, 30))
+	for _, s := range []*RedisStore{hnsw, flat} {
+		e, v := rdsEntry("t", "s", "x"), rdsUnit(rng)
+		if err := s.Put(ctx, e, v, time.Minute); err != nil {
 			t.Fatal(err)
 		}
+		if !rdsHasHit(s, "s", v, e.ID) {
+			t.Fatalf("%s: entry not found", s.IndexName())
+		}
 	}
-	var ms []Match
-	rdsEventually(t, 3*time.Second, "both entries of the scope are indexed", func() bool {
-		var err error
-		ms, err = s.Search(ctx, "scope-A.1", q, 5)
-		return err == nil && len(ms) == 2
-	})
-	if ms[0].Entry.ID != best.ID || ms[1].Entry.ID != other.ID || ms[0].Similarity < 0.95 {
-		t.Fatalf("Search = %+v", ms)
-	}
-	rdsSameEntry(t, ms[0].Entry, best)
-	if ms, err := s.Search(ctx, "scope-B", q, 5); err != nil || len(ms) != 1 || ms[0].Entry.ID != foreign.ID {
-		t.Fatalf("scope-B: %+v, %v", ms, err)
-	}
-	if ms, err := s.Search(ctx, "scope-C", q, 5); err != nil || len(ms) != 0 {
-		t.Fatalf("scope-C: %+v, %v", ms, err)
-	}
-	if err := s.Delete(ctx, best.ID); err != nil {
-		t.Fatal(err)
-	}
-	if ms, _ := s.Search(ctx, "scope-A.1", q, 5); len(ms) != 1 || ms[0].Entry.ID != other.ID {
-		t.Fatalf("after Delete: %+v", ms)
-	}
-	if st, err := s.Stats(ctx); err != nil || st.VectorEntries != 2 || st.VectorSearchBy != "redisearch" {
-		t.Fatalf("Stats = %+v, %v", st, err)
+	// The 32-dim space never sees the 64-dim vectors.
+	if ms, err := other.Search(ctx, "s", rdsUnit(rng)[:32], 5); err != nil || len(ms) != 0 {
+		t.Fatalf("other embedder's index: %d matches, %v", len(ms), err)
 	}
 }
 
-func TestRedisSearchTTL(t *testing.T) {
-	c := searchServer(t)
-	s := newSearchStore(t, c, randomPrefix())
+// TestRedisSearchReplicasStartTogether: replicas that start at the same
+// time create the index once and all use it.
+func TestRedisSearchReplicasStartTogether(t *testing.T) {
+	r, _ := searchServer(t)
+	const n = 4
+	stores := make([]*RedisStore, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			c := newTestRedisClient(t, r.Addr(), time.Second)
+			stores[i], errs[i] = NewRedisStore(context.Background(), c, RedisOptions{Prefix: "fd:", Dims: rdsDims, VectorSearch: "auto"})
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("replica %d: %v", i, errs[i])
+		}
+		defer stores[i].Close()
+		if stores[i].Mode() != "redisearch" {
+			t.Fatalf("replica %d: mode %q", i, stores[i].Mode())
+		}
+	}
+	c := newTestRedisClient(t, r.Addr(), time.Second)
+	if got := ftList(t, c); len(got) != 1 {
+		t.Fatalf("FT._LIST = %q, want one index", got)
+	}
 	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(22, 22))
-	e, v := rdsEntry("t", "s", "short"), rdsUnit(rng)
-	if err := s.Put(ctx, e, v, 300*time.Millisecond); err != nil {
+	e, v := rdsEntry("t", "s", "x"), rdsUnit(rand.New(rand.NewPCG(31, 31)))
+	if err := stores[0].Put(ctx, e, v, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	rdsEventually(t, 2*time.Second, "indexed", func() bool { return rdsHasHit(s, "s", v, e.ID) })
-	rdsEventually(t, 3*time.Second, "expired from the index", func() bool {
-		ms, err := s.Search(ctx, "s", v, 3)
-		return err == nil && len(ms) == 0
+	for i, s := range stores {
+		if !rdsHasHit(s, "s", v, e.ID) {
+			t.Fatalf("replica %d does not find replica 0's entry", i)
+		}
+	}
+}
+
+// TestRedisSearchOldModule: Debian's RediSearch 1.2 has FT.* but no vector
+// fields. auto falls back to the in-process index and says why;
+// redisearch refuses to start.
+func TestRedisSearchOldModule(t *testing.T) {
+	r := testenv.StartRedis(t, "--loadmodule", testenv.DebianRediSearch(t))
+	c := newTestRedisClient(t, r.Addr(), time.Second)
+	s := newTestRedisStore(t, c, RedisOptions{VectorSearch: "auto"})
+	if s.Mode() != "local" || !strings.Contains(s.Fallback(), "no RediSearch with vector support") {
+		t.Fatalf("mode %q, fallback %q", s.Mode(), s.Fallback())
+	}
+	_, err := NewRedisStore(context.Background(), c, RedisOptions{Dims: rdsDims, VectorSearch: "redisearch"})
+	if !errors.Is(err, errNoVectorSearch) {
+		t.Fatalf("vector_search redisearch: %v, want errNoVectorSearch", err)
+	}
+}
+
+// TestRedisEviction runs Redis as our design notes do, with a small
+// maxmemory and allkeys-lru: an evicted entry is a miss, never an error,
+// and a search result whose entry is gone is skipped for the next one.
+func TestRedisEviction(t *testing.T) {
+	forEachRedisMode(t, func(t *testing.T, m redisMode) {
+		r, c := m.start(t)
+		ctx := context.Background()
+		if err := c.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+			t.Fatal(err)
+		}
+		s := newTestRedisStore(t, c, RedisOptions{VectorSearch: m.vs, WriteTimeout: 5 * time.Second})
+		used, err := c.Info(ctx, "memory").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := infoInt(used, "used_memory")
+		if err := c.ConfigSet(ctx, "maxmemory", strconv.FormatInt(base+2<<20, 10)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(32, 32))
+		var keys []string
+		var vecs [][]float32
+		big := strings.Repeat("lorem ipsum ", 200)
+		for i := range 3000 {
+			e, v := rdsEntry("t", "s", fmt.Sprint(i, big)), rdsUnit(rng)
+			if err := s.Put(ctx, e, v, time.Hour); err != nil {
+				t.Fatalf("Put %d under maxmemory: %v", i, err)
+			}
+			keys, vecs = append(keys, e.ExactKey), append(vecs, v)
+		}
+		stats, _ := c.Info(ctx, "stats").Result()
+		if infoInt(stats, "evicted_keys") == 0 {
+			t.Fatal("nothing was evicted: the test does not test eviction")
+		}
+		misses := 0
+		for i, k := range keys {
+			_, err := s.Get(ctx, k)
+			switch {
+			case errors.Is(err, ErrNotFound):
+				misses++
+			case err != nil:
+				t.Fatalf("Get of a possibly evicted entry: %v", err)
+			}
+			if _, err := s.Search(ctx, "s", vecs[i], 3); err != nil {
+				t.Fatalf("Search with evicted entries: %v", err)
+			}
+		}
+		if misses == 0 {
+			t.Fatal("no exact entry was evicted")
+		}
+		_ = r
 	})
+}
+
+// TestRedisSearchSkipsGoneEntries: when the best match's hash is gone
+// (evicted, deleted by hand), the next candidate is returned.
+func TestRedisSearchSkipsGoneEntries(t *testing.T) {
+	forEachRedisMode(t, func(t *testing.T, m redisMode) {
+		_, c := m.start(t)
+		s := newTestRedisStore(t, c, RedisOptions{VectorSearch: m.vs})
+		ctx := context.Background()
+		rng := rand.New(rand.NewPCG(33, 33))
+		q := rdsUnit(rng)
+		best, next := rdsEntry("t", "s", "best"), rdsEntry("t", "s", "next")
+		if err := s.Put(ctx, best, rdsNear(rng, q), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Put(ctx, next, rdsNear(rng, rdsNear(rng, q)), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if ms, err := s.Search(ctx, "s", q, 2); err != nil || len(ms) != 2 || ms[0].Entry.ID != best.ID {
+			t.Fatalf("before: %+v, %v", ms, err)
+		}
+		if err := c.Del(ctx, s.vecKey(best.ID)).Err(); err != nil { // as an eviction would
+			t.Fatal(err)
+		}
+		ms, err := s.Search(ctx, "s", q, 2)
+		if err != nil || len(ms) != 1 || ms[0].Entry.ID != next.ID {
+			t.Fatalf("after the best entry is gone: %+v, %v", ms, err)
+		}
+	})
+}
+
+func infoInt(info, field string) int64 {
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
 }

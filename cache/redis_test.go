@@ -43,8 +43,8 @@ func newTestRedisStore(tb testing.TB, c redis.UniversalClient, opt RedisOptions)
 	if opt.Prefix == "" {
 		opt.Prefix = "fd:"
 	}
-	if opt.Timeout == 0 {
-		opt.Timeout = 100 * time.Millisecond
+	if opt.ReadTimeout == 0 {
+		opt.ReadTimeout = 100 * time.Millisecond
 	}
 	if opt.SyncInterval == 0 {
 		opt.SyncInterval = 100 * time.Millisecond
@@ -58,6 +58,41 @@ func newTestRedisStore(tb testing.TB, c redis.UniversalClient, opt RedisOptions)
 	}
 	tb.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// redisMode is one row of the table of Redis backends that every store
+// behaviour runs on: plain Redis with the in-process index, and Redis with
+// RediSearch (skipped, with a message, where the module is absent).
+type redisMode struct {
+	name, vs string
+	start    func(testing.TB) (*testenv.Redis, redis.UniversalClient)
+}
+
+var redisModes = []redisMode{
+	{"local", "local", startTestRedis},
+	{"redisearch", "redisearch", func(tb testing.TB) (*testenv.Redis, redis.UniversalClient) {
+		r := testenv.StartRediSearch(tb)
+		return r, newTestRedisClient(tb, r.Addr(), time.Second) // indexing writes are slower
+	}},
+}
+
+func forEachRedisMode(t *testing.T, f func(t *testing.T, m redisMode)) {
+	for _, m := range redisModes {
+		t.Run(m.name, func(t *testing.T) { f(t, m) })
+	}
+}
+
+// rdsVectors counts the vectors a store searches: its in-process index, or
+// the RediSearch index.
+func rdsVectors(t *testing.T, s *RedisStore) int {
+	if s.Mode() == modeLocal {
+		return s.idx.Load().Len()
+	}
+	st, err := s.Stats(context.Background())
+	if err != nil {
+		t.Fatalf("Stats: %v", err)
+	}
+	return int(st.VectorEntries)
 }
 
 // startTestRedis starts redis-server and returns a client with a 100ms timeout.
@@ -130,331 +165,355 @@ func rdsHasHit(s *RedisStore, scope string, vec []float32, id string) bool {
 }
 
 func TestRedisExactPutGet(t *testing.T) {
-	_, c := startTestRedis(t)
-	s := newTestRedisStore(t, c, RedisOptions{})
-	ctx := context.Background()
-	e := rdsEntry("t1", "", "hello")
-	if err := s.Put(ctx, e, nil, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.Get(ctx, e.ExactKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdsSameEntry(t, got, e)
-	if _, err := s.Get(ctx, "missing"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("missing key: %v, want ErrNotFound", err)
-	}
-	raw, err := c.Get(ctx, "fd:e:"+e.ExactKey).Bytes()
-	if err != nil || raw[0] != payloadRaw {
-		t.Fatalf("small entry stored as %v, %v; want raw", raw[:1], err)
-	}
-	if pttl := c.PTTL(ctx, "fd:e:"+e.ExactKey).Val(); pttl <= 0 || pttl > time.Minute {
-		t.Fatalf("PTTL %v", pttl)
-	}
+	forEachRedisMode(t, func(t *testing.T, m redisMode) {
+		_, c := m.start(t)
+		s := newTestRedisStore(t, c, RedisOptions{VectorSearch: m.vs})
+		ctx := context.Background()
+		e := rdsEntry("t1", "", "hello")
+		if err := s.Put(ctx, e, nil, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Get(ctx, e.ExactKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rdsSameEntry(t, got, e)
+		if _, err := s.Get(ctx, "missing"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("missing key: %v, want ErrNotFound", err)
+		}
+		raw, err := c.Get(ctx, "fd:e:"+e.ExactKey).Bytes()
+		if err != nil || raw[0] != payloadRaw {
+			t.Fatalf("small entry stored as %v, %v; want raw", raw[:1], err)
+		}
+		if pttl := c.PTTL(ctx, "fd:e:"+e.ExactKey).Val(); pttl <= 0 || pttl > time.Minute {
+			t.Fatalf("PTTL %v", pttl)
+		}
+	})
 }
 
 func TestRedisPutValidation(t *testing.T) {
-	_, c := startTestRedis(t)
-	s := newTestRedisStore(t, c, RedisOptions{})
-	ctx := context.Background()
-	v := rdsUnit(rand.New(rand.NewPCG(1, 1)))
-	for name, put := range map[string]func() error{
-		"nil entry":   func() error { return s.Put(ctx, nil, nil, time.Minute) },
-		"zero ttl":    func() error { return s.Put(ctx, rdsEntry("n", "s", "x"), nil, 0) },
-		"bad dims":    func() error { return s.Put(ctx, rdsEntry("n", "s", "x"), v[:10], time.Minute) },
-		"no scope":    func() error { return s.Put(ctx, rdsEntry("n", "", "x"), v, time.Minute) },
-		"comma scope": func() error { return s.Put(ctx, rdsEntry("n", "a,b", "x"), v, time.Minute) },
-		"no target":   func() error { e := rdsEntry("n", "s", "x"); e.ExactKey = ""; return s.Put(ctx, e, nil, time.Minute) },
-	} {
-		if err := put(); err == nil {
-			t.Errorf("%s: Put succeeded", name)
+	forEachRedisMode(t, func(t *testing.T, m redisMode) {
+		_, c := m.start(t)
+		s := newTestRedisStore(t, c, RedisOptions{VectorSearch: m.vs})
+		ctx := context.Background()
+		v := rdsUnit(rand.New(rand.NewPCG(1, 1)))
+		for name, put := range map[string]func() error{
+			"nil entry":   func() error { return s.Put(ctx, nil, nil, time.Minute) },
+			"zero ttl":    func() error { return s.Put(ctx, rdsEntry("n", "s", "x"), nil, 0) },
+			"bad dims":    func() error { return s.Put(ctx, rdsEntry("n", "s", "x"), v[:10], time.Minute) },
+			"no scope":    func() error { return s.Put(ctx, rdsEntry("n", "", "x"), v, time.Minute) },
+			"comma scope": func() error { return s.Put(ctx, rdsEntry("n", "a,b", "x"), v, time.Minute) },
+			"no target":   func() error { e := rdsEntry("n", "s", "x"); e.ExactKey = ""; return s.Put(ctx, e, nil, time.Minute) },
+		} {
+			if err := put(); err == nil {
+				t.Errorf("%s: Put succeeded", name)
+			}
 		}
-	}
-	if _, err := s.Search(ctx, "s", v[:10], 1); err == nil {
-		t.Error("Search with bad dims succeeded")
-	}
-	e := rdsEntry("n", "s", "x")
-	e.ID = ""
-	if err := s.Put(ctx, e, v, time.Minute); err != nil || len(e.ID) != 16 {
-		t.Fatalf("Put without id: %v, id %q", err, e.ID)
-	}
-	if ms, _ := s.Search(ctx, "s", v, 1); len(ms) != 1 || ms[0].Entry.ID != e.ID {
-		t.Fatalf("entry put without id not found: %+v", ms)
-	}
+		if _, err := s.Search(ctx, "s", v[:10], 1); err == nil {
+			t.Error("Search with bad dims succeeded")
+		}
+		e := rdsEntry("n", "s", "x")
+		e.ID = ""
+		if err := s.Put(ctx, e, v, time.Minute); err != nil || len(e.ID) != 16 {
+			t.Fatalf("Put without id: %v, id %q", err, e.ID)
+		}
+		if ms, _ := s.Search(ctx, "s", v, 1); len(ms) != 1 || ms[0].Entry.ID != e.ID {
+			t.Fatalf("entry put without id not found: %+v", ms)
+		}
+	})
 }
 
 func TestRedisTTLExpiry(t *testing.T) {
-	_, c := startTestRedis(t)
-	s := newTestRedisStore(t, c, RedisOptions{})
-	ctx := context.Background()
-	e := rdsEntry("t1", "", "short-lived")
-	start := time.Now()
-	if err := s.Put(ctx, e, nil, 500*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Get(ctx, e.ExactKey); err != nil && time.Since(start) < 500*time.Millisecond {
-		t.Fatal(err)
-	}
-	time.Sleep(time.Until(start.Add(600 * time.Millisecond)))
-	if _, err := s.Get(ctx, e.ExactKey); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("after TTL: %v, want ErrNotFound", err)
-	}
-	if err := s.Delete(ctx, e.ID); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("Delete after TTL: %v, want ErrNotFound", err)
-	}
+	forEachRedisMode(t, func(t *testing.T, m redisMode) {
+		_, c := m.start(t)
+		s := newTestRedisStore(t, c, RedisOptions{VectorSearch: m.vs})
+		ctx := context.Background()
+		e := rdsEntry("t1", "", "short-lived")
+		start := time.Now()
+		if err := s.Put(ctx, e, nil, 500*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Get(ctx, e.ExactKey); err != nil && time.Since(start) < 500*time.Millisecond {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Until(start.Add(600 * time.Millisecond)))
+		if _, err := s.Get(ctx, e.ExactKey); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("after TTL: %v, want ErrNotFound", err)
+		}
+		if err := s.Delete(ctx, e.ID); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Delete after TTL: %v, want ErrNotFound", err)
+		}
+	})
 }
 
 func TestRedisCompression(t *testing.T) {
-	_, c := startTestRedis(t)
-	s := newTestRedisStore(t, c, RedisOptions{})
-	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(2, 2))
-	words := strings.Fields("a goroutine is a lightweight thread managed by the Go runtime channels connect concurrent goroutines")
-	var sb strings.Builder
-	for sb.Len() < 100_000 {
-		sb.WriteString(words[rng.IntN(len(words))])
-		sb.WriteByte(' ')
-	}
-	e := rdsEntry("t1", "scope-z", sb.String())
-	e.ToolCalls = []byte(`[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]`)
-	vec := rdsUnit(rng)
-	if err := s.Put(ctx, e, vec, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := c.Get(ctx, "fd:e:"+e.ExactKey).Bytes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, _ := e.Marshal()
-	if raw[0] != payloadS2 || len(raw) >= len(js)/2 {
-		t.Fatalf("large entry stored with header %d, %d bytes for %d bytes of JSON", raw[0], len(raw), len(js))
-	}
-	got, err := s.Get(ctx, e.ExactKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdsSameEntry(t, got, e)
-	ms, err := s.Search(ctx, "scope-z", vec, 1)
-	if err != nil || len(ms) != 1 {
-		t.Fatalf("Search: %v, %v", ms, err)
-	}
-	rdsSameEntry(t, ms[0].Entry, e)
-	if _, err := decodePayload([]byte{payloadS2, 0xff, 0xff, 0xff}); err == nil {
-		t.Fatal("corrupt payload decoded")
-	}
-	if _, err := decodePayload([]byte{9, '{', '}'}); err == nil {
-		t.Fatal("unknown encoding decoded")
-	}
+	forEachRedisMode(t, func(t *testing.T, m redisMode) {
+		_, c := m.start(t)
+		s := newTestRedisStore(t, c, RedisOptions{VectorSearch: m.vs})
+		ctx := context.Background()
+		rng := rand.New(rand.NewPCG(2, 2))
+		words := strings.Fields("a goroutine is a lightweight thread managed by the Go runtime channels connect concurrent goroutines")
+		var sb strings.Builder
+		for sb.Len() < 100_000 {
+			sb.WriteString(words[rng.IntN(len(words))])
+			sb.WriteByte(' ')
+		}
+		e := rdsEntry("t1", "scope-z", sb.String())
+		e.ToolCalls = []byte(`[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]`)
+		vec := rdsUnit(rng)
+		if err := s.Put(ctx, e, vec, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := c.Get(ctx, "fd:e:"+e.ExactKey).Bytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, _ := e.Marshal()
+		if raw[0] != payloadS2 || len(raw) >= len(js)/2 {
+			t.Fatalf("large entry stored with header %d, %d bytes for %d bytes of JSON", raw[0], len(raw), len(js))
+		}
+		got, err := s.Get(ctx, e.ExactKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rdsSameEntry(t, got, e)
+		ms, err := s.Search(ctx, "scope-z", vec, 1)
+		if err != nil || len(ms) != 1 {
+			t.Fatalf("Search: %v, %v", ms, err)
+		}
+		rdsSameEntry(t, ms[0].Entry, e)
+		if _, err := decodePayload([]byte{payloadS2, 0xff, 0xff, 0xff}); err == nil {
+			t.Fatal("corrupt payload decoded")
+		}
+		if _, err := decodePayload([]byte{9, '{', '}'}); err == nil {
+			t.Fatal("unknown encoding decoded")
+		}
+	})
 }
 
 func TestRedisDeleteByID(t *testing.T) {
-	_, c := startTestRedis(t)
-	s := newTestRedisStore(t, c, RedisOptions{})
-	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(3, 3))
-	e, vec := rdsEntry("t1", "s1", "to delete"), rdsUnit(rng)
-	keep, kvec := rdsEntry("t1", "s1", "to keep"), rdsUnit(rng)
-	for _, p := range []struct {
-		e *Entry
-		v []float32
-	}{{e, vec}, {keep, kvec}} {
-		if err := s.Put(ctx, p.e, p.v, time.Minute); err != nil {
+	forEachRedisMode(t, func(t *testing.T, m redisMode) {
+		_, c := m.start(t)
+		s := newTestRedisStore(t, c, RedisOptions{VectorSearch: m.vs})
+		ctx := context.Background()
+		rng := rand.New(rand.NewPCG(3, 3))
+		e, vec := rdsEntry("t1", "s1", "to delete"), rdsUnit(rng)
+		keep, kvec := rdsEntry("t1", "s1", "to keep"), rdsUnit(rng)
+		for _, p := range []struct {
+			e *Entry
+			v []float32
+		}{{e, vec}, {keep, kvec}} {
+			if err := s.Put(ctx, p.e, p.v, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Delete(ctx, e.ID); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := s.Delete(ctx, e.ID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Get(ctx, e.ExactKey); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("Get after Delete: %v", err)
-	}
-	if ms, _ := s.Search(ctx, "s1", vec, 5); len(ms) != 1 || ms[0].Entry.ID != keep.ID {
-		t.Fatalf("Search after Delete: %+v", ms)
-	}
-	if n := c.Exists(ctx, "fd:v:"+e.ID, "fd:id:"+e.ID).Val(); n != 0 {
-		t.Fatalf("%d keys of the deleted entry remain", n)
-	}
-	if err := s.Delete(ctx, e.ID); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("second Delete: %v, want ErrNotFound", err)
-	}
-	if _, err := s.Get(ctx, keep.ExactKey); err != nil {
-		t.Fatalf("other entry: %v", err)
-	}
+		if _, err := s.Get(ctx, e.ExactKey); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Get after Delete: %v", err)
+		}
+		if ms, _ := s.Search(ctx, "s1", vec, 5); len(ms) != 1 || ms[0].Entry.ID != keep.ID {
+			t.Fatalf("Search after Delete: %+v", ms)
+		}
+		if n := c.Exists(ctx, "fd:v:"+e.ID, "fd:id:"+e.ID).Val(); n != 0 {
+			t.Fatalf("%d keys of the deleted entry remain", n)
+		}
+		if err := s.Delete(ctx, e.ID); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("second Delete: %v, want ErrNotFound", err)
+		}
+		if _, err := s.Get(ctx, keep.ExactKey); err != nil {
+			t.Fatalf("other entry: %v", err)
+		}
+	})
 }
 
 func TestRedisPurgeNamespace(t *testing.T) {
-	_, c := startTestRedis(t)
-	s := newTestRedisStore(t, c, RedisOptions{})
-	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(4, 4))
-	var a, b []*Entry
-	vec := rdsUnit(rng)
-	for i := range 3 {
-		e := rdsEntry("tenant:a", "sa", fmt.Sprint("a", i))
-		var v []float32
-		if i < 2 {
-			v = rdsNear(rng, vec)
+	forEachRedisMode(t, func(t *testing.T, m redisMode) {
+		_, c := m.start(t)
+		s := newTestRedisStore(t, c, RedisOptions{VectorSearch: m.vs})
+		ctx := context.Background()
+		rng := rand.New(rand.NewPCG(4, 4))
+		var a, b []*Entry
+		vec := rdsUnit(rng)
+		for i := range 3 {
+			e := rdsEntry("tenant:a", "sa", fmt.Sprint("a", i))
+			var v []float32
+			if i < 2 {
+				v = rdsNear(rng, vec)
+			}
+			if err := s.Put(ctx, e, v, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			a = append(a, e)
 		}
-		if err := s.Put(ctx, e, v, time.Minute); err != nil {
-			t.Fatal(err)
+		for i := range 2 {
+			e := rdsEntry("tenant:b", "sb", fmt.Sprint("b", i))
+			if err := s.Put(ctx, e, rdsNear(rng, vec), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			b = append(b, e)
 		}
-		a = append(a, e)
-	}
-	for i := range 2 {
-		e := rdsEntry("tenant:b", "sb", fmt.Sprint("b", i))
-		if err := s.Put(ctx, e, rdsNear(rng, vec), time.Minute); err != nil {
-			t.Fatal(err)
+		n, err := s.Purge(ctx, "tenant:a")
+		if err != nil || n != 3 {
+			t.Fatalf("Purge = %d, %v; want 3", n, err)
 		}
-		b = append(b, e)
-	}
-	n, err := s.Purge(ctx, "tenant:a")
-	if err != nil || n != 3 {
-		t.Fatalf("Purge = %d, %v; want 3", n, err)
-	}
-	for _, e := range a {
-		if _, err := s.Get(ctx, e.ExactKey); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("purged entry: %v", err)
+		for _, e := range a {
+			if _, err := s.Get(ctx, e.ExactKey); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("purged entry: %v", err)
+			}
 		}
-	}
-	if ms, _ := s.Search(ctx, "sa", vec, 5); len(ms) != 0 {
-		t.Fatalf("purged vectors found: %d", len(ms))
-	}
-	for _, e := range b {
-		if _, err := s.Get(ctx, e.ExactKey); err != nil {
-			t.Fatalf("other namespace lost an entry: %v", err)
+		if ms, _ := s.Search(ctx, "sa", vec, 5); len(ms) != 0 {
+			t.Fatalf("purged vectors found: %d", len(ms))
 		}
-	}
-	if ms, _ := s.Search(ctx, "sb", vec, 5); len(ms) != 2 {
-		t.Fatalf("other namespace: %d vectors, want 2", len(ms))
-	}
-	if n, err := s.Purge(ctx, "tenant:a"); n != 0 || err != nil {
-		t.Fatalf("second Purge = %d, %v", n, err)
-	}
+		for _, e := range b {
+			if _, err := s.Get(ctx, e.ExactKey); err != nil {
+				t.Fatalf("other namespace lost an entry: %v", err)
+			}
+		}
+		if ms, _ := s.Search(ctx, "sb", vec, 5); len(ms) != 2 {
+			t.Fatalf("other namespace: %d vectors, want 2", len(ms))
+		}
+		if n, err := s.Purge(ctx, "tenant:a"); n != 0 || err != nil {
+			t.Fatalf("second Purge = %d, %v", n, err)
+		}
+	})
 }
 
 func TestRedisPurgeBatches(t *testing.T) {
-	_, c := startTestRedis(t)
-	s := newTestRedisStore(t, c, RedisOptions{})
-	ctx := context.Background()
-	const total = 2*purgeBatch + 7
-	pipe := c.Pipeline()
-	for i := range total {
-		e := rdsEntry("big", "", fmt.Sprint(i))
-		// Through the store for a few, raw for speed for the rest.
-		if i < 10 {
-			if err := s.Put(ctx, e, nil, time.Minute); err != nil {
-				t.Fatal(err)
+	forEachRedisMode(t, func(t *testing.T, m redisMode) {
+		_, c := m.start(t)
+		s := newTestRedisStore(t, c, RedisOptions{VectorSearch: m.vs})
+		ctx := context.Background()
+		const total = 2*purgeBatch + 7
+		pipe := c.Pipeline()
+		for i := range total {
+			e := rdsEntry("big", "", fmt.Sprint(i))
+			// Through the store for a few, raw for speed for the rest.
+			if i < 10 {
+				if err := s.Put(ctx, e, nil, time.Minute); err != nil {
+					t.Fatal(err)
+				}
+				continue
 			}
-			continue
+			p, _ := encodePayload(e)
+			pipe.Set(ctx, s.exactKey(e.ExactKey), p, time.Minute)
+			pipe.Set(ctx, s.idKey(e.ID), encodeRef(e.Namespace, e.ExactKey), time.Minute)
+			pipe.ZAdd(ctx, s.nsKey("big"), redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: e.ID})
 		}
-		p, _ := encodePayload(e)
-		pipe.Set(ctx, s.exactKey(e.ExactKey), p, time.Minute)
-		pipe.Set(ctx, s.idKey(e.ID), encodeRef(e.Namespace, e.ExactKey), time.Minute)
-		pipe.ZAdd(ctx, s.nsKey("big"), redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: e.ID})
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		t.Fatal(err)
-	}
-	n, err := s.Purge(ctx, "big")
-	if err != nil || n != total {
-		t.Fatalf("Purge = %d, %v; want %d", n, err, total)
-	}
-	if keys := c.Keys(ctx, "fd:e:*").Val(); len(keys) != 0 {
-		t.Fatalf("%d exact keys left", len(keys))
-	}
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		n, err := s.Purge(ctx, "big")
+		if err != nil || n != total {
+			t.Fatalf("Purge = %d, %v; want %d", n, err, total)
+		}
+		if keys := c.Keys(ctx, "fd:e:*").Val(); len(keys) != 0 {
+			t.Fatalf("%d exact keys left", len(keys))
+		}
+	})
 }
 
 func TestRedisStats(t *testing.T) {
-	_, c := startTestRedis(t)
-	s := newTestRedisStore(t, c, RedisOptions{})
-	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(5, 5))
-	for i := range 4 {
-		var v []float32
-		if i%2 == 0 {
-			v = rdsUnit(rng)
+	forEachRedisMode(t, func(t *testing.T, m redisMode) {
+		_, c := m.start(t)
+		s := newTestRedisStore(t, c, RedisOptions{VectorSearch: m.vs})
+		ctx := context.Background()
+		rng := rand.New(rand.NewPCG(5, 5))
+		for i := range 4 {
+			var v []float32
+			if i%2 == 0 {
+				v = rdsUnit(rng)
+			}
+			if err := s.Put(ctx, rdsEntry(fmt.Sprint("ns", i%3), fmt.Sprint("scope", i), "x"), v, time.Minute); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if err := s.Put(ctx, rdsEntry(fmt.Sprint("ns", i%3), fmt.Sprint("scope", i), "x"), v, time.Minute); err != nil {
+		st, err := s.Stats(ctx)
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	st, err := s.Stats(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Entries != 4 || st.VectorEntries != 2 || st.Scopes != 2 || st.VectorSearchBy != "local" {
-		t.Fatalf("Stats = %+v", st)
-	}
+		wantScopes := int64(2)
+		if m.vs == modeRedisearch {
+			wantScopes = 0 // unknown: RediSearch is not asked
+		}
+		if st.Entries != 4 || st.VectorEntries != 2 || st.Scopes != wantScopes || st.VectorSearchBy != m.vs {
+			t.Fatalf("Stats = %+v", st)
+		}
+	})
 }
 
-func TestRedisLocalSearchScope(t *testing.T) {
-	_, c := startTestRedis(t)
-	s := newTestRedisStore(t, c, RedisOptions{})
-	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(6, 6))
-	q := rdsUnit(rng)
-	best := rdsEntry("t", "scopeA", "best")
-	other := rdsEntry("t", "scopeA", "other")
-	foreign := rdsEntry("t", "scopeB", "foreign") // nearest of all, wrong scope
-	puts := []struct {
-		e *Entry
-		v []float32
-	}{{best, rdsNear(rng, q)}, {other, rdsUnit(rng)}, {foreign, q}}
-	for _, p := range puts {
-		if err := s.Put(ctx, p.e, p.v, time.Minute); err != nil {
+func TestRedisSearchScope(t *testing.T) {
+	forEachRedisMode(t, func(t *testing.T, m redisMode) {
+		_, c := m.start(t)
+		s := newTestRedisStore(t, c, RedisOptions{VectorSearch: m.vs})
+		ctx := context.Background()
+		rng := rand.New(rand.NewPCG(6, 6))
+		q := rdsUnit(rng)
+		best := rdsEntry("t", "scopeA", "best")
+		other := rdsEntry("t", "scopeA", "other")
+		foreign := rdsEntry("t", "scopeB", "foreign") // nearest of all, wrong scope
+		puts := []struct {
+			e *Entry
+			v []float32
+		}{{best, rdsNear(rng, q)}, {other, rdsUnit(rng)}, {foreign, q}}
+		for _, p := range puts {
+			if err := s.Put(ctx, p.e, p.v, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ms, err := s.Search(ctx, "scopeA", q, 5)
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	ms, err := s.Search(ctx, "scopeA", q, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ms) != 2 || ms[0].Entry.ID != best.ID || ms[1].Entry.ID != other.ID {
-		t.Fatalf("Search = %+v", ms)
-	}
-	if ms[0].Similarity < 0.95 || ms[0].Similarity <= ms[1].Similarity {
-		t.Fatalf("similarities %v, %v", ms[0].Similarity, ms[1].Similarity)
-	}
-	rdsSameEntry(t, ms[0].Entry, best)
-	if ms, _ := s.Search(ctx, "scopeC", q, 5); len(ms) != 0 {
-		t.Fatalf("empty scope returned %d", len(ms))
-	}
-	if ms, _ := s.Search(ctx, "scopeA", q, 0); len(ms) != 0 {
-		t.Fatalf("k=0 returned %d", len(ms))
-	}
+		if len(ms) != 2 || ms[0].Entry.ID != best.ID || ms[1].Entry.ID != other.ID {
+			t.Fatalf("Search = %+v", ms)
+		}
+		if ms[0].Similarity < 0.95 || ms[0].Similarity <= ms[1].Similarity {
+			t.Fatalf("similarities %v, %v", ms[0].Similarity, ms[1].Similarity)
+		}
+		rdsSameEntry(t, ms[0].Entry, best)
+		if ms, _ := s.Search(ctx, "scopeC", q, 5); len(ms) != 0 {
+			t.Fatalf("empty scope returned %d", len(ms))
+		}
+		if ms, _ := s.Search(ctx, "scopeA", q, 0); len(ms) != 0 {
+			t.Fatalf("k=0 returned %d", len(ms))
+		}
+	})
 }
 
 // TestRedisReplicasSync runs two stores ("replicas") on one server.
 func TestRedisReplicasSync(t *testing.T) {
-	r, c := startTestRedis(t)
-	a := newTestRedisStore(t, c, RedisOptions{})
-	b := newTestRedisStore(t, newTestRedisClient(t, r.Addr(), 100*time.Millisecond), RedisOptions{})
-	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(7, 7))
-	e, v := rdsEntry("t", "s", "shared"), rdsUnit(rng)
-	if err := a.Put(ctx, e, v, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	rdsEventually(t, 2*time.Second, "Put on A is a hit on B", func() bool { return rdsHasHit(b, "s", rdsNear(rng, v), e.ID) })
-	if err := a.Delete(ctx, e.ID); err != nil {
-		t.Fatal(err)
-	}
-	rdsEventually(t, 2*time.Second, "Delete on A leaves B's index", func() bool { return b.idx.Load().Len() == 0 })
-	if ms, _ := b.Search(ctx, "s", v, 1); len(ms) != 0 {
-		t.Fatal("deleted entry found on B")
-	}
+	forEachRedisMode(t, func(t *testing.T, m redisMode) {
+		r, c := m.start(t)
+		a := newTestRedisStore(t, c, RedisOptions{VectorSearch: m.vs})
+		b := newTestRedisStore(t, newTestRedisClient(t, r.Addr(), 100*time.Millisecond), RedisOptions{VectorSearch: m.vs})
+		ctx := context.Background()
+		rng := rand.New(rand.NewPCG(7, 7))
+		e, v := rdsEntry("t", "s", "shared"), rdsUnit(rng)
+		if err := a.Put(ctx, e, v, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		rdsEventually(t, 2*time.Second, "Put on A is a hit on B", func() bool { return rdsHasHit(b, "s", rdsNear(rng, v), e.ID) })
+		if err := a.Delete(ctx, e.ID); err != nil {
+			t.Fatal(err)
+		}
+		rdsEventually(t, 2*time.Second, "Delete on A leaves B's index", func() bool { return rdsVectors(t, b) == 0 })
+		if ms, _ := b.Search(ctx, "s", v, 1); len(ms) != 0 {
+			t.Fatal("deleted entry found on B")
+		}
 
-	// Purge on B reaches A.
-	e2 := rdsEntry("t2", "s", "purged")
-	if err := a.Put(ctx, e2, v, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	rdsEventually(t, 2*time.Second, "B sees e2", func() bool { return b.idx.Load().Len() == 1 })
-	if n, err := b.Purge(ctx, "t2"); n != 1 || err != nil {
-		t.Fatalf("Purge = %d, %v", n, err)
-	}
-	rdsEventually(t, 2*time.Second, "Purge on B leaves A's index", func() bool { return a.idx.Load().Len() == 0 })
+		// Purge on B reaches A.
+		e2 := rdsEntry("t2", "s", "purged")
+		if err := a.Put(ctx, e2, v, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		rdsEventually(t, 2*time.Second, "B sees e2", func() bool { return rdsVectors(t, b) == 1 })
+		if n, err := b.Purge(ctx, "t2"); n != 1 || err != nil {
+			t.Fatalf("Purge = %d, %v", n, err)
+		}
+		rdsEventually(t, 2*time.Second, "Purge on B leaves A's index", func() bool { return rdsVectors(t, a) == 0 })
+	})
 }
 
 func TestRedisLoadOnStart(t *testing.T) {
@@ -497,95 +556,102 @@ func TestRedisLoadOnStart(t *testing.T) {
 }
 
 func TestRedisExpiryRemovesVectors(t *testing.T) {
-	r, c := startTestRedis(t)
-	a := newTestRedisStore(t, c, RedisOptions{sweepEvery: 50 * time.Millisecond})
-	b := newTestRedisStore(t, newTestRedisClient(t, r.Addr(), 100*time.Millisecond), RedisOptions{sweepEvery: 50 * time.Millisecond})
-	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(9, 9))
-	e, v := rdsEntry("t", "s", "short"), rdsUnit(rng)
-	if err := a.Put(ctx, e, v, 1500*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	rdsEventually(t, 2*time.Second, "B sees the entry", func() bool { return rdsHasHit(b, "s", v, e.ID) })
-	rdsEventually(t, 4*time.Second, "expired vectors leave both indexes", func() bool {
-		return a.idx.Load().Len() == 0 && b.idx.Load().Len() == 0
-	})
-	for _, s := range []*RedisStore{a, b} {
-		if ms, err := s.Search(ctx, "s", v, 3); err != nil || len(ms) != 0 {
-			t.Fatalf("Search after expiry: %d, %v", len(ms), err)
+	forEachRedisMode(t, func(t *testing.T, m redisMode) {
+		r, c := m.start(t)
+		a := newTestRedisStore(t, c, RedisOptions{VectorSearch: m.vs, sweepEvery: 50 * time.Millisecond})
+		b := newTestRedisStore(t, newTestRedisClient(t, r.Addr(), 100*time.Millisecond), RedisOptions{VectorSearch: m.vs, sweepEvery: 50 * time.Millisecond})
+		ctx := context.Background()
+		rng := rand.New(rand.NewPCG(9, 9))
+		e, v := rdsEntry("t", "s", "short"), rdsUnit(rng)
+		if err := a.Put(ctx, e, v, 1500*time.Millisecond); err != nil {
+			t.Fatal(err)
 		}
-	}
+		rdsEventually(t, 2*time.Second, "B sees the entry", func() bool { return rdsHasHit(b, "s", v, e.ID) })
+		rdsEventually(t, 4*time.Second, "expired vectors leave both indexes", func() bool {
+			return rdsVectors(t, a) == 0 && rdsVectors(t, b) == 0
+		})
+		for _, s := range []*RedisStore{a, b} {
+			if ms, err := s.Search(ctx, "s", v, 3); err != nil || len(ms) != 0 {
+				t.Fatalf("Search after expiry: %d, %v", len(ms), err)
+			}
+		}
+	})
 }
 
 // TestRedisKilled kills Redis under two replicas: every call fails fast, and
 // once Redis is back calls work again and the sync goroutine resumes.
 func TestRedisKilled(t *testing.T) {
-	r, c := startTestRedis(t)
-	// The production default timeout: with Redis down, go-redis retries the
-	// dial until the call's deadline.
-	a := newTestRedisStore(t, c, RedisOptions{Timeout: 50 * time.Millisecond})
-	b := newTestRedisStore(t, newTestRedisClient(t, r.Addr(), 100*time.Millisecond), RedisOptions{})
-	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(10, 10))
-	e, v := rdsEntry("t", "s", "before"), rdsUnit(rng)
-	if err := a.Put(ctx, e, v, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	rdsEventually(t, 2*time.Second, "B sees the entry", func() bool { return rdsHasHit(b, "s", v, e.ID) })
+	forEachRedisMode(t, func(t *testing.T, m redisMode) {
+		r, c := m.start(t)
+		// The production default timeout: with Redis down, go-redis retries the
+		// dial until the call's deadline.
+		a := newTestRedisStore(t, c, RedisOptions{VectorSearch: m.vs, ReadTimeout: 50 * time.Millisecond})
+		b := newTestRedisStore(t, newTestRedisClient(t, r.Addr(), 100*time.Millisecond), RedisOptions{VectorSearch: m.vs})
+		ctx := context.Background()
+		rng := rand.New(rand.NewPCG(10, 10))
+		e, v := rdsEntry("t", "s", "before"), rdsUnit(rng)
+		if err := a.Put(ctx, e, v, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		rdsEventually(t, 2*time.Second, "B sees the entry", func() bool { return rdsHasHit(b, "s", v, e.ID) })
 
-	r.Kill()
-	calls := map[string]func() error{
-		"Get":    func() error { _, err := a.Get(ctx, e.ExactKey); return err },
-		"Put":    func() error { return a.Put(ctx, rdsEntry("t", "s", "x"), v, time.Minute) },
-		"Search": func() error { _, err := a.Search(ctx, "s", v, 3); return err },
-		"Delete": func() error { return a.Delete(ctx, e.ID) },
-		"Purge":  func() error { _, err := a.Purge(ctx, "t"); return err },
-		"Stats":  func() error { _, err := a.Stats(ctx); return err },
-	}
-	for round := range 3 {
-		for name, call := range calls {
-			start := time.Now()
-			err := call()
-			d := time.Since(start)
-			if d > 200*time.Millisecond {
-				t.Errorf("round %d: %s took %v with Redis down", round, name, d)
-			}
-			if round == 0 {
-				t.Logf("%s with Redis down: %v", name, d.Round(time.Millisecond))
-			}
-			if err == nil || errors.Is(err, ErrNotFound) {
-				t.Errorf("round %d: %s: err %v, want a connection error", round, name, err)
+		r.Kill()
+		calls := map[string]func() error{
+			"Get":    func() error { _, err := a.Get(ctx, e.ExactKey); return err },
+			"Put":    func() error { return a.Put(ctx, rdsEntry("t", "s", "x"), v, time.Minute) },
+			"Search": func() error { _, err := a.Search(ctx, "s", v, 3); return err },
+			"Delete": func() error { return a.Delete(ctx, e.ID) },
+			"Purge":  func() error { _, err := a.Purge(ctx, "t"); return err },
+			"Stats":  func() error { _, err := a.Stats(ctx); return err },
+		}
+		for round := range 3 {
+			for name, call := range calls {
+				start := time.Now()
+				err := call()
+				d := time.Since(start)
+				if d > 200*time.Millisecond {
+					t.Errorf("round %d: %s took %v with Redis down", round, name, d)
+				}
+				if round == 0 {
+					t.Logf("%s with Redis down: %v", name, d.Round(time.Millisecond))
+				}
+				if err == nil || errors.Is(err, ErrNotFound) {
+					t.Errorf("round %d: %s: err %v, want a connection error", round, name, err)
+				}
 			}
 		}
-	}
-	time.Sleep(300 * time.Millisecond) // the sync goroutines fail and back off
+		time.Sleep(300 * time.Millisecond) // the sync goroutines fail and back off
 
-	r.Start() // empty again: the restart lost every key
-	rdsEventually(t, 3*time.Second, "Put works after restart", func() bool {
-		return a.Put(ctx, rdsEntry("t", "warmup", "w"), v, time.Minute) == nil
-	})
-	e2, v2 := rdsEntry("t", "s", "after"), rdsUnit(rng)
-	if err := a.Put(ctx, e2, v2, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	rdsEventually(t, 5*time.Second, "B sees a Put made after the restart", func() bool { return rdsHasHit(b, "s", v2, e2.ID) })
-	// B reloaded: the vector lost with the restart is gone from its index.
-	rdsEventually(t, 2*time.Second, "B dropped the lost vector", func() bool {
-		for _, h := range b.idx.Load().Search("s", v, 5, time.Now()) {
-			if h.ID == e.ID {
-				return false
-			}
+		r.Start() // empty again: the restart lost every key
+		rdsEventually(t, 3*time.Second, "Put works after restart", func() bool {
+			return a.Put(ctx, rdsEntry("t", "warmup", "w"), v, time.Minute) == nil
+		})
+		e2, v2 := rdsEntry("t", "s", "after"), rdsUnit(rng)
+		if err := a.Put(ctx, e2, v2, time.Minute); err != nil {
+			t.Fatal(err)
 		}
-		return true
+		rdsEventually(t, 5*time.Second, "B sees a Put made after the restart", func() bool { return rdsHasHit(b, "s", v2, e2.ID) })
+		if m.vs != modeLocal {
+			return
+		}
+		// B reloaded: the vector lost with the restart is gone from its index.
+		rdsEventually(t, 2*time.Second, "B dropped the lost vector", func() bool {
+			for _, h := range b.idx.Load().Search("s", v, 5, time.Now()) {
+				if h.ID == e.ID {
+					return false
+				}
+			}
+			return true
+		})
+		if got, err := b.Get(ctx, e2.ExactKey); err != nil || got.ID != e2.ID {
+			t.Fatalf("Get on B: %v", err)
+		}
+		start := time.Now()
+		_ = b.Close()
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("Close took %v", d)
+		}
 	})
-	if got, err := b.Get(ctx, e2.ExactKey); err != nil || got.ID != e2.ID {
-		t.Fatalf("Get on B: %v", err)
-	}
-	start := time.Now()
-	_ = b.Close()
-	if d := time.Since(start); d > time.Second {
-		t.Fatalf("Close took %v", d)
-	}
 }
 
 func TestRedisStartWhileDown(t *testing.T) {
@@ -593,7 +659,7 @@ func TestRedisStartWhileDown(t *testing.T) {
 	r.Kill()
 	for _, mode := range []string{"auto", "local", "redisearch"} {
 		start := time.Now()
-		_, err := NewRedisStore(context.Background(), c, RedisOptions{Dims: rdsDims, VectorSearch: mode, Timeout: 100 * time.Millisecond})
+		_, err := NewRedisStore(context.Background(), c, RedisOptions{Dims: rdsDims, VectorSearch: mode, ReadTimeout: 100 * time.Millisecond})
 		if err == nil {
 			t.Fatalf("%s: NewRedisStore succeeded with Redis down", mode)
 		}

@@ -75,7 +75,7 @@ func (g *Gateway) adminCacheStats(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, 200, map[string]any{
 		"backend":   g.cfg.Cache.Backend,
 		"store":     st,
-		"breaker":   g.storeBreaker.State(),
+		"health":    g.backend.Health(),
 		"requests":  g.cm.totals(),
 		"hit_ratio": g.cm.hitRatio(),
 	})

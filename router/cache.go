@@ -42,6 +42,7 @@ type cachePlan struct {
 	threshold float32 // least similarity for a semantic hit
 	ttl       time.Duration
 	vec       []float32 // embedding of keys.Query, once computed
+	storeDown bool      // the lookup failed: a bypass, but the answer is still written back
 }
 
 // cacheControl reads the client's Cache-Control directives.
@@ -139,8 +140,13 @@ func (g *Gateway) lookupExact(ctx *fasthttp.RequestCtx, x *exchange, p *cachePla
 		}
 		e, err := g.storeGet(p.keys.Exact)
 		if err != nil {
+			// A store that is down or bypassed is a bypass; its writes go to
+			// the queue, which drops them while the write breaker is open.
 			x.cacheResult, x.cacheReason = cacheBypass, "store_error"
-			p.lookup, p.store = false, false
+			if errors.Is(err, cache.ErrBypassed) || errors.Is(err, cache.ErrUnavailable) {
+				x.cacheReason = "store_down"
+			}
+			p.lookup, p.storeDown = false, true
 			return false
 		}
 		if e != nil && e.Namespace == p.namespace {
@@ -198,40 +204,12 @@ func (g *Gateway) semanticScope(x *exchange, p *cachePlan) bool {
 }
 
 func (g *Gateway) storeGet(key string) (*cache.Entry, error) {
-	if !g.storeBreaker.Allow() {
-		g.cm.errors("breaker_open").Inc()
-		return nil, errStoreUnavailable
-	}
-	e, err := g.store.Get(context.Background(), key)
-	switch {
-	case err == nil:
-		g.storeBreaker.Success()
-		return e, nil
-	case errors.Is(err, cache.ErrNotFound):
-		g.storeBreaker.Success()
-		return nil, nil
-	default:
-		g.storeBreaker.Failure()
-		g.cm.errors("get").Inc()
-		return nil, err
-	}
+	return g.backend.Get(context.Background(), key)
 }
 
 func (g *Gateway) storeSearch(scope string, vec []float32) ([]cache.Match, error) {
-	if !g.storeBreaker.Allow() {
-		return nil, errStoreUnavailable
-	}
-	m, err := g.store.Search(context.Background(), scope, vec, 4)
-	if err != nil {
-		g.storeBreaker.Failure()
-		g.cm.errors("search").Inc()
-		return nil, err
-	}
-	g.storeBreaker.Success()
-	return m, nil
+	return g.backend.Search(context.Background(), scope, vec, 4)
 }
-
-var errStoreUnavailable = errors.New("cache store unavailable (breaker open)")
 
 func entryAnswer(e *cache.Entry) *adapters.Answer {
 	return &adapters.Answer{Model: e.Model, Content: e.Content, Reasoning: e.Reasoning, ToolCalls: e.ToolCalls, Finish: e.Finish,
@@ -308,16 +286,23 @@ func (g *Gateway) replay(ctx *fasthttp.RequestCtx, x *exchange, a *adapters.Answ
 	})
 }
 
-// writeBack stores a finished answer, then retires the flight. It runs after
-// the client has its answer.
+// writeBack hands a finished answer to the backend's write queue; the
+// flight is retired once the answer is stored or dropped. It runs after the
+// client has its answer.
 func (g *Gateway) writeBack(f *flight, p *cachePlan, a *adapters.Answer) {
-	defer g.flights.leave(f)
-	if a == nil || !p.store || (len(a.ToolCalls) > 0 && !g.cfg.Cache.Eligibility.CacheToolCalls) {
+	w, ok := g.cacheWrite(f, p, a)
+	if !ok {
+		g.flights.leave(f)
 		return
 	}
-	if !g.storeBreaker.Allow() {
-		g.cm.errors("breaker_open").Inc()
-		return
+	g.backend.Enqueue(w, func(error) { g.flights.leave(f) })
+}
+
+// cacheWrite builds the write for an answer, embedding the query when the
+// lookup did not. ok is false when there is nothing to store.
+func (g *Gateway) cacheWrite(f *flight, p *cachePlan, a *adapters.Answer) (w cache.Write, ok bool) {
+	if a == nil || !p.store || (len(a.ToolCalls) > 0 && !g.cfg.Cache.Eligibility.CacheToolCalls) {
+		return w, false
 	}
 	vec := p.vec
 	if p.semantic && vec == nil {
@@ -343,14 +328,9 @@ func (g *Gateway) writeBack(f *flight, p *cachePlan, a *adapters.Answer) {
 		vec = nil
 	}
 	if e.ExactKey == "" && vec == nil {
-		return
+		return w, false
 	}
-	if err := g.store.Put(context.Background(), e, vec, p.ttl); err != nil {
-		g.storeBreaker.Failure()
-		g.cm.errors("put").Inc()
-		return
-	}
-	g.storeBreaker.Success()
+	return cache.Write{Entry: e, Vec: vec, TTL: p.ttl}, true
 }
 
 // withIncludeUsage asks the upstream for the usage chunk, which the cache
@@ -378,12 +358,13 @@ type cacheMetrics struct {
 	entries     atomic.Int64
 	vectors     atomic.Int64
 	bytes       atomic.Int64
+	drops       atomic.Uint64 // write-backs dropped since start
 }
 
 var (
 	cacheResults = []string{"hit_exact", "hit_semantic", "miss", "bypass"}
-	cacheReasons = []string{"", "off", "no_store", "no_cache", "multimodal", "n", "temperature", "batch_prompt", "disabled", "store_error", "coalesced"}
-	cacheErrOps  = []string{"get", "put", "search", "embed", "breaker_open", "stats"}
+	cacheReasons = []string{"", "off", "no_store", "no_cache", "multimodal", "n", "temperature", "batch_prompt", "disabled", "store_error", "store_down", "coalesced"}
+	cacheErrOps  = []string{"get", "put", "search", "embed", "stats"}
 )
 
 func newCacheMetrics(set *metrics.Set) *cacheMetrics {
@@ -443,6 +424,8 @@ func (m *cacheMetrics) hitRatio() float64 {
 }
 
 func (m *cacheMetrics) errors(op string) *metrics.Counter { return m.errs[op] }
+
+func (m *cacheMetrics) dropped() uint64 { return m.drops.Load() }
 
 func (m *cacheMetrics) guardRejects(reason string) *metrics.Counter {
 	if c := m.guards[reason]; c != nil {

@@ -13,22 +13,28 @@ import (
 	"testing"
 	"time"
 
+	"frontdoor/cache"
 	"frontdoor/cmd/gpusim/sim"
 	"frontdoor/internal/testenv"
 )
 
 // cacheGateway starts a gpusim serving two models and a gateway with the
-// cache on, on the given backend ("memory" or "redis"), and two tenants.
+// cache on, on the given backend (see cacheBackends), and two tenants.
 func cacheGateway(t *testing.T, backend string, mutate func(*Config)) (*testGateway, *sim.Server) {
 	t.Helper()
 	s := testenv.GPUSim(t, func(c *sim.Config) { c.Models = []string{"qwen3-8b", "qwen3-8b-v2"} })
 	cfg := testConfig(s)
 	cfg.Nodes[0].Models = []string{"qwen3-8b", "qwen3-8b-v2"}
 	cfg.Cache.Backend = backend
-	if backend == "redis" {
+	switch backend {
+	case "redis":
 		cfg.Redis.URL = testenv.StartRedis(t).URL()
-		cfg.Redis.KeyPrefix = "fdtest:"
+		cfg.Cache.VectorSearch = "local"
+	case "redisearch":
+		cfg.Redis.URL = testenv.StartRediSearch(t).URL()
+		cfg.Cache.Backend, cfg.Cache.VectorSearch = "redis", "redisearch"
 	}
+	cfg.Redis.KeyPrefix = "fdtest:"
 	t.Setenv("TEST_ACME_KEYS", "sk-acme-1,sk-acme-2")
 	t.Setenv("TEST_GLOBEX_KEYS", "sk-globex")
 	cfg.Tenants = []Tenant{{Name: "acme", APIKeysEnv: "TEST_ACME_KEYS"}, {Name: "globex", APIKeysEnv: "TEST_GLOBEX_KEYS"}}
@@ -97,8 +103,13 @@ func askStored(t *testing.T, gw *testGateway, body string, headers ...string) {
 	testenv.Eventually(t, 3*time.Second, func() bool { return count() > before }, "the answer was never stored")
 }
 
+// cacheBackends is the table of backends every cache behaviour runs on:
+// memory, Redis with the in-process vector index, and Redis with RediSearch
+// (skipped, with a message, where the module is absent).
+var cacheBackends = []string{"memory", "redis", "redisearch"}
+
 func forEachBackend(t *testing.T, f func(t *testing.T, backend string)) {
-	for _, b := range []string{"memory", "redis"} {
+	for _, b := range cacheBackends {
 		t.Run(b, func(t *testing.T) { f(t, b) })
 	}
 }
@@ -423,47 +434,105 @@ func TestCacheAdmin(t *testing.T) {
 
 // A dead Redis never fails a request: the cache is bypassed, errors are
 // counted, and hits resume once Redis is back.
+// TestCacheSurvivesRedisOutage kills Redis under a gateway and starts it
+// again, empty: no request fails, /status shows the backend down while it
+// is down, and hits resume within 5 s of its return.
 func TestCacheSurvivesRedisOutage(t *testing.T) {
-	s := testenv.GPUSim(t, nil)
-	r := testenv.StartRedis(t)
-	cfg := testConfig(s)
-	cfg.Cache.Backend, cfg.Redis.URL = "redis", r.URL()
-	gw := startGateway(t, cfg)
-	askStored(t, gw, cbody("before the outage", ""))
-	if xc, _, _ := ask(t, gw, cbody("before the outage", "")); xc != "hit-exact" {
-		t.Fatalf("before the outage: %q", xc)
+	for _, backend := range []string{"redis", "redisearch"} {
+		t.Run(backend, func(t *testing.T) {
+			s := testenv.GPUSim(t, nil)
+			var r *testenv.Redis
+			cfg := testConfig(s)
+			cfg.Cache.Backend, cfg.Cache.VectorSearch = "redis", "local"
+			if backend == "redisearch" {
+				r = testenv.StartRediSearch(t)
+				cfg.Cache.VectorSearch = "redisearch"
+			} else {
+				r = testenv.StartRedis(t)
+			}
+			cfg.Redis.URL = r.URL()
+			gw := startGateway(t, cfg)
+			askStored(t, gw, cbody("before the outage", ""))
+			if xc, _, _ := ask(t, gw, cbody("before the outage", "")); xc != "hit-exact" {
+				t.Fatalf("before the outage: %q", xc)
+			}
+			if st := gatewayStatus(t, gw); st.Cache == nil || st.Cache.State != cache.StateOK || !st.Cache.Up {
+				t.Fatalf("before the outage: /status cache %+v", st.Cache)
+			}
+			r.Kill()
+			for i := 0; i < 40; i++ {
+				start := time.Now()
+				resp, b := post(t, gw.URL+"/v1/chat/completions", cbody(fmt.Sprintf("during the outage %d", i%5), ""))
+				if resp.StatusCode != 200 || resp.Header.Get("X-Cache") != "bypass" {
+					t.Fatalf("request %d during the outage: %d %q %s", i, resp.StatusCode, resp.Header.Get("X-Cache"), b)
+				}
+				if d := time.Since(start); d > time.Second {
+					t.Fatalf("request %d took %v: a dead Redis must not slow requests down", i, d)
+				}
+			}
+			st := gatewayStatus(t, gw)
+			if st.Cache.State != cache.StateBypassed || st.Cache.Up || st.Cache.ReadBreaker != "open" {
+				t.Fatalf("during the outage: /status cache %+v, want bypassed and down", st.Cache)
+			}
+			mb := metricsText(t, gw)
+			if metricValue(t, mb, `frontdoor_cache_errors_total{op="get"}`) < 1 ||
+				metricValue(t, mb, `frontdoor_cache_requests_total{result="bypass",reason="store_error"}`)+
+					metricValue(t, mb, `frontdoor_cache_requests_total{result="bypass",reason="store_down"}`) < 40 ||
+				metricValue(t, mb, `frontdoor_cache_breaker_transitions_total{path="read",to="open"}`) < 1 ||
+				metricValue(t, mb, `frontdoor_cache_backend_up`) != 0 {
+				t.Fatalf("the outage is not in the metrics:\n%s", mb)
+			}
+			if !strings.Contains(gw.Logs.String(), `"msg":"cache: read breaker open; lookups bypass the store"`) {
+				t.Fatalf("no WARN line for the open breaker:\n%s", gw.Logs.String())
+			}
+			r.Start()
+			back := time.Now()
+			for {
+				xc, resp, _ := ask(t, gw, cbody("after the outage", ""))
+				if resp.StatusCode != 200 {
+					t.Fatalf("status %d after the restart", resp.StatusCode)
+				}
+				if xc == "hit-exact" {
+					break
+				}
+				if time.Since(back) > 5*time.Second {
+					t.Fatalf("hits did not resume within 5s of Redis coming back (last X-Cache %q)", xc)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			t.Logf("hits resumed %v after Redis came back", time.Since(back))
+			if backend == "redisearch" { // the restart lost the index: it is made again
+				askStored(t, gw, cbody("What is the tallest mountain on Earth?", ""))
+				eventuallyHit(t, gw, cbody("what is the tallest mountain on earth", ""), "hit-semantic")
+			}
+			testenv.Eventually(t, 3*time.Second, func() bool { return gatewayStatus(t, gw).Cache.Up }, "/status never showed the backend up again")
+		})
 	}
-	r.Kill()
-	for i := 0; i < 40; i++ {
-		start := time.Now()
-		resp, b := post(t, gw.URL+"/v1/chat/completions", cbody(fmt.Sprintf("during the outage %d", i%5), ""))
-		if resp.StatusCode != 200 || resp.Header.Get("X-Cache") != "bypass" {
-			t.Fatalf("request %d during the outage: %d %q %s", i, resp.StatusCode, resp.Header.Get("X-Cache"), b)
-		}
-		if d := time.Since(start); d > time.Second {
-			t.Fatalf("request %d took %v: a dead Redis must not slow requests down", i, d)
-		}
+}
+
+func gatewayStatus(t *testing.T, gw *testGateway) Status {
+	t.Helper()
+	resp, err := httpClient.Get(gw.URL + "/status")
+	if err != nil {
+		t.Fatal(err)
 	}
-	mresp, _ := httpClient.Get(gw.URL + "/metrics")
-	mb, _ := io.ReadAll(mresp.Body)
-	mresp.Body.Close()
-	if metricValue(t, string(mb), `frontdoor_cache_errors_total{op="get"}`) < 1 ||
-		metricValue(t, string(mb), `frontdoor_cache_requests_total{result="bypass",reason="store_error"}`) < 40 {
-		t.Fatalf("errors not counted:\n%s", mb)
+	defer resp.Body.Close()
+	var st Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
 	}
-	r.Start()
-	back := time.Now()
-	for {
-		xc, _, _ := ask(t, gw, cbody("after the outage", ""))
-		if xc == "hit-exact" {
-			break
-		}
-		if time.Since(back) > 5*time.Second {
-			t.Fatalf("hits did not resume within 5s of Redis coming back (last X-Cache %q)", xc)
-		}
-		time.Sleep(50 * time.Millisecond)
+	return st
+}
+
+func metricsText(t *testing.T, gw *testGateway) string {
+	t.Helper()
+	resp, err := httpClient.Get(gw.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("hits resumed %v after Redis came back", time.Since(back))
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
 
 // Two gateways sharing one plain Redis: an answer cached through one is an

@@ -48,16 +48,16 @@ type Gateway struct {
 	server   *fasthttp.Server
 	tenants  *tenantSet
 
-	store        cache.Store
-	ownStore     bool
-	storeBreaker *cache.Breaker
-	embedder     embed.Embedder
-	flights      flightGroup
-	cm           *cacheMetrics
-	spill        *spillover
-	adm          *admission.Admitter
-	ownAdm       bool
-	maxModelLen  map[string]int // model -> smallest declared context window
+	store       cache.Store    // for admin calls and stats
+	backend     *cache.Backend // lookups and write-back, behind breakers
+	ownStore    bool
+	embedder    embed.Embedder
+	flights     flightGroup
+	cm          *cacheMetrics
+	spill       *spillover
+	adm         *admission.Admitter
+	ownAdm      bool
+	maxModelLen map[string]int // model -> smallest declared context window
 
 	models []byte // cached GET /v1/models body
 
@@ -113,14 +113,14 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	if g.tenants, err = newTenantSet(cfg); err != nil {
 		return nil, err
 	}
-	if err := g.buildCache(deps); err != nil {
+	g.cm = newCacheMetrics(set)
+	if err := g.buildCache(deps, set); err != nil {
 		return nil, err
 	}
 	if err := g.buildAdmission(deps); err != nil {
 		return nil, err
 	}
 	g.metrics = newGatewayMetrics(set, g)
-	g.cm = newCacheMetrics(set)
 	g.adm.RegisterMetrics(set)
 	if g.spill, err = newSpillover(cfg, set); err != nil {
 		return nil, err
@@ -196,12 +196,10 @@ func (g *Gateway) Start() {
 	go func() { wg.Wait(); close(g.runDone) }()
 }
 
-// buildCache sets up the store, the embedder and the store's breaker.
-func (g *Gateway) buildCache(deps Deps) error {
+// buildCache sets up the store, the embedder and the backend that guards
+// the store (breakers, timeouts, the write-back queue).
+func (g *Gateway) buildCache(deps Deps, set *metrics.Set) error {
 	c := g.cfg.Cache
-	// A failing Redis is bypassed for a second after 5 errors in 10s, then
-	// probed again: recovery is automatic.
-	g.storeBreaker = cache.NewBreaker(5, 10*time.Second, time.Second)
 	g.embedder = deps.Embedder
 	if g.embedder == nil && c.Semantic.Enabled && c.Backend != "off" {
 		e, err := embed.New(c.Embedder)
@@ -211,34 +209,80 @@ func (g *Gateway) buildCache(deps Deps) error {
 		g.embedder = e
 	}
 	g.store = deps.Store
-	if g.store != nil || c.Backend == "off" {
+	if g.store == nil && c.Backend != "off" {
+		if err := g.buildStore(deps); err != nil {
+			return err
+		}
+		g.ownStore = true
+	}
+	if g.store == nil {
 		return nil
 	}
-	dims := c.Embedder.Dims
+	obs := newCacheObserver(set, g.cm, g.log)
+	g.backend = cache.NewBackend(g.store, c.Reads, c.Writes, obs)
+	set.NewGauge(`frontdoor_cache_backend_up`, func() float64 {
+		if g.backend.Health().Up {
+			return 1
+		}
+		return 0
+	})
+	for _, st := range []cache.BackendState{cache.StateOK, cache.StateDegraded, cache.StateBypassed} {
+		set.NewGauge(`frontdoor_cache_backend_state{state="`+string(st)+`"}`, func() float64 {
+			if g.backend.Health().State == st {
+				return 1
+			}
+			return 0
+		})
+	}
+	set.NewGauge(`frontdoor_cache_write_queue`, func() float64 { return float64(g.backend.Health().WriteQueue) })
+	return nil
+}
+
+// buildStore builds the configured store. A Redis store connects in the
+// background: a gateway whose Redis is down at start serves uncached.
+func (g *Gateway) buildStore(deps Deps) error {
+	c := g.cfg.Cache
+	dims, name := c.Embedder.Dims, "none"
 	if g.embedder != nil {
-		dims = g.embedder.Dims()
+		dims, name = g.embedder.Dims(), g.embedder.Name()
 	}
 	switch c.Backend {
 	case "memory":
 		g.store = cache.NewMemoryStore(int64(c.MaxBytes), dims)
 	case "redis":
-		client := deps.Redis
-		if client == nil {
+		reads, writes := deps.Redis, deps.Redis
+		if reads == nil {
+			// Two clients: lookups keep their short timeout and their own
+			// connections; writes and the index's sync take longer ones.
 			var err error
-			if client, err = redisconn.New(g.cfg.Redis, redisPassword(g.cfg.Redis)); err != nil {
+			rc, wc := g.cfg.Redis, g.cfg.Redis
+			rc.Timeout, wc.Timeout = c.Reads.Timeout, c.Writes.Timeout
+			if reads, err = redisconn.New(rc, redisPassword(rc)); err != nil {
+				return err
+			}
+			if writes, err = redisconn.New(wc, redisPassword(wc)); err != nil {
 				return err
 			}
 		}
 		// The cache's keys live under <key_prefix>c:, apart from admission's.
-		opts := cache.RedisOptions{Prefix: g.cfg.Redis.KeyPrefix + "c:", Dims: dims, VectorSearch: c.VectorSearch, Timeout: g.cfg.Redis.Timeout.D()}
-		st := cache.NewLazyStore(func(ctx context.Context) (cache.Store, error) {
-			return cache.NewRedisStore(ctx, client, opts)
+		opts := cache.RedisOptions{Prefix: g.cfg.Redis.KeyPrefix + "c:", Dims: dims, Embedder: name,
+			VectorSearch: c.VectorSearch, Index: c.RedisIndex,
+			ReadTimeout: c.Reads.Timeout.D(), WriteTimeout: c.Writes.Timeout.D(), Writer: writes}
+		g.store = cache.NewLazyStore(func(ctx context.Context) (cache.Store, error) {
+			st, err := cache.NewRedisStore(ctx, reads, opts)
+			if err != nil {
+				return nil, err
+			}
+			if why := st.Fallback(); why != "" {
+				g.log.Warn("cache: vector_search auto chose the in-process index", "why", why)
+			} else {
+				g.log.Info("cache: redis store ready", "vector_search", st.Mode(), "index", st.IndexName())
+			}
+			return st, nil
 		}, 2*time.Second, func(err error) {
 			g.log.Warn("cache: redis store not ready; serving uncached and retrying", "error", err.Error())
 		})
-		g.store = st
 	}
-	g.ownStore = true
 	return nil
 }
 
@@ -328,6 +372,10 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	if g.runCancel != nil {
 		g.runCancel()
 		<-g.runDone
+	}
+	if g.backend != nil {
+		// Queued write-backs get what is left of the grace period.
+		_ = g.backend.Close(ctx)
 	}
 	if g.ownStore {
 		_ = g.store.Close()

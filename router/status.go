@@ -7,6 +7,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"frontdoor/balancer"
+	"frontdoor/cache"
 	"frontdoor/router/admission"
 )
 
@@ -47,8 +48,11 @@ type CacheStatus struct {
 	Entries  int64            `json:"entries"`
 	Vectors  int64            `json:"vector_entries"`
 	Bytes    int64            `json:"bytes"`
-	Breaker  string           `json:"breaker"`
 	Saved    uint64           `json:"tokens_saved"`
+	// The store's health: state (ok, degraded, bypassed) and since when, up,
+	// why, both breakers and the write-back queue.
+	cache.Health
+	Dropped uint64 `json:"writes_dropped"`
 }
 
 // SpillStatus is the spill-over part of /status.
@@ -71,7 +75,7 @@ func (g *Gateway) status() Status {
 	if g.store != nil {
 		st.Cache = &CacheStatus{Backend: g.cfg.Cache.Backend, Results: g.cm.totals(), HitRatio: g.cm.hitRatio(),
 			Entries: g.cm.entries.Load(), Vectors: g.cm.vectors.Load(), Bytes: g.cm.bytes.Load(),
-			Breaker: g.storeBreaker.State(), Saved: g.cm.tokensSaved.Get()}
+			Saved: g.cm.tokensSaved.Get(), Health: g.backend.Health(), Dropped: g.cm.dropped()}
 	}
 	if s := g.spill; s != nil {
 		spilled := s.spilled.Load()

@@ -1,0 +1,148 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"frontdoor/cache"
+)
+
+// cacheObserver turns what the cache backend does into metrics and
+// rate-limited log lines: every breaker, dropped write and state change is
+// loud.
+type cacheObserver struct {
+	log  *rateLog
+	cm   *cacheMetrics
+	look map[string]*metrics.PrometheusHistogram
+	// writes: stored entries, failed entries
+	stored, failed *metrics.Counter
+	dropped        map[string]*metrics.Counter
+	transitions    map[string]*metrics.Counter // path + ":" + to
+}
+
+var _ cache.Observer = (*cacheObserver)(nil)
+
+// lookupBuckets resolve the 0.1–10 ms range that a store on the same network
+// answers in, and the timeouts above it.
+var lookupBuckets = []float64{0.0001, 0.0002, 0.0003, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1}
+
+func newCacheObserver(set *metrics.Set, cm *cacheMetrics, log *slog.Logger) *cacheObserver {
+	o := &cacheObserver{log: newRateLog(log, 10*time.Second), cm: cm, look: map[string]*metrics.PrometheusHistogram{},
+		dropped: map[string]*metrics.Counter{}, transitions: map[string]*metrics.Counter{}}
+	for _, op := range []string{"get", "search"} {
+		o.look[op] = set.NewPrometheusHistogramExt(`frontdoor_cache_lookup_seconds{op="`+op+`"}`, lookupBuckets)
+	}
+	o.stored = set.NewCounter(`frontdoor_cache_writes_total{result="stored"}`)
+	o.failed = set.NewCounter(`frontdoor_cache_writes_total{result="failed"}`)
+	for _, r := range []string{cache.DropQueueFull, cache.DropBreakerOpen, cache.DropShutdown} {
+		o.dropped[r] = set.NewCounter(`frontdoor_cache_writes_dropped_total{reason="` + r + `"}`)
+	}
+	for _, path := range []string{"read", "write"} {
+		for _, to := range []cache.BreakerState{cache.BreakerOpen, cache.BreakerHalfOpen, cache.BreakerClosed} {
+			o.transitions[path+":"+to.String()] = set.NewCounter(`frontdoor_cache_breaker_transitions_total{path="` + path + `",to="` + to.String() + `"}`)
+		}
+	}
+	return o
+}
+
+func (o *cacheObserver) Lookup(op string, d time.Duration, err error) {
+	if h := o.look[op]; h != nil {
+		h.Update(d.Seconds())
+	}
+	if err == nil || errors.Is(err, cache.ErrNotFound) || errors.Is(err, cache.ErrUnavailable) {
+		return
+	}
+	o.cm.errors(op).Inc()
+	o.log.warn("lookup:"+op, "cache: a lookup failed; answered as a miss", "op", op, "error", err.Error())
+}
+
+func (o *cacheObserver) WriteBatch(n int, _ time.Duration, err error) {
+	if err == nil {
+		o.stored.Add(n)
+		return
+	}
+	o.failed.Add(n)
+	if errors.Is(err, cache.ErrUnavailable) {
+		o.log.warn("write:unavailable", "cache: writes not stored: the store is not connected", "entries", n)
+		return
+	}
+	o.cm.errors("put").Add(n)
+	o.log.warn("write:error", "cache: a write-back batch failed", "entries", n, "error", err.Error())
+}
+
+func (o *cacheObserver) WriteDropped(reason string, n int) {
+	if c := o.dropped[reason]; c != nil {
+		c.Add(n)
+	}
+	o.cm.drops.Add(uint64(n))
+	o.log.warn("drop:"+reason, "cache: write-back dropped", "reason", reason, "entries", n)
+}
+
+func (o *cacheObserver) BreakerChanged(path string, from, to cache.BreakerState) {
+	if c := o.transitions[path+":"+to.String()]; c != nil {
+		c.Inc()
+	}
+	msg := "cache: " + path + " breaker " + to.String()
+	switch to {
+	case cache.BreakerOpen:
+		o.log.warn("breaker:"+path+":open", msg+"; "+map[string]string{"read": "lookups bypass the store", "write": "write-backs are dropped"}[path], "from", from.String())
+	default:
+		o.log.info("breaker:"+path+":"+to.String(), msg, "from", from.String())
+	}
+}
+
+func (o *cacheObserver) StateChanged(from, to cache.BackendState, why string) {
+	if to == cache.StateOK {
+		o.log.info("state:ok", "cache: backend ok", "from", string(from))
+		return
+	}
+	o.log.warn("state:"+string(to), "cache: backend "+string(to), "from", string(from), "why", why)
+}
+
+// rateLog writes at most one line per key per interval, and says how many
+// it held back.
+type rateLog struct {
+	l     *slog.Logger
+	every time.Duration
+	mu    sync.Mutex
+	keys  map[string]*rateSlot
+}
+
+type rateSlot struct {
+	last       time.Time
+	suppressed int
+}
+
+func newRateLog(l *slog.Logger, every time.Duration) *rateLog {
+	return &rateLog{l: l, every: every, keys: map[string]*rateSlot{}}
+}
+
+func (r *rateLog) warn(key, msg string, args ...any) { r.emit(slog.LevelWarn, key, msg, args) }
+func (r *rateLog) info(key, msg string, args ...any) { r.emit(slog.LevelInfo, key, msg, args) }
+
+func (r *rateLog) emit(level slog.Level, key, msg string, args []any) {
+	now := time.Now()
+	r.mu.Lock()
+	s := r.keys[key]
+	if s == nil {
+		s = &rateSlot{}
+		r.keys[key] = s
+	}
+	if !s.last.IsZero() && now.Sub(s.last) < r.every {
+		s.suppressed++
+		r.mu.Unlock()
+		return
+	}
+	held := s.suppressed
+	s.last, s.suppressed = now, 0
+	r.mu.Unlock()
+	if held > 0 {
+		args = append(args, "held_back", held)
+	}
+	r.l.Log(context.Background(), level, msg, args...)
+}
