@@ -13,14 +13,19 @@ test: redis-server
 	FRONTDOOR_REQUIRE_REDIS=1 FRONTDOOR_TEST_ENGINE=fasthttp $(GO) test -race -count=1 \
 		-skip 'TestAdmissionRateAccuracy|TestSpillLoadKeepsLocalCapsAndLosesNothing' ./router/
 
-## redis-server: make sure Debian's redis-server is installed (tests start their own).
+## redis-server: make sure Debian's redis-server, redis-cli (a cluster is made
+## with it) and redis-redisearch (RediSearch 1.2, the "no vector search" case)
+## are installed; tests start their own servers. The RediSearch module with
+## vector search is shared/redis-modules/redisearch-2.6.37.so beside the
+## repository (or FRONTDOOR_REDISEARCH_MODULE); its tests skip without it.
+REDIS_PKGS = redis-server redis-tools redis-redisearch
 redis-server:
-	@if ! command -v redis-server >/dev/null 2>&1; then \
+	@if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1 || [ ! -f /usr/lib/redis/modules/redisearch.so ]; then \
 		if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
-			echo "installing redis-server with apt-get"; \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null; \
+			echo "installing $(REDIS_PKGS) with apt-get"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(REDIS_PKGS) >/dev/null; \
 		else \
-			echo "redis-server is missing; install it with: sudo apt-get install -y redis-server"; exit 1; \
+			echo "missing packages; install them with: sudo apt-get install -y $(REDIS_PKGS)"; exit 1; \
 		fi; \
 	fi
 

@@ -609,3 +609,23 @@ func TestCacheWarmFromFile(t *testing.T) {
 		t.Fatalf("a forged warm header reached acme's namespace: %q", xc)
 	}
 }
+
+// TestCacheAutoFallbackIsLogged: on a Redis whose search module cannot do
+// vectors (Debian's RediSearch 1.2), vector_search auto serves from the
+// in-process index and says why, once, at WARN.
+func TestCacheAutoFallbackIsLogged(t *testing.T) {
+	s := testenv.GPUSim(t, nil)
+	r := testenv.StartRedis(t, "--loadmodule", testenv.DebianRediSearch(t))
+	cfg := testConfig(s)
+	cfg.Cache.Backend, cfg.Cache.VectorSearch, cfg.Redis.URL = "redis", "auto", r.URL()
+	gw := startGateway(t, cfg)
+	askStored(t, gw, cbody("How many moons does Mars have?", ""))
+	eventuallyHit(t, gw, cbody("how many moons does mars have", ""), "hit-semantic")
+	logs := gw.Logs.String()
+	if !strings.Contains(logs, `"level":"WARN","msg":"cache: vector_search auto chose the in-process index","why":"server has no RediSearch with vector support`) {
+		t.Fatalf("no WARN line for the fallback:\n%s", logs)
+	}
+	if st, err := gw.store.Stats(context.Background()); err != nil || st.VectorSearchBy != "local" {
+		t.Fatalf("Stats = %+v, %v", st, err)
+	}
+}
