@@ -30,7 +30,9 @@ import (
 // A payload is one header byte (payloadRaw or payloadS2) followed by
 // Entry.Marshal(), s2-compressed when it is larger than compressMin.
 // Commands that go together are sent as one non-transactional pipeline, which
-// also works on a cluster (keys of one Put live in different slots).
+// also works on a cluster (keys of one Put live in different slots). On a
+// cluster the masters run their parts concurrently, so the events that
+// announce new vectors go in a second round trip, after the vectors.
 // Namespace sets are trimmed of expired ids on every Put, so they stay as big
 // as the namespace's live entries; Purge walks the set (never KEYS) in batches.
 // The SCANs at start and after a Redis outage match p v:* only.
@@ -245,6 +247,12 @@ func (r *RedisStore) PutBatch(ctx context.Context, ws []Write) error {
 	defer cancel()
 	var errs []error
 	pipe := r.w.Pipeline()
+	// A cluster pipeline runs on the masters concurrently: the "add" events
+	// go after the vectors they announce, in a second round trip.
+	events := pipe
+	if _, ok := r.w.(*redis.ClusterClient); ok {
+		events = r.w.Pipeline()
+	}
 	type added struct {
 		w       Write
 		idx     *VectorIndex
@@ -252,7 +260,7 @@ func (r *RedisStore) PutBatch(ctx context.Context, ws []Write) error {
 	}
 	var adds []added
 	for _, w := range ws {
-		idx, expires, err := r.queuePut(ctx, pipe, w)
+		idx, expires, err := r.queuePut(ctx, pipe, events, w)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("cache: redis put: %w", err))
 			continue
@@ -270,6 +278,11 @@ func (r *RedisStore) PutBatch(ctx context.Context, ws []Write) error {
 		}
 		return errors.Join(append(errs, fmt.Errorf("cache: redis put: %w", err))...)
 	}
+	if events != pipe && events.Len() > 0 {
+		if _, err := events.Exec(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("cache: redis put: events: %w", err))
+		}
+	}
 	for _, a := range adds {
 		a.idx.Add(a.w.Entry.Scope, a.w.Entry.ID, a.w.Vec, a.expires)
 	}
@@ -278,7 +291,7 @@ func (r *RedisStore) PutBatch(ctx context.Context, ws []Write) error {
 
 // queuePut checks w and adds its commands to pipe. In local mode it returns
 // the index to add the vector to once the pipeline has run.
-func (r *RedisStore) queuePut(ctx context.Context, pipe redis.Pipeliner, w Write) (*VectorIndex, time.Time, error) {
+func (r *RedisStore) queuePut(ctx context.Context, pipe, events redis.Pipeliner, w Write) (*VectorIndex, time.Time, error) {
 	e, vec, ttl := w.Entry, w.Vec, w.TTL
 	switch {
 	case e == nil:
@@ -325,7 +338,7 @@ func (r *RedisStore) queuePut(ctx context.Context, pipe redis.Pipeliner, w Write
 	}
 	// Also in redisearch mode, so that a replica forced to local mode on
 	// the same server stays in sync.
-	pipe.XAdd(ctx, r.eventArgs("add", e.ID))
+	events.XAdd(ctx, r.eventArgs("add", e.ID))
 	if r.mode != modeLocal {
 		return nil, expires, nil
 	}
