@@ -69,7 +69,10 @@ type redisMode struct {
 }
 
 var redisModes = []redisMode{
-	{"local", "local", startTestRedis},
+	{"local", "local", func(tb testing.TB) (*testenv.Redis, redis.UniversalClient) {
+		r := testenv.StartRedis(tb)
+		return r, newTestRedisClient(tb, r.Addr(), time.Second) // -race on two busy cores
+	}},
 	{"redisearch", "redisearch", func(tb testing.TB) (*testenv.Redis, redis.UniversalClient) {
 		r := testenv.StartRediSearch(tb)
 		return r, newTestRedisClient(tb, r.Addr(), time.Second) // indexing writes are slower

@@ -267,7 +267,7 @@ func TestTwoProcessesShareTheCache(t *testing.T) {
 		"the answer cached through A is not an exact hit on B")
 	// Wait until B's vector index has A's entry (synced through a Redis
 	// Stream), then ask reworded.
-	testenv.Eventually(t, 3*time.Second, func() bool {
+	testenv.Eventually(t, 10*time.Second, func() bool {
 		resp, err := http.Get(b + "/admin/cache/stats")
 		if err != nil {
 			return false
