@@ -58,6 +58,9 @@ type RedisIndexConfig struct {
 	M              int    `yaml:"m"`               // hnsw: edges per node
 	EFConstruction int    `yaml:"ef_construction"` // hnsw: candidates kept while inserting
 	EFRuntime      int    `yaml:"ef_runtime"`      // hnsw: candidates kept while searching
+	// BatchSize is how many nearest vectors RediSearch fetches at a time
+	// when it filters them by scope afterwards (its BATCHES policy).
+	BatchSize int `yaml:"batch_size"`
 }
 
 // Validate checks the section.
@@ -76,6 +79,9 @@ func (c RedisIndexConfig) Validate() error {
 	}
 	if c.EFRuntime < 1 || c.EFRuntime > 4096 {
 		errs = append(errs, errors.New("ef_runtime: must be between 1 and 4096"))
+	}
+	if c.BatchSize < 1 || c.BatchSize > 4096 {
+		errs = append(errs, errors.New("batch_size: must be between 1 and 4096"))
 	}
 	return errors.Join(errs...)
 }
@@ -115,7 +121,7 @@ func DefaultConfig() Config {
 		TTL:          units.Duration(24 * 3600e9),
 		MaxBytes:     512 << 20,
 		VectorSearch: "auto",
-		RedisIndex:   RedisIndexConfig{Type: "hnsw", M: 16, EFConstruction: 200, EFRuntime: 10},
+		RedisIndex:   RedisIndexConfig{Type: "hnsw", M: 16, EFConstruction: 200, EFRuntime: 10, BatchSize: 64},
 		Reads: ReadsConfig{Timeout: units.Duration(100 * time.Millisecond),
 			Breaker: BreakerConfig{FailureRatio: 0.5, MinCalls: 20, Window: units.Duration(10 * time.Second), OpenFor: units.Duration(time.Second)}},
 		Writes: WritesConfig{Timeout: units.Duration(2 * time.Second), Queue: 10000, Workers: 2, Batch: 64,

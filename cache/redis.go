@@ -501,15 +501,15 @@ func (r *RedisStore) purgeBatch(ctx context.Context, nk string) (n int, more boo
 // (exact and semantic entries alike); Bytes is unknown (0).
 func (r *RedisStore) Stats(ctx context.Context) (Stats, error) {
 	st := Stats{VectorSearchBy: r.mode}
-	ctx, cancel := r.callCtx(ctx)
+	ctx, cancel := r.writeCtx(ctx)
 	defer cancel()
-	names, err := r.c.SMembers(ctx, r.keyNamespaces).Result()
+	names, err := r.w.SMembers(ctx, r.keyNamespaces).Result()
 	if err != nil {
 		return st, fmt.Errorf("cache: redis stats: %w", err)
 	}
 	if len(names) > 0 {
 		now := strconv.FormatInt(time.Now().UnixMilli(), 10)
-		pipe := r.c.Pipeline()
+		pipe := r.w.Pipeline()
 		counts := make([]*redis.IntCmd, len(names))
 		for i, ns := range names {
 			counts[i] = pipe.ZCount(ctx, r.nsKey(ns), "("+now, "+inf")

@@ -79,11 +79,7 @@ func noSearchIfServerError(err error) error {
 func (r *RedisStore) searchKNN(ctx context.Context, scope string, vec []float32, k int) ([]Match, error) {
 	ctx, cancel := r.callCtx(ctx)
 	defer cancel()
-	ef := 0
-	if r.opt.Index.Type != "flat" {
-		ef = r.opt.Index.EFRuntime
-	}
-	res, err := r.c.FTSearchWithArgs(ctx, r.keyIndex, knnQuery(scope, k, ef), knnOptions(vec, k)).Result()
+	res, err := r.c.FTSearchWithArgs(ctx, r.keyIndex, knnQuery(scope, k, r.opt.Index), knnOptions(vec, k)).Result()
 	if err != nil {
 		if isNoIndex(err) {
 			r.reindex()
@@ -103,11 +99,20 @@ func (r *RedisStore) searchKNN(ctx context.Context, scope string, vec []float32,
 }
 
 // knnQuery is the dialect-2 query for the k nearest vectors of one scope;
-// the vector is passed as the parameter B. ef > 0 sets HNSW's EF_RUNTIME.
-func knnQuery(scope string, k, ef int) string {
+// the vector is passed as the parameter B. RediSearch picks how to combine
+// the scope filter with the vector search: a scan of the scope's vectors
+// when the scope is small, else batches of the nearest vectors filtered by
+// scope. BATCH_SIZE sets those batches: RediSearch's default (k) fetches so
+// few that a scope holding a tenth of the index takes many batches, and it
+// then falls back to scanning tens of thousands of vectors. EF_RUNTIME is
+// HNSW's search breadth.
+func knnQuery(scope string, k int, ix RedisIndexConfig) string {
 	q := "(@scope:{" + escapeTag(scope) + "})=>[KNN " + strconv.Itoa(k) + " @vec $B"
-	if ef > 0 {
-		q += " EF_RUNTIME " + strconv.Itoa(ef)
+	if ix.Type != "flat" {
+		q += " EF_RUNTIME " + strconv.Itoa(ix.EFRuntime)
+	}
+	if ix.BatchSize > 0 {
+		q += " BATCH_SIZE " + strconv.Itoa(ix.BatchSize)
 	}
 	return q + " AS dist]"
 }
@@ -167,7 +172,7 @@ func parseKNNDocs(docs []redis.Document, keyPrefix string) []knnHit {
 // indexDocs reads num_docs from FT.INFO. (go-redis's FTInfo parser reads 0
 // from RediSearch 2.6's reply, so the flat reply is read as it is.)
 func (r *RedisStore) indexDocs(ctx context.Context) (int64, error) {
-	raw, err := r.c.Do(ctx, "FT.INFO", r.keyIndex).Slice()
+	raw, err := r.w.Do(ctx, "FT.INFO", r.keyIndex).Slice()
 	if err != nil {
 		return 0, err
 	}

@@ -37,10 +37,12 @@ func TestRedisSearchEscapeTag(t *testing.T) {
 }
 
 func TestRedisSearchKNNQuery(t *testing.T) {
-	if got, want := knnQuery("9f86d0", 3, 0), "(@scope:{9f86d0})=>[KNN 3 @vec $B AS dist]"; got != want {
+	flat := RedisIndexConfig{Type: "flat"}
+	if got, want := knnQuery("9f86d0", 3, flat), "(@scope:{9f86d0})=>[KNN 3 @vec $B AS dist]"; got != want {
 		t.Fatalf("knnQuery = %q, want %q", got, want)
 	}
-	if got, want := knnQuery("a}b", 1, 40), `(@scope:{a\}b})=>[KNN 1 @vec $B EF_RUNTIME 40 AS dist]`; got != want {
+	hnsw := RedisIndexConfig{Type: "hnsw", EFRuntime: 40, BatchSize: 64}
+	if got, want := knnQuery("a}b", 1, hnsw), `(@scope:{a\}b})=>[KNN 1 @vec $B EF_RUNTIME 40 BATCH_SIZE 64 AS dist]`; got != want {
 		t.Fatalf("knnQuery = %q, want %q", got, want)
 	}
 }
@@ -98,7 +100,7 @@ func ftVectorParams(t *testing.T, c redis.UniversalClient, index string) string 
 func TestRedisSearchIndex(t *testing.T) {
 	_, c := searchServer(t)
 	hnsw := newTestRedisStore(t, c, RedisOptions{VectorSearch: "redisearch", Embedder: "local-64",
-		Index: RedisIndexConfig{Type: "hnsw", M: 24, EFConstruction: 150, EFRuntime: 33}})
+		Index: RedisIndexConfig{Type: "hnsw", M: 24, EFConstruction: 150, EFRuntime: 33, BatchSize: 64}})
 	if got, want := hnsw.IndexName(), "fd:idx:local-64:64"; got != want {
 		t.Fatalf("index name %q, want %q", got, want)
 	}
@@ -109,7 +111,7 @@ func TestRedisSearchIndex(t *testing.T) {
 		}
 	}
 	other := newTestRedisStore(t, c, RedisOptions{VectorSearch: "redisearch", Embedder: "openai:text-embedding-v4", Dims: 32})
-	flat := newTestRedisStore(t, c, RedisOptions{VectorSearch: "redisearch", Embedder: "flat", Index: RedisIndexConfig{Type: "flat", M: 16, EFConstruction: 200, EFRuntime: 10}})
+	flat := newTestRedisStore(t, c, RedisOptions{VectorSearch: "redisearch", Embedder: "flat", Index: RedisIndexConfig{Type: "flat", M: 16, EFConstruction: 200, EFRuntime: 10, BatchSize: 64}})
 	if got := ftList(t, c); !slices.Equal(got, []string{"fd:idx:flat:64", "fd:idx:local-64:64", "fd:idx:openai_text-embedding-v4:32"}) {
 		t.Fatalf("FT._LIST = %q", got)
 	}
