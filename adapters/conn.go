@@ -37,7 +37,6 @@ type DeferredConn struct {
 	armed   bool
 	always  bool
 	spare   []byte // the buffer of the last flushed write, reused
-	prefix  []byte // bytes read before the connection was wrapped, returned first
 
 	readDL, writeDL deadline
 }
@@ -68,34 +67,6 @@ func NewDeferredConn(c net.Conn, always bool) net.Conn {
 		return c
 	}
 	return &DeferredConn{TCPConn: tc, raw: raw, always: always}
-}
-
-// newDeferredConnPrefixed wraps a server connection whose first bytes were
-// already read (by a LoopServer): Read returns them first.
-func newDeferredConnPrefixed(c net.Conn, prefix []byte) net.Conn {
-	dc := NewDeferredConn(c, false)
-	if d, ok := dc.(*DeferredConn); ok {
-		d.prefix = prefix
-		return d
-	}
-	if len(prefix) == 0 {
-		return c
-	}
-	return &prefixConn{Conn: c, prefix: prefix}
-}
-
-type prefixConn struct {
-	net.Conn
-	prefix []byte
-}
-
-func (c *prefixConn) Read(p []byte) (int, error) {
-	if len(c.prefix) > 0 {
-		n := copy(p, c.prefix)
-		c.prefix = c.prefix[n:]
-		return n, nil
-	}
-	return c.Conn.Read(p)
 }
 
 // SetDeadline sets both deadlines (see SetReadDeadline).
@@ -201,17 +172,6 @@ func (c *DeferredConn) Read(p []byte) (int, error) {
 	c.armed = false
 	held := c.takeLocked()
 	c.mu.Unlock()
-	if len(c.prefix) > 0 {
-		if len(held) > 0 {
-			if err := c.writeAll(held); err != nil {
-				return 0, err
-			}
-			c.recycle(held)
-		}
-		n := copy(p, c.prefix)
-		c.prefix = c.prefix[n:]
-		return n, nil
-	}
 	if len(held) == 0 {
 		return c.readSome(p)
 	}

@@ -65,10 +65,6 @@ type Gateway struct {
 	streams  sync.WaitGroup // live stream pumps
 	live     liveStreams    // for the forced stop after the grace period
 
-	loop        *adapters.LoopServer // server.engine: loop
-	loopTargets map[string]*adapters.LoopTarget
-	handoff     *connQueue
-
 	runCancel context.CancelFunc
 	runDone   chan struct{}
 }
@@ -144,9 +140,6 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		CloseOnShutdown:               true,
 		ReadBufferSize:                16 << 10,
 		Logger:                        fasthttpLogger{g.log},
-	}
-	if err := g.buildLoop(); err != nil {
-		return nil, fmt.Errorf("server: %w", err)
 	}
 	return g, nil
 }
@@ -294,12 +287,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 	if g.runCancel == nil {
 		g.Start()
 	}
-	var err error
-	if g.loop != nil {
-		err = g.serveLoopEngine(ln)
-	} else {
-		err = g.server.Serve(adapters.DeferredListener{Listener: ln})
-	}
+	err := g.server.Serve(adapters.DeferredListener{Listener: ln})
 	if errors.Is(err, net.ErrClosed) {
 		return nil
 	}
@@ -310,12 +298,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 // finish until ctx ends, then cuts the remaining streams.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.stopping.Store(true)
-	var err error
-	if g.loop != nil {
-		err = g.shutdownLoopEngine(ctx)
-	} else {
-		err = g.server.ShutdownWithContext(ctx)
-	}
+	err := g.server.ShutdownWithContext(ctx)
 	if err != nil {
 		g.live.closeAll()
 	}

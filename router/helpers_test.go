@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -31,9 +30,6 @@ type testGateway struct {
 func testConfig(sims ...*sim.Server) Config {
 	cfg := DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
-	if e := os.Getenv("FRONTDOOR_TEST_ENGINE"); e != "" { // make test runs the suite on both
-		cfg.Server.Engine = e
-	}
 	cfg.Cache.Backend = "off"
 	cfg.Balancer.HealthInterval = 3600e9 // tests probe explicitly
 	cfg.Balancer.Backoff.Base, cfg.Balancer.Backoff.Max = 1e6, 5e6
