@@ -59,7 +59,7 @@ const maxDeferred = 64 << 10
 // that are not TCP are returned unchanged.
 func NewDeferredConn(c net.Conn, always bool) net.Conn {
 	tc, ok := c.(*net.TCPConn)
-	if !ok {
+	if !ok || !deferredConns {
 		return c
 	}
 	raw, err := tc.SyscallConn()
