@@ -263,9 +263,7 @@ func NewHTTPBackend(t Target, cfg Config) (*HTTPBackend, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%w: %w", ErrConnect, err)
 			}
-			// The answer is always read right after the request is
-			// written: hold the write back into that read.
-			tc := &trackedConn{Conn: NewDeferredConn(c, true)}
+			tc := &trackedConn{Conn: c}
 			tc.local = connAddr{Addr: c.LocalAddr(), conn: tc}
 			return tc, nil
 		},

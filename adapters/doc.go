@@ -2,7 +2,5 @@
 // and chunk types, a fast validating request parser, the OpenAI error
 // envelope, the SSE codec, and the Backend implementations that send a
 // request to an engine (vLLM, SGLang, TGI or DashScope) and stream the answer
-// back. It also owns DeferredConn, which sends a request (or a whole answer)
-// from inside the read that follows it. It knows nothing about caching,
-// admission or node choice.
+// back. It knows nothing about caching, admission or node choice.
 package adapters

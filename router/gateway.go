@@ -128,10 +128,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		Name:         "frontdoor",
 		// Bodies up to twice the limit are read and answered with a clean
 		// 413 by the handler; only larger ones are cut at the socket.
-		MaxRequestBodySize: 2 * int(cfg.Limits.MaxBodyBytes),
-		// One value for both, so the deadline fasthttp re-arms twice per
-		// request barely moves and the connection need not re-arm its
-		// timer (adapters.DeferredConn).
+		MaxRequestBodySize:            2 * int(cfg.Limits.MaxBodyBytes),
 		ReadTimeout:                   cfg.Timeouts.Client.D(),
 		IdleTimeout:                   cfg.Timeouts.Client.D(),
 		NoDefaultServerHeader:         false,
@@ -287,7 +284,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 	if g.runCancel == nil {
 		g.Start()
 	}
-	err := g.server.Serve(adapters.DeferredListener{Listener: ln})
+	err := g.server.Serve(ln)
 	if errors.Is(err, net.ErrClosed) {
 		return nil
 	}

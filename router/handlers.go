@@ -26,19 +26,10 @@ import (
 )
 
 func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
-	dc, _ := ctx.Conn().(*adapters.DeferredConn)
-	if dc != nil {
-		dc.Begin() // writes go out at once: a pipelined request may follow an armed answer
-	}
 	defer func() {
 		if r := recover(); r != nil {
 			g.log.Error("handler panicked", "path", string(ctx.Path()), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 			g.writeError(ctx, &adapters.APIError{Status: 500, Type: adapters.TypeServer, Code: "internal_error", Message: "internal error"})
-		}
-		// A whole answer is followed by the read of the next request:
-		// send it from inside that read (see adapters.DeferredConn).
-		if dc != nil {
-			dc.End(!ctx.Response.IsBodyStream())
 		}
 	}()
 	switch string(ctx.Path()) {

@@ -10,15 +10,12 @@
 //     the miss path (a unique prompt per request) and the hit path (one
 //     repeated prompt).
 //
-// -nodeferred adds frontdoor in pass-through built with the nodeferred tag
-// (no adapters.DeferredConn), to weigh that connection wrapper.
-//
 // gpusim answers with zero TTFT and ITL, so the differences are the
 // proxies. Besides latency and throughput it reports each process's CPU
 // time per request, read from /proc, which moves far less with noise from
 // other tenants than throughput does.
 //
-//	go run ./bench/overhead [-rounds 3] [-duration 3s] [-conc 32] [-stream] [-wrk] [-nodeferred]
+//	go run ./bench/overhead [-rounds 3] [-duration 3s] [-conc 32] [-stream] [-wrk]
 //
 // -wrk adds throughput runs of the pass-through targets driven by wrk
 // (Debian package wrk), one thread, -conc connections.
@@ -47,7 +44,6 @@ func main() {
 	flag.BoolVar(&o.stream, "stream", false, "also measure streaming requests")
 	flag.BoolVar(&o.wrk, "wrk", false, "also measure pass-through throughput with wrk (must be on PATH)")
 	flag.BoolVar(&o.accessLog, "access-log", true, "keep frontdoor's access log on (the default config; written to a file)")
-	flag.BoolVar(&o.noDeferred, "nodeferred", false, "also run pass-through built without adapters.DeferredConn")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "overhead:", err)
@@ -56,10 +52,10 @@ func main() {
 }
 
 type opts struct {
-	rounds                             int
-	dur                                time.Duration
-	conc                               int
-	stream, wrk, accessLog, noDeferred bool
+	rounds                 int
+	dur                    time.Duration
+	conc                   int
+	stream, wrk, accessLog bool
 }
 
 // target is one process and how to drive it.
@@ -92,11 +88,6 @@ func run(o opts) error {
 	if err := load.Build(dir, "frontdoor", "gpusim", "./bench/bareproxy"); err != nil {
 		return err
 	}
-	if o.noDeferred {
-		if out, err := exec.Command("go", "build", "-tags", "nodeferred", "-o", filepath.Join(dir, "frontdoor-nodeferred"), "./cmd/frontdoor").CombinedOutput(); err != nil {
-			return fmt.Errorf("build frontdoor -tags nodeferred: %w\n%s", err, out)
-		}
-	}
 	addr := func(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
 	simAddr := addr(load.FreePort())
 	var procs []*exec.Cmd
@@ -124,7 +115,7 @@ func run(o opts) error {
 	}
 	// frontdoor runs with the defaults but for listen, logging level and
 	// the cache backend; its log goes to a file.
-	frontdoor := func(name, bin, cache string) (target, error) {
+	frontdoor := func(name, cache string) (target, error) {
 		port := load.FreePort()
 		cfg := fmt.Sprintf("listen: %s\nlogging: {level: info, access_log: %v}\n%snodes:\n  - {name: sim, url: http://%s, models: [qwen3-8b], max_concurrency: 4096}\n",
 			addr(port), o.accessLog, cache, simAddr)
@@ -136,18 +127,18 @@ func run(o opts) error {
 		if err != nil {
 			return target{}, err
 		}
-		c := exec.Command(filepath.Join(dir, bin), "serve", "--config", path)
+		c := exec.Command(filepath.Join(dir, "frontdoor"), "serve", "--config", path)
 		c.Stderr = logFile
 		if err := start(c, fmt.Sprintf("http://%s/healthz", addr(port))); err != nil {
 			return target{}, err
 		}
 		return target{name: name, url: fmt.Sprintf("http://%s/v1/chat/completions", addr(port)), pid: c.Process.Pid}, nil
 	}
-	pass, err := frontdoor("pass-through", "frontdoor", "cache: {backend: off}\n")
+	pass, err := frontdoor("pass-through", "cache: {backend: off}\n")
 	if err != nil {
 		return err
 	}
-	def, err := frontdoor("default config", "frontdoor", "")
+	def, err := frontdoor("default config", "")
 	if err != nil {
 		return err
 	}
@@ -156,15 +147,7 @@ func run(o opts) error {
 	miss, hit := def, def
 	miss.name, miss.xcache, miss.unique = "default config, miss", "miss", true
 	hit.name, hit.xcache = "default config, hit", "hit-exact"
-	targets := []target{direct, bareT, pass}
-	if o.noDeferred {
-		nd, err := frontdoor("pass-through, no DeferredConn", "frontdoor-nodeferred", "cache: {backend: off}\n")
-		if err != nil {
-			return err
-		}
-		targets = append(targets, nd)
-	}
-	targets = append(targets, miss, hit)
+	targets := []target{direct, bareT, pass, miss, hit}
 
 	const prompt = "What is the capital of France? Answer in one word."
 	body := func(p string, stream bool) []byte {
@@ -195,31 +178,36 @@ func run(o opts) error {
 		}
 		return nil
 	}
-	// Prime the hit path, streamed and not (each has its own entry).
-	for _, stream := range []bool{false, true} {
-		check := checkJSON
-		if stream {
-			check = checkSSE
+	// Prime the hit paths, streamed and not (each has its own entry).
+	for _, t := range targets {
+		if t.xcache != "hit-exact" {
+			continue
 		}
-		var err error
-		for i := 0; i < 100; i++ {
-			var res load.Result
-			res, err = load.Run(load.Target{URL: hit.url, Body: body(prompt, stream), Check: check, Header: [2]string{"X-Cache", "hit-exact"}}, 1, 50*time.Millisecond, 0)
-			if err == nil && res.Errors == 0 {
-				break
+		for _, stream := range []bool{false, true} {
+			check := checkJSON
+			if stream {
+				check = checkSSE
 			}
-			if err == nil {
-				err = fmt.Errorf("%d of %d answers were no hit", res.Errors, res.Errors+res.Requests)
+			var err error
+			for i := 0; i < 100; i++ {
+				var res load.Result
+				res, err = load.Run(load.Target{URL: t.url, Body: body(prompt, stream), Check: check, Header: [2]string{"X-Cache", "hit-exact"}}, 1, 50*time.Millisecond, 0)
+				if err == nil && res.Errors == 0 {
+					break
+				}
+				if err == nil {
+					err = fmt.Errorf("%d of %d answers were no hit", res.Errors, res.Errors+res.Requests)
+				}
+				time.Sleep(20 * time.Millisecond)
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if err != nil {
-			return fmt.Errorf("priming the hit path: %w", err)
+			if err != nil {
+				return fmt.Errorf("priming %s: %w", t.name, err)
+			}
 		}
 	}
 
-	fmt.Printf("command: go run ./bench/overhead -rounds %d -duration %s -conc %d -stream=%v -wrk=%v -access-log=%v -nodeferred=%v\n",
-		o.rounds, o.dur, o.conc, o.stream, o.wrk, o.accessLog, o.noDeferred)
+	fmt.Printf("command: go run ./bench/overhead -rounds %d -duration %s -conc %d -stream=%v -wrk=%v -access-log=%v\n",
+		o.rounds, o.dur, o.conc, o.stream, o.wrk, o.accessLog)
 	fmt.Printf("setup: %d alternating rounds; gpusim --ttft 0 --itl 0 --output-tokens 16; separate processes on loopback; frontdoor with the default config but for `cache` (off for pass-through) and `logging.level: info`; medians over rounds\n\n", o.rounds)
 
 	type scenario struct {
