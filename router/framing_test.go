@@ -251,6 +251,16 @@ func TestFramingPipelinedDuringHandling(t *testing.T) {
 	}
 }
 
+// A JSON escape in a key is the key: "\u0073tream":true asks for a
+// stream like "stream":true does, and gets one.
+func TestFramingEscapedStreamKey(t *testing.T) {
+	gw, _ := simAndGateway(t, 1, func(c *sim.Config) { c.TTFT, c.ITL = 0, 0 })
+	resp, b := post(t, gw.URL+"/v1/chat/completions", chatBody("escaped", `"max_tokens":2,"\u0073tream":true`))
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" || !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
+		t.Fatalf("%d %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
+	}
+}
+
 // Slowloris: a request sent a byte every 0.5 s is cut off at
 // timeouts.client, counted from its first byte, and never reaches a node.
 func TestFramingSlowloris(t *testing.T) {
