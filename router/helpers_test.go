@@ -157,18 +157,3 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
-
-// getStatus reads GET /status (tests reach it from loopback, an admin CIDR).
-func getStatus(t *testing.T, base string) Status {
-	t.Helper()
-	resp, err := httpClient.Get(base + "/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var st Status
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("/status: %d %v", resp.StatusCode, err)
-	}
-	return st
-}
