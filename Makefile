@@ -3,15 +3,17 @@ GO       ?= go
 PKGS     ?= ./...
 BENCHTIME ?= 2s
 
-.PHONY: test build lint bench fuzz redis-server demo clean
+.PHONY: test crossbuild build lint bench fuzz redis-server demo clean
 
-## test: run every test with the race detector against a real redis-server,
-## then the gateway's tests again on the fasthttp engine (server.engine), minus
-## two slow ones that test no part of the server.
-test: redis-server
+## test: the cross-builds, then every test with the race detector against a
+## real redis-server.
+test: crossbuild redis-server
 	FRONTDOOR_REQUIRE_REDIS=1 $(GO) test -race -count=1 $(PKGS)
-	FRONTDOOR_REQUIRE_REDIS=1 FRONTDOOR_TEST_ENGINE=fasthttp $(GO) test -race -count=1 \
-		-skip 'TestAdmissionRateAccuracy|TestSpillLoadKeepsLocalCapsAndLosesNothing' ./router/
+
+## crossbuild: everything must build for the platforms people run it on.
+crossbuild:
+	GOOS=linux GOARCH=arm64 $(GO) build $(PKGS)
+	GOOS=darwin GOARCH=arm64 $(GO) build $(PKGS)
 
 ## redis-server: make sure Debian's redis-server, redis-cli (a cluster is made
 ## with it) and redis-redisearch (RediSearch 1.2, the "no vector search" case)
@@ -36,8 +38,8 @@ build:
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-## lint: gofmt, go vet and staticcheck must be clean.
-lint:
+## lint: the cross-builds, then gofmt, go vet and staticcheck must be clean.
+lint: crossbuild
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) run $(STATICCHECK) $(PKGS)

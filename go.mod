@@ -13,7 +13,6 @@ require (
 	github.com/valyala/fastjson v1.6.10
 	github.com/viterin/vek v0.4.3
 	go.yaml.in/yaml/v3 v3.0.6
-	golang.org/x/sys v0.49.0
 )
 
 require (
@@ -35,5 +34,6 @@ require (
 	github.com/viterin/partial v1.1.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/exp v0.0.0-20230817173708-d852ddb80c63 // indirect
+	golang.org/x/sys v0.49.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )

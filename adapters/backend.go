@@ -206,6 +206,7 @@ var (
 	ErrFirstByteTimeout = errors.New("no response before the first-byte timeout")
 	ErrIdleTimeout      = errors.New("stream idle timeout")
 	ErrUpstreamClosed   = errors.New("upstream closed the connection")
+	ErrNoFinalAnswer    = errors.New("upstream answered with no final HTTP status")
 )
 
 // HTTPBackend speaks OpenAI-compatible HTTP to one upstream (vLLM, SGLang,
@@ -263,9 +264,7 @@ func NewHTTPBackend(t Target, cfg Config) (*HTTPBackend, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%w: %w", ErrConnect, err)
 			}
-			// The answer is always read right after the request is
-			// written: hold the write back into that read.
-			tc := &trackedConn{Conn: NewDeferredConn(c, true)}
+			tc := &trackedConn{Conn: c}
 			tc.local = connAddr{Addr: c.LocalAddr(), conn: tc}
 			return tc, nil
 		},
@@ -341,6 +340,14 @@ func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamR
 	if err := b.client.Do(req, resp); err != nil {
 		fasthttp.ReleaseResponse(resp)
 		return nil, classify(err)
+	}
+	if s := resp.StatusCode(); s < 200 || s > 599 {
+		// fasthttp reads past interim 1xx answers but not 101: the
+		// connection now speaks something else.
+		resp.SetConnectionClose()
+		_ = resp.CloseBodyStream()
+		fasthttp.ReleaseResponse(resp)
+		return nil, fmt.Errorf("%w: status %d", ErrNoFinalAnswer, s)
 	}
 	out := &UpstreamResponse{
 		Status:      resp.StatusCode(),

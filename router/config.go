@@ -24,16 +24,27 @@ type Limits struct {
 	MaxBodyBytes units.Bytes `yaml:"max_body_bytes"`
 }
 
-// Server is the server: section: how connections are served.
+// Server is the server: section. Its keys (engine, loops, io_uring) chose
+// the event-loop engine, which is gone; they are read only so that
+// Problems can say so.
 type Server struct {
-	// Engine "loop" serves whole (non-streaming) inference requests from
-	// epoll event loops and every other connection with fasthttp;
-	// "fasthttp" serves everything with fasthttp.
-	Engine string `yaml:"engine"`
-	Loops  int    `yaml:"loops"` // event loops; 0: one per four CPUs, at least one
-	// IOUring "auto" batches the loops' socket reads and writes through
-	// io_uring where the kernel allows it; "off" makes a system call each.
-	IOUring string `yaml:"io_uring"`
+	removed []string
+}
+
+// UnmarshalYAML records the removed keys present; any other key is unknown.
+func (s *Server) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: server: must be a mapping", n.Line)
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		switch k := n.Content[i]; k.Value {
+		case "engine", "loops", "io_uring":
+			s.removed = append(s.removed, k.Value)
+		default:
+			return fmt.Errorf("line %d: field %s not found in type router.Server", k.Line, k.Value)
+		}
+	}
+	return nil
 }
 
 // Timeouts is the timeouts: section.
@@ -145,7 +156,6 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Listen:    ":8080",
-		Server:    Server{Engine: "loop", IOUring: "auto"},
 		Limits:    Limits{MaxBodyBytes: 8 << 20},
 		Timeouts:  Timeouts{Connect: units.Duration(2e9), FirstByte: units.Duration(60e9), Idle: units.Duration(30e9), Total: units.Duration(600e9), Shutdown: units.Duration(30e9), Client: units.Duration(120e9)},
 		Admin:     Admin{TokenEnv: "FRONTDOOR_ADMIN_TOKEN", AllowCIDRs: []string{"127.0.0.1/32", "::1/128"}},
@@ -290,14 +300,8 @@ func (c *Config) Problems() []string {
 	if c.Listen == "" {
 		add("listen: is required")
 	}
-	if c.Server.Engine != "loop" && c.Server.Engine != "fasthttp" {
-		add("server.engine: must be loop or fasthttp, got %q", c.Server.Engine)
-	}
-	if c.Server.IOUring != "auto" && c.Server.IOUring != "off" {
-		add("server.io_uring: must be auto or off, got %q", c.Server.IOUring)
-	}
-	if c.Server.Loops < 0 || c.Server.Loops > 256 {
-		add("server.loops: must be between 0 and 256")
+	for _, k := range c.Server.removed {
+		add("server.%s: removed in this version: frontdoor has one HTTP server (fasthttp); delete the key", k)
 	}
 	if c.Limits.MaxBodyBytes < 1024 {
 		add("limits.max_body_bytes: must be at least 1024")

@@ -65,10 +65,6 @@ type Gateway struct {
 	streams  sync.WaitGroup // live stream pumps
 	live     liveStreams    // for the forced stop after the grace period
 
-	loop        *adapters.LoopServer // server.engine: loop
-	loopTargets map[string]*adapters.LoopTarget
-	handoff     *connQueue
-
 	runCancel context.CancelFunc
 	runDone   chan struct{}
 }
@@ -132,10 +128,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		Name:         "frontdoor",
 		// Bodies up to twice the limit are read and answered with a clean
 		// 413 by the handler; only larger ones are cut at the socket.
-		MaxRequestBodySize: 2 * int(cfg.Limits.MaxBodyBytes),
-		// One value for both, so the deadline fasthttp re-arms twice per
-		// request barely moves and the connection need not re-arm its
-		// timer (adapters.DeferredConn).
+		MaxRequestBodySize:            2 * int(cfg.Limits.MaxBodyBytes),
 		ReadTimeout:                   cfg.Timeouts.Client.D(),
 		IdleTimeout:                   cfg.Timeouts.Client.D(),
 		NoDefaultServerHeader:         false,
@@ -144,9 +137,6 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		CloseOnShutdown:               true,
 		ReadBufferSize:                16 << 10,
 		Logger:                        fasthttpLogger{g.log},
-	}
-	if err := g.buildLoop(); err != nil {
-		return nil, fmt.Errorf("server: %w", err)
 	}
 	return g, nil
 }
@@ -338,12 +328,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 	if g.runCancel == nil {
 		g.Start()
 	}
-	var err error
-	if g.loop != nil {
-		err = g.serveLoopEngine(ln)
-	} else {
-		err = g.server.Serve(adapters.DeferredListener{Listener: ln})
-	}
+	err := g.server.Serve(ln)
 	if errors.Is(err, net.ErrClosed) {
 		return nil
 	}
@@ -354,12 +339,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 // finish until ctx ends, then cuts the remaining streams.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.stopping.Store(true)
-	var err error
-	if g.loop != nil {
-		err = g.shutdownLoopEngine(ctx)
-	} else {
-		err = g.server.ShutdownWithContext(ctx)
-	}
+	err := g.server.ShutdownWithContext(ctx)
 	if err != nil {
 		g.live.closeAll()
 	}

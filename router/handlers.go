@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"runtime/debug"
 	"strconv"
 	"sync/atomic"
@@ -26,21 +27,19 @@ import (
 )
 
 func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
-	dc, _ := ctx.Conn().(*adapters.DeferredConn)
-	if dc != nil {
-		dc.Begin() // writes go out at once: a pipelined request may follow an armed answer
-	}
 	defer func() {
 		if r := recover(); r != nil {
 			g.log.Error("handler panicked", "path", string(ctx.Path()), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 			g.writeError(ctx, &adapters.APIError{Status: 500, Type: adapters.TypeServer, Code: "internal_error", Message: "internal error"})
 		}
-		// A whole answer is followed by the read of the next request:
-		// send it from inside that read (see adapters.DeferredConn).
-		if dc != nil {
-			dc.End(!ctx.Response.IsBodyStream())
-		}
 	}()
+	// A request whose body length two parsers could read differently is
+	// refused before anything else (adapters.CheckRequestFraming).
+	if err := adapters.CheckRequestFraming(ctx.Request.Header.RawHeaders()); err != nil {
+		g.writeError(ctx, adapters.BadRequest("", err.Error()))
+		ctx.SetConnectionClose()
+		return
+	}
 	switch string(ctx.Path()) {
 	case "/v1/chat/completions":
 		g.serveInference(ctx, adapters.EndpointChat)
@@ -103,7 +102,18 @@ func (g *Gateway) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
 		ctx.SetConnectionClose()
 		return
 	}
-	g.writeError(ctx, adapters.BadRequest("", "malformed HTTP request"))
+	var small *fasthttp.ErrSmallBuffer
+	var ne net.Error
+	switch {
+	case errors.As(err, &small):
+		g.writeError(ctx, &adapters.APIError{Status: 431, Type: adapters.TypeInvalidRequest, Code: "request_header_too_large",
+			Message: "request line and headers exceed 16 KiB"})
+	case errors.As(err, &ne) && ne.Timeout():
+		g.writeError(ctx, &adapters.APIError{Status: 408, Type: adapters.TypeInvalidRequest, Code: "request_timeout",
+			Message: "request not received within timeouts.client"})
+	default:
+		g.writeError(ctx, adapters.BadRequest("", "malformed HTTP request"))
+	}
 	ctx.SetConnectionClose()
 }
 

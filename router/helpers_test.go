@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -31,9 +30,6 @@ type testGateway struct {
 func testConfig(sims ...*sim.Server) Config {
 	cfg := DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
-	if e := os.Getenv("FRONTDOOR_TEST_ENGINE"); e != "" { // make test runs the suite on both
-		cfg.Server.Engine = e
-	}
 	cfg.Cache.Backend = "off"
 	cfg.Balancer.HealthInterval = 3600e9 // tests probe explicitly
 	cfg.Balancer.Backoff.Base, cfg.Balancer.Backoff.Max = 1e6, 5e6
@@ -160,19 +156,4 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
-}
-
-// getStatus reads GET /status (tests reach it from loopback, an admin CIDR).
-func getStatus(t *testing.T, base string) Status {
-	t.Helper()
-	resp, err := httpClient.Get(base + "/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var st Status
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("/status: %d %v", resp.StatusCode, err)
-	}
-	return st
 }

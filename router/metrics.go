@@ -16,8 +16,6 @@ type gatewayMetrics struct {
 	retries      map[string]*metrics.Counter // by the reason of the failed attempt
 	clientAborts *metrics.Counter
 	streamErrors *metrics.Counter
-	loopRequests *metrics.Counter // requests the loops served (server.engine: loop)
-	loopHandoffs *metrics.Counter // connections the loops handed to fasthttp
 	streams      atomic.Int64
 	// upstreamAnswers counts answers from local nodes, for the spill ratio.
 	upstreamAnswers                    atomic.Int64
@@ -43,8 +41,6 @@ func newGatewayMetrics(set *metrics.Set, g *Gateway) *gatewayMetrics {
 		retries:      map[string]*metrics.Counter{},
 		clientAborts: set.NewCounter(`frontdoor_client_aborts_total`),
 		streamErrors: set.NewCounter(`frontdoor_stream_errors_total`),
-		loopRequests: set.NewCounter(`frontdoor_loop_requests_total`),
-		loopHandoffs: set.NewCounter(`frontdoor_loop_handoffs_total`),
 	}
 	for i, ep := range endpointLabel {
 		m.durations[i] = set.NewPrometheusHistogram(`frontdoor_request_duration_seconds{endpoint="` + ep + `"}`)

@@ -22,22 +22,10 @@ type Status struct {
 	Ready     bool                  `json:"ready"`
 	Requests  map[string]int        `json:"requests"` // by outcome class
 	Streams   int64                 `json:"streams_active"`
-	Server    ServerStatus          `json:"server"`
 	Cache     *CacheStatus          `json:"cache,omitempty"`
 	Spill     *SpillStatus          `json:"spillover,omitempty"`
 	Nodes     []balancer.NodeStatus `json:"nodes"`
 	Admission admission.Status      `json:"admission"`
-}
-
-// ServerStatus says how connections are served: the engine in effect
-// (server.engine loop falls back to fasthttp under configs whose checks may
-// block), its loops, and whether they batch through io_uring.
-type ServerStatus struct {
-	Engine       string `json:"engine"`
-	Loops        int    `json:"loops,omitempty"`
-	IOUring      bool   `json:"io_uring"`
-	LoopRequests uint64 `json:"loop_requests"`
-	Handoffs     uint64 `json:"loop_handoffs"`
 }
 
 // CacheStatus is the cache part of /status.
@@ -67,11 +55,6 @@ func (g *Gateway) status() Status {
 	st := Status{Uptime: time.Since(startTime).Round(time.Second).String(), Ready: g.pool.Ready() && !g.stopping.Load(),
 		Streams: g.metrics.streams.Load(), Requests: g.metrics.classes()}
 	st.Nodes = g.pool.Status()
-	st.Server = ServerStatus{Engine: "fasthttp"}
-	if g.loop != nil {
-		st.Server = ServerStatus{Engine: "loop", Loops: g.loop.Loops(), IOUring: g.loop.IOBatching(),
-			LoopRequests: g.metrics.loopRequests.Get(), Handoffs: g.metrics.loopHandoffs.Get()}
-	}
 	if g.store != nil {
 		st.Cache = &CacheStatus{Backend: g.cfg.Cache.Backend, Results: g.cm.totals(), HitRatio: g.cm.hitRatio(),
 			Entries: g.cm.entries.Load(), Vectors: g.cm.vectors.Load(), Bytes: g.cm.bytes.Load(),

@@ -95,15 +95,13 @@ func run(rounds int, dur time.Duration, conc int) error {
 		name string
 		url  string
 	}
-	// The default config (semantic on) is served by fasthttp; an
-	// exact-only memory cache is served by the event loops (server.engine).
 	var targets []target
 	for _, gw := range []struct {
 		name, backend string
 		semantic      bool
 	}{
 		{"frontdoor, memory cache", "memory", true},
-		{"frontdoor, memory cache, exact only (event loops)", "memory", false},
+		{"frontdoor, memory cache, exact only", "memory", false},
 		{"frontdoor, redis cache", "redis", true},
 	} {
 		if gw.backend == "redis" && !haveRedis {

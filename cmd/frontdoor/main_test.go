@@ -40,7 +40,7 @@ func TestCheckConfigAcceptsTheExamples(t *testing.T) {
 
 func TestCheckConfigReportsEveryProblemWithItsPath(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "bad.yaml")
-	bad := "nodes:\n  - {name: a, url: http://x:1, models: [m]}\n  - {name: b, url: \"127.0.0.1:9001\", models: [m]}\n  - {name: \"c\\r\\nX-Evil: 1\", url: http://x:2, models: [m]}\nbalancer: {policy: fastest}\ntimeouts: {client: 0s}\nserver: {io_uring: always}\ncache: {bogus: 1}\n"
+	bad := "nodes:\n  - {name: a, url: http://x:1, models: [m]}\n  - {name: b, url: \"127.0.0.1:9001\", models: [m]}\n  - {name: \"c\\r\\nX-Evil: 1\", url: http://x:2, models: [m]}\nbalancer: {policy: fastest}\ntimeouts: {client: 0s}\nserver: {engine: loop, io_uring: auto}\ncache: {bogus: 1}\n"
 	if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -57,9 +57,33 @@ func TestCheckConfigReportsEveryProblemWithItsPath(t *testing.T) {
 	run([]string{"check-config", "--config", path}, &out, &errOut)
 	for _, want := range []string{"nodes[1].url: missing scheme", `balancer.policy: "fastest"`,
 		`nodes[2].name: "c\r\nX-Evil: 1" may only use letters, digits`, "timeouts.client: must be > 0",
-		`server.io_uring: must be auto or off, got "always"`} {
+		// The event-loop engine is gone: its keys are refused, by name.
+		"server.engine: removed in this version: frontdoor has one HTTP server (fasthttp); delete the key",
+		"server.io_uring: removed in this version"} {
 		if !strings.Contains(errOut.String(), want) {
 			t.Fatalf("missing %q in:\n%s", want, errOut.String())
+		}
+	}
+}
+
+// Configs written for the event-loop engine are refused with a message
+// that says what to do; other keys under server: are unknown.
+func TestCheckConfigRefusesTheEngineKeys(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ server, want string }{
+		{"{engine: fasthttp}", "server.engine: removed in this version: frontdoor has one HTTP server (fasthttp); delete the key"},
+		{"{loops: 2}", "server.loops: removed in this version"},
+		{"{io_uring: off}", "server.io_uring: removed in this version"},
+		{"{threads: 2}", "server.threads: field threads not found"},
+	} {
+		path := filepath.Join(dir, "c.yaml")
+		cfg := "nodes:\n  - {name: a, url: http://127.0.0.1:1, models: [m]}\nserver: " + tc.server + "\n"
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var out, errOut bytes.Buffer
+		if code := run([]string{"check-config", "--config", path}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), tc.want) {
+			t.Fatalf("server: %s: exit %d, want %q in:\n%s", tc.server, code, tc.want, errOut.String())
 		}
 	}
 }

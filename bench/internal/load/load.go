@@ -43,8 +43,14 @@ type Target struct {
 	URL     string
 	Body    []byte
 	Headers map[string]string
+	// NextBody, when set, gives each request's body instead of Body; the
+	// workers call it concurrently.
+	NextBody func() []byte
 	// Check validates a response; nil accepts any 200.
 	Check func(status int, body []byte) error
+	// Header, when set, is a response header every answer must carry with
+	// the value given, such as X-Cache: hit-exact.
+	Header [2]string
 	// Watch lists process ids whose CPU time is recorded in Result.CPU.
 	Watch []int
 }
@@ -97,10 +103,17 @@ func run(client *fasthttp.Client, target Target, c int, d time.Duration) (Result
 				for k, v := range target.Headers {
 					req.Header.Set(k, v)
 				}
-				req.SetBodyRaw(target.Body)
+				if target.NextBody != nil {
+					req.SetBodyRaw(target.NextBody())
+				} else {
+					req.SetBodyRaw(target.Body)
+				}
 				t0 := time.Now()
 				err := client.Do(req, resp)
 				el := time.Since(t0)
+				if h := target.Header; err == nil && h[0] != "" && string(resp.Header.Peek(h[0])) != h[1] {
+					err = fmt.Errorf("%s: %q, want %q", h[0], resp.Header.Peek(h[0]), h[1])
+				}
 				if err == nil && target.Check != nil {
 					err = target.Check(resp.StatusCode(), resp.Body())
 				} else if err == nil && resp.StatusCode() != 200 {

@@ -1,0 +1,371 @@
+package router
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"frontdoor/cmd/gpusim/sim"
+	"frontdoor/internal/testenv"
+	"frontdoor/internal/units"
+)
+
+// The framing suite: raw bytes on a socket against the real gateway, one
+// case per probe of the review of the event-loop engine. Each case states
+// the answers the connection must get, in order, and whether the server
+// then closes it. No case may reach a node (sim.Stats().Received) or an
+// admin route (the test client is on loopback, an admin CIDR, so a
+// smuggled GET /admin/nodes would be answered with the node list).
+
+// framingReply is one answer read off the socket.
+type framingReply struct {
+	status int
+	body   string
+}
+
+// exchangeRaw writes each of parts in turn, gap apart, then reads answers
+// until the server closes the connection or quiet passes without a byte.
+func exchangeRaw(t *testing.T, addr string, parts []string, gap, quiet time.Duration) (replies []framingReply, closed bool) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	go func() {
+		for i, p := range parts {
+			if i > 0 && gap > 0 {
+				time.Sleep(gap)
+			}
+			if _, err := io.WriteString(c, p); err != nil {
+				return // the server closed: what it said is read below
+			}
+		}
+	}()
+	br := bufio.NewReader(&quietReader{c: c, quiet: quiet})
+	for {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			var ne net.Error
+			switch {
+			case errors.As(err, &ne) && ne.Timeout():
+				return replies, false
+			case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed), isReset(err):
+				return replies, true
+			}
+			t.Fatalf("after %d answers: %v", len(replies), err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("answer %d: %v", len(replies)+1, err)
+		}
+		replies = append(replies, framingReply{resp.StatusCode, string(b)})
+	}
+}
+
+// quietReader fails a read with a timeout when nothing arrives for quiet.
+type quietReader struct {
+	c     net.Conn
+	quiet time.Duration
+}
+
+func (r *quietReader) Read(p []byte) (int, error) {
+	_ = r.c.SetReadDeadline(time.Now().Add(r.quiet))
+	return r.c.Read(p)
+}
+
+func isReset(err error) bool {
+	return strings.Contains(err.Error(), "connection reset by peer")
+}
+
+// rawPost is a POST to the chat endpoint with the given header lines (each
+// ending in CRLF) and body bytes.
+func rawPost(headers, body string) string {
+	return "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + headers + "\r\n" + body
+}
+
+// chunked frames body as one chunk and the last chunk.
+func chunked(body string) string {
+	return strconv.FormatInt(int64(len(body)), 16) + "\r\n" + body + "\r\n0\r\n\r\n"
+}
+
+const (
+	adminProbe  = "GET /admin/nodes HTTP/1.1\r\nHost: x\r\n\r\n"
+	healthProbe = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+)
+
+func TestFraming(t *testing.T) {
+	s := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT, c.ITL = 0, 0 })
+	cfg := testConfig(s)
+	cfg.Limits.MaxBodyBytes = 64 << 10
+	gw := startGateway(t, cfg)
+	addr := strings.TrimPrefix(gw.URL, "http://")
+	valid := chatBody("smuggled?", `"max_tokens":2`)
+	cl := func(body string) string { return "Content-Length: " + strconv.Itoa(len(body)) + "\r\n" }
+	cases := []struct {
+		name   string
+		send   string
+		want   []int // the statuses of the answers, in order
+		closed bool
+	}{
+		// The review's smuggling probe. fasthttp reads a bare LF as the end
+		// of a line, so the blank line ends the first request's headers:
+		// an empty body (400), then a second POST whose 38-byte body is
+		// the GET, not JSON (400). One parser frames it one way: nothing
+		// is smuggled, the answers come in order and the connection stays.
+		{"bare LF ends the headers",
+			"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\n" +
+				"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 38\r\n\r\n" + adminProbe,
+			[]int{400, 400}, false},
+		// fasthttp lets Transfer-Encoding win and closes after answering;
+		// frontdoor refuses both (adapters.CheckRequestFraming), so the
+		// valid chunked body never reaches the node.
+		{"Content-Length then Transfer-Encoding",
+			rawPost("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", chunked(valid)) + adminProbe, []int{400}, true},
+		{"Transfer-Encoding then Content-Length",
+			rawPost("Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", chunked(valid)) + adminProbe, []int{400}, true},
+		{"duplicate Content-Length", rawPost(cl(valid)+cl(valid), valid) + adminProbe, []int{400}, true},
+		{"conflicting Content-Length", rawPost("Content-Length: 0\r\n"+cl(adminProbe), adminProbe), []int{400}, true},
+		{"Content-Length list", rawPost("Content-Length: 0, "+strconv.Itoa(len(adminProbe))+"\r\n", adminProbe), []int{400}, true},
+		{"Content-Length with a sign", rawPost("Content-Length: +"+strconv.Itoa(len(valid))+"\r\n", valid), []int{400}, true},
+		{"Transfer-Encoding: chunked, identity", rawPost("Transfer-Encoding: chunked, identity\r\n", chunked(valid)) + adminProbe, []int{400}, true},
+		{"Transfer-Encoding: gzip, chunked", rawPost("Transfer-Encoding: gzip, chunked\r\n", chunked(valid)) + adminProbe, []int{400}, true},
+		// fasthttp reads identity as "no body" and would answer the GET
+		// behind it as the next request; frontdoor refuses identity.
+		{"Transfer-Encoding: identity", rawPost("Transfer-Encoding: identity\r\n", "") + adminProbe, []int{400}, true},
+		{"two Transfer-Encoding headers", rawPost("Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", chunked(valid)) + adminProbe, []int{400}, true},
+		// fasthttp unfolds an obs-fold; frontdoor refuses one in framing.
+		{"obs-fold in Transfer-Encoding", rawPost("Transfer-Encoding:\r\n chunked\r\n", chunked(valid)) + adminProbe, []int{400}, true},
+		{"obs-fold after Transfer-Encoding", rawPost("Transfer-Encoding: x\r\n chunked\r\n", chunked(valid)) + adminProbe, []int{400}, true},
+		{"obs-fold in Content-Length", rawPost("Content-Length:\r\n "+strconv.Itoa(len(valid))+"\r\n", valid) + adminProbe, []int{400}, true},
+		{"space before the colon", rawPost("Transfer-Encoding : chunked\r\n", chunked(valid)) + adminProbe, []int{400}, true},
+		{"chunk sizes ended by a bare LF", rawPost("Transfer-Encoding: chunked\r\n", "5\nhello\n0\n\n") + adminProbe, []int{400}, true},
+		{"Content-Length in the trailer", rawPost("Transfer-Encoding: chunked\r\n", "5\r\nhello\r\n0\r\nContent-Length: 9\r\n\r\n") + adminProbe, []int{400}, true},
+		{"Transfer-Encoding on HTTP/1.0",
+			"POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(valid), []int{400}, true},
+		{"NUL in a header", rawPost("X-A: a\x00b\r\n"+cl(valid), valid) + adminProbe, []int{400}, true},
+		{"bare CR in a header value", rawPost("X-A: a\rb\r\n"+cl(valid), valid) + adminProbe, []int{400}, true},
+		{"bare CR in a header name", rawPost("X-A\r: b\r\n"+cl(valid), valid) + adminProbe, []int{400}, true},
+		{"bare CR ends a line", rawPost("Content-Length: "+strconv.Itoa(len(valid))+"\rX-A: b\r\n", valid) + adminProbe, []int{400}, true},
+		{"20 KB header", rawPost("X-Big: "+strings.Repeat("a", 20<<10)+"\r\n"+cl(valid), valid) + adminProbe, []int{431}, true},
+		// Up to twice max_body_bytes the handler reads the body and answers
+		// 413 on a connection that goes on; beyond, fasthttp stops reading
+		// at the header and closes.
+		{"body over max_body_bytes", rawPost("Content-Length: "+strconv.Itoa(100<<10)+"\r\n", strings.Repeat("a", 100<<10)) + healthProbe, []int{413, 200}, false},
+		{"body over twice max_body_bytes", rawPost("Content-Length: "+strconv.Itoa(200<<10)+"\r\n", strings.Repeat("a", 200<<10)) + adminProbe, []int{413}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := s.Stats().Received
+			quiet := 300 * time.Millisecond
+			replies, closed := exchangeRaw(t, addr, []string{tc.send}, 0, quiet)
+			checkReplies(t, replies, tc.want)
+			if closed != tc.closed {
+				t.Fatalf("closed: %v, want %v (answers %v)", closed, tc.closed, replies)
+			}
+			if n := s.Stats().Received - before; n != 0 {
+				t.Fatalf("%d requests reached the node", n)
+			}
+		})
+	}
+}
+
+// checkReplies compares the statuses in order. Errors must be OpenAI
+// errors, and no answer may be the admin node list.
+func checkReplies(t *testing.T, replies []framingReply, want []int) {
+	t.Helper()
+	got := make([]int, len(replies))
+	for i, r := range replies {
+		got[i] = r.status
+		if strings.Contains(r.body, `"gpu-a"`) {
+			t.Fatalf("answer %d is the admin node list: %q", i+1, r.body)
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("answers %v, want %v: %+v", got, want, replies)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("answers %v, want %v: %+v", got, want, replies)
+		}
+		if want[i] >= 400 && !strings.Contains(replies[i].body, `"error":{`) {
+			t.Fatalf("answer %d is not an OpenAI error: %q", i+1, replies[i].body)
+		}
+	}
+}
+
+// Three pipelined requests are answered in order on the one connection,
+// whether they arrive in one write or in 7-byte pieces. The chat request
+// among them is the one request that reaches the node.
+func TestFramingPipelined(t *testing.T) {
+	gw, sims := simAndGateway(t, 1, func(c *sim.Config) { c.TTFT, c.ITL = 0, 0 })
+	addr := strings.TrimPrefix(gw.URL, "http://")
+	valid := chatBody("pipelined", `"max_tokens":2`)
+	three := rawPost("Content-Length: "+strconv.Itoa(len(valid))+"\r\n", valid) + healthProbe +
+		rawPost("Content-Length: 5\r\n", "[1,2]")
+	var pieces []string
+	for i := 0; i < len(three); i += 7 {
+		pieces = append(pieces, three[i:min(i+7, len(three))])
+	}
+	for _, tc := range []struct {
+		name  string
+		parts []string
+	}{{"one write", []string{three}}, {"7-byte writes", pieces}} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := sims[0].Stats().Received
+			replies, closed := exchangeRaw(t, addr, tc.parts, time.Millisecond, 500*time.Millisecond)
+			checkReplies(t, replies, []int{200, 200, 400})
+			if closed || !strings.Contains(replies[0].body, `"chat.completion"`) || replies[1].body != `{"status":"ok"}` {
+				t.Fatalf("closed %v, answers %+v", closed, replies)
+			}
+			if n := sims[0].Stats().Received - before; n != 1 {
+				t.Fatalf("%d requests reached the node, want 1", n)
+			}
+		})
+	}
+}
+
+// A request pipelined while the one before it is still being handled (the
+// node takes 100 ms) is answered at once after it, not at a timeout.
+func TestFramingPipelinedDuringHandling(t *testing.T) {
+	gw, _ := simAndGateway(t, 1, func(c *sim.Config) { c.TTFT, c.ITL = 100*time.Millisecond, 0 })
+	valid := chatBody("slow node", `"max_tokens":1`)
+	start := time.Now()
+	replies, closed := exchangeRaw(t, strings.TrimPrefix(gw.URL, "http://"),
+		[]string{rawPost("Content-Length: "+strconv.Itoa(len(valid))+"\r\n", valid), healthProbe}, 30*time.Millisecond, 2*time.Second)
+	checkReplies(t, replies, []int{200, 200})
+	if took := time.Since(start) - 2*time.Second; closed || took > time.Second {
+		t.Fatalf("closed %v; the answers took %s", closed, took)
+	}
+}
+
+// A JSON escape in a key is the key: "\u0073tream":true asks for a
+// stream like "stream":true does, and gets one.
+func TestFramingEscapedStreamKey(t *testing.T) {
+	gw, _ := simAndGateway(t, 1, func(c *sim.Config) { c.TTFT, c.ITL = 0, 0 })
+	resp, b := post(t, gw.URL+"/v1/chat/completions", chatBody("escaped", `"max_tokens":2,"\u0073tream":true`))
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" || !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
+		t.Fatalf("%d %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
+	}
+}
+
+// Slowloris: a request sent a byte every 0.5 s is cut off at
+// timeouts.client, counted from its first byte, and never reaches a node.
+func TestFramingSlowloris(t *testing.T) {
+	s := testenv.GPUSim(t, nil)
+	cfg := testConfig(s)
+	cfg.Timeouts.Client = units.Duration(1500 * time.Millisecond)
+	gw := startGateway(t, cfg)
+	valid := chatBody("slow", "")
+	req := rawPost("Content-Length: "+strconv.Itoa(len(valid))+"\r\n", valid)
+	parts := strings.Split(req, "")
+	start := time.Now()
+	replies, closed := exchangeRaw(t, strings.TrimPrefix(gw.URL, "http://"), parts, 500*time.Millisecond, 10*time.Second)
+	took := time.Since(start)
+	if !closed || took < 1400*time.Millisecond || took > 4*time.Second {
+		t.Fatalf("closed %v after %s, want closed at about 1.5 s", closed, took)
+	}
+	checkReplies(t, replies, []int{408})
+	if n := s.Stats().Received; n != 0 {
+		t.Fatalf("%d requests reached the node", n)
+	}
+}
+
+// A client that pipelines 512 MiB of requests (64 KiB bodies the gateway
+// refuses without a node) and never reads an answer: the server reads on
+// only as its answers drain, and what it holds stays bounded. The test
+// process hosts the gateway, so its RSS is measured, from
+// /proc/self/status, against a baseline taken just before.
+func TestFramingClientNeverReads(t *testing.T) {
+	if testing.Short() {
+		t.Skip("512 MiB over loopback")
+	}
+	s := testenv.GPUSim(t, nil)
+	cfg := testConfig(s)
+	cfg.Limits.MaxBodyBytes = 128 << 10
+	cfg.Logging.AccessLog = false
+	gw := startGateway(t, cfg)
+	addr := strings.TrimPrefix(gw.URL, "http://")
+	body := "x" + strings.Repeat("a", 64<<10-1) // not JSON: a 400 at its first byte
+	req := []byte(rawPost("Content-Length: "+strconv.Itoa(len(body))+"\r\n", body))
+	const total = 512 << 20
+	runtime.GC()
+	debug.FreeOSMemory()
+	base := rssBytes(t)
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			if r := rssBytes(t); r > peak.Load() {
+				peak.Store(r)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetWriteDeadline(time.Now().Add(60 * time.Second))
+	sent := 0
+	var werr error
+	for sent < total {
+		var n int
+		n, werr = c.Write(req)
+		sent += n
+		if werr != nil {
+			break
+		}
+	}
+	close(stop)
+	<-sampled
+	growth := peak.Load() - base
+	t.Logf("sent %d MiB (%v); RSS %d MiB before, peak %d MiB (+%d MiB)", sent>>20, werr, base>>20, peak.Load()>>20, growth>>20)
+	if growth > 200<<20 {
+		t.Fatalf("RSS grew by %d MiB while a client pipelined without reading", growth>>20)
+	}
+	// The server is still there for others, and nothing reached the node.
+	replies, _ := exchangeRaw(t, addr, []string{healthProbe}, 0, 2*time.Second)
+	checkReplies(t, replies, []int{200})
+	if n := s.Stats().Received; n != 0 {
+		t.Fatalf("%d requests reached the node", n)
+	}
+}
+
+// rssBytes is the resident set size of this process.
+func rssBytes(t *testing.T) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skip("no /proc/self/status")
+	}
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if v, ok := bytes.CutPrefix(line, []byte("VmRSS:")); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(string(v)), " kB"), 10, 64)
+			if err != nil {
+				t.Fatalf("VmRSS %q: %v", v, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS in /proc/self/status")
+	return 0
+}
