@@ -48,8 +48,9 @@ type Observer interface {
 	WriteBatch(n int, d time.Duration, err error)
 	// WriteDropped reports n writes that were not sent.
 	WriteDropped(reason string, n int)
-	// BreakerChanged reports a breaker's transition; path is "read" or "write".
-	BreakerChanged(path string, from, to BreakerState)
+	// BreakerChanged reports a breaker's transition; path is "read" or
+	// "write", lastErr the path's latest error (nil if none yet).
+	BreakerChanged(path string, from, to BreakerState, lastErr error)
 	// StateChanged reports a change of the backend's state, with why.
 	StateChanged(from, to BackendState, why string)
 }
@@ -90,6 +91,7 @@ type Backend struct {
 	drain  chan struct{} // closed when Close's deadline passes: drop the rest
 
 	lastReadErr, lastWriteErr, lastDrop atomic.Int64 // unix ns
+	readErr, writeErr                   atomic.Pointer[error]
 	queued                              atomic.Int64
 
 	stateMu    sync.Mutex
@@ -165,6 +167,7 @@ func (b *Backend) read(ctx context.Context, op string, call func(context.Context
 		// Not connected yet: the state says bypassed; nothing to count.
 	default:
 		b.lastReadErr.Store(time.Now().UnixNano())
+		b.readErr.Store(&err)
 		b.readBreaker.Failure()
 		return fmt.Errorf("cache: %s: %w", op, err)
 	}
@@ -257,6 +260,7 @@ func (b *Backend) flush(batch []writeJob) {
 	case errors.Is(err, ErrUnavailable):
 	default:
 		b.lastWriteErr.Store(time.Now().UnixNano())
+		b.writeErr.Store(&err)
 		b.writeBreaker.Failure()
 	}
 	finish(err)
@@ -330,7 +334,15 @@ func (b *Backend) evaluate() (BackendState, string) {
 }
 
 func (b *Backend) breakerChanged(path string, from, to BreakerState) {
-	b.obs.BreakerChanged(path, from, to)
+	last := b.readErr.Load()
+	if path == "write" {
+		last = b.writeErr.Load()
+	}
+	var err error
+	if last != nil {
+		err = *last
+	}
+	b.obs.BreakerChanged(path, from, to, err)
 	b.Health()
 }
 
@@ -376,8 +388,8 @@ func (b *Backend) Close(ctx context.Context) error {
 
 type nopObserver struct{}
 
-func (nopObserver) Lookup(string, time.Duration, error)               {}
-func (nopObserver) WriteBatch(int, time.Duration, error)              {}
-func (nopObserver) WriteDropped(string, int)                          {}
-func (nopObserver) BreakerChanged(string, BreakerState, BreakerState) {}
-func (nopObserver) StateChanged(BackendState, BackendState, string)   {}
+func (nopObserver) Lookup(string, time.Duration, error)                      {}
+func (nopObserver) WriteBatch(int, time.Duration, error)                     {}
+func (nopObserver) WriteDropped(string, int)                                 {}
+func (nopObserver) BreakerChanged(string, BreakerState, BreakerState, error) {}
+func (nopObserver) StateChanged(BackendState, BackendState, string)          {}

@@ -39,7 +39,7 @@ func (r *recorder) WriteDropped(reason string, n int) {
 	defer r.mu.Unlock()
 	r.dropped[reason] += n
 }
-func (r *recorder) BreakerChanged(path string, _, to BreakerState) {
+func (r *recorder) BreakerChanged(path string, _, to BreakerState, _ error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.breakers = append(r.breakers, path+":"+to.String())

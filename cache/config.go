@@ -61,6 +61,11 @@ type RedisIndexConfig struct {
 	// BatchSize is how many nearest vectors RediSearch fetches at a time
 	// when it filters them by scope afterwards (its BATCHES policy).
 	BatchSize int `yaml:"batch_size"`
+	// InitialCap is the index's initial capacity in vectors (0: RediSearch's
+	// default). Past it, the index grows by 1024 at a time, and each growth
+	// copies the whole index inside Redis's one thread. The room counts in
+	// Redis's used_memory from the first insert on.
+	InitialCap int `yaml:"initial_cap"`
 }
 
 // Validate checks the section.
@@ -82,6 +87,9 @@ func (c RedisIndexConfig) Validate() error {
 	}
 	if c.BatchSize < 1 || c.BatchSize > 4096 {
 		errs = append(errs, errors.New("batch_size: must be between 1 and 4096"))
+	}
+	if c.InitialCap < 0 || c.InitialCap > 1<<30 {
+		errs = append(errs, errors.New("initial_cap: must be between 0 and 2^30"))
 	}
 	return errors.Join(errs...)
 }
@@ -121,7 +129,7 @@ func DefaultConfig() Config {
 		TTL:          units.Duration(24 * 3600e9),
 		MaxBytes:     512 << 20,
 		VectorSearch: "auto",
-		RedisIndex:   RedisIndexConfig{Type: "hnsw", M: 16, EFConstruction: 200, EFRuntime: 10, BatchSize: 64},
+		RedisIndex:   RedisIndexConfig{Type: "hnsw", M: 16, EFConstruction: 200, EFRuntime: 10, BatchSize: 64, InitialCap: 200000},
 		Reads: ReadsConfig{Timeout: units.Duration(100 * time.Millisecond),
 			Breaker: BreakerConfig{FailureRatio: 0.5, MinCalls: 20, Window: units.Duration(10 * time.Second), OpenFor: units.Duration(time.Second)}},
 		Writes: WritesConfig{Timeout: units.Duration(2 * time.Second), Queue: 10000, Workers: 2, Batch: 64,

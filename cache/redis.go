@@ -85,6 +85,9 @@ type RedisStore struct {
 	keyEvents, keyNamespaces, keyIndex, keyVec string
 	reindexAt                                  atomic.Int64 // unix ns of the last index re-creation
 
+	sizesMu sync.Mutex
+	sizes   map[string]scopeSize // redisearch: vectors per scope, counted lately
+
 	idx atomic.Pointer[VectorIndex] // local mode; swapped whole on a resync
 	// own maps ids this store indexed in Put to the index it used, so that
 	// the sync goroutine skips refetching them when their event comes back.
@@ -138,7 +141,7 @@ func NewRedisStore(ctx context.Context, client redis.UniversalClient, opt RedisO
 		c: client, w: opt.Writer, opt: opt,
 		keyEvents: opt.Prefix + "events", keyNamespaces: opt.Prefix + "namespaces",
 		keyIndex: opt.Prefix + "idx:" + space, keyVec: opt.Prefix + "v:" + space + ":",
-		done: make(chan struct{}),
+		done: make(chan struct{}), sizes: map[string]scopeSize{},
 	}
 	switch opt.VectorSearch {
 	case modeLocal:

@@ -32,9 +32,9 @@ func (r *RedisStore) ensureIndex(ctx context.Context) error {
 	ix := r.opt.Index
 	args := &redis.FTVectorArgs{}
 	if ix.Type == "flat" {
-		args.FlatOptions = &redis.FTFlatOptions{Type: "FLOAT32", Dim: r.opt.Dims, DistanceMetric: "COSINE"}
+		args.FlatOptions = &redis.FTFlatOptions{Type: "FLOAT32", Dim: r.opt.Dims, DistanceMetric: "COSINE", InitialCapacity: ix.InitialCap}
 	} else {
-		args.HNSWOptions = &redis.FTHNSWOptions{Type: "FLOAT32", Dim: r.opt.Dims, DistanceMetric: "COSINE",
+		args.HNSWOptions = &redis.FTHNSWOptions{Type: "FLOAT32", Dim: r.opt.Dims, DistanceMetric: "COSINE", InitialCapacity: ix.InitialCap,
 			MaxEdgesPerNode: ix.M, MaxAllowedEdgesPerNode: ix.EFConstruction, EFRunTime: ix.EFRuntime}
 	}
 	err := r.w.FTCreate(cctx, r.keyIndex,
@@ -79,7 +79,7 @@ func noSearchIfServerError(err error) error {
 func (r *RedisStore) searchKNN(ctx context.Context, scope string, vec []float32, k int) ([]Match, error) {
 	ctx, cancel := r.callCtx(ctx)
 	defer cancel()
-	res, err := r.c.FTSearchWithArgs(ctx, r.keyIndex, knnQuery(scope, k, r.opt.Index), knnOptions(vec, k)).Result()
+	res, err := r.c.FTSearchWithArgs(ctx, r.keyIndex, knnQuery(scope, k, r.opt.Index, r.scopeSize(ctx, scope)), knnOptions(vec, k)).Result()
 	if err != nil {
 		if isNoIndex(err) {
 			r.reindex()
@@ -98,23 +98,74 @@ func (r *RedisStore) searchKNN(ctx context.Context, scope string, vec []float32,
 	return out, nil
 }
 
+// scanMax is the largest scope whose vectors a search scans one by one
+// (RediSearch's ADHOC_BF policy): about 1 µs a vector at 512 dims.
+const scanMax = 1024
+
 // knnQuery is the dialect-2 query for the k nearest vectors of one scope;
-// the vector is passed as the parameter B. RediSearch picks how to combine
-// the scope filter with the vector search: a scan of the scope's vectors
-// when the scope is small, else batches of the nearest vectors filtered by
-// scope. BATCH_SIZE sets those batches: RediSearch's default (k) fetches so
-// few that a scope holding a tenth of the index takes many batches, and it
-// then falls back to scanning tens of thousands of vectors. EF_RUNTIME is
-// HNSW's search breadth.
-func knnQuery(scope string, k int, ix RedisIndexConfig) string {
+// the vector is passed as the parameter B. size is the scope's number of
+// vectors, or -1 when unknown. A scope of at most scanMax vectors is scanned;
+// a larger one is searched in the HNSW graph, in batches of batch_size
+// nearest vectors filtered by scope. RediSearch's own choice between the two
+// scans whole scopes of thousands of vectors (2–30 ms each, measured), and
+// its default batch (k) takes many rounds for a scope that holds a tenth of
+// the index. EF_RUNTIME is HNSW's search breadth.
+func knnQuery(scope string, k int, ix RedisIndexConfig, size int) string {
 	q := "(@scope:{" + escapeTag(scope) + "})=>[KNN " + strconv.Itoa(k) + " @vec $B"
+	if size >= 0 && size <= scanMax {
+		return q + " HYBRID_POLICY ADHOC_BF AS dist]" // EF_RUNTIME is refused here
+	}
 	if ix.Type != "flat" {
 		q += " EF_RUNTIME " + strconv.Itoa(ix.EFRuntime)
 	}
-	if ix.BatchSize > 0 {
-		q += " BATCH_SIZE " + strconv.Itoa(ix.BatchSize)
+	if size > scanMax {
+		q += " HYBRID_POLICY BATCHES"
 	}
-	return q + " AS dist]"
+	return q + " BATCH_SIZE " + strconv.Itoa(ix.BatchSize) + " AS dist]"
+}
+
+// Scope sizes are counted in RediSearch (a scan of the scope's tag, about
+// 150 ns a vector) and remembered for a while: large scopes change their
+// policy rarely, small ones may grow past scanMax soon.
+const (
+	scopeSizeLarge = 30 * time.Second
+	scopeSizeSmall = 2 * time.Second
+	scopeSizesMax  = 10000 // remembered scopes; all are forgotten past it
+)
+
+type scopeSize struct {
+	n  int
+	at time.Time
+}
+
+// scopeSize returns the number of vectors in scope, or -1 when it cannot
+// be counted now.
+func (r *RedisStore) scopeSize(ctx context.Context, scope string) int {
+	now := time.Now()
+	r.sizesMu.Lock()
+	sz, ok := r.sizes[scope]
+	r.sizesMu.Unlock()
+	if ok {
+		ttl := scopeSizeSmall
+		if sz.n > scanMax {
+			ttl = scopeSizeLarge
+		}
+		if now.Sub(sz.at) < ttl {
+			return sz.n
+		}
+	}
+	res, err := r.c.FTSearchWithArgs(ctx, r.keyIndex, "@scope:{"+escapeTag(scope)+"}",
+		&redis.FTSearchOptions{NoContent: true, LimitOffset: 0, Limit: 0, CountOnly: true, DialectVersion: 2}).Result()
+	if err != nil {
+		return -1
+	}
+	r.sizesMu.Lock()
+	if len(r.sizes) >= scopeSizesMax {
+		clear(r.sizes)
+	}
+	r.sizes[scope] = scopeSize{n: res.Total, at: now}
+	r.sizesMu.Unlock()
+	return res.Total
 }
 
 func knnOptions(vec []float32, k int) *redis.FTSearchOptions {

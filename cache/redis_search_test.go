@@ -37,13 +37,53 @@ func TestRedisSearchEscapeTag(t *testing.T) {
 }
 
 func TestRedisSearchKNNQuery(t *testing.T) {
-	flat := RedisIndexConfig{Type: "flat"}
-	if got, want := knnQuery("9f86d0", 3, flat), "(@scope:{9f86d0})=>[KNN 3 @vec $B AS dist]"; got != want {
+	flat := RedisIndexConfig{Type: "flat", BatchSize: 64}
+	if got, want := knnQuery("9f86d0", 3, flat, -1), "(@scope:{9f86d0})=>[KNN 3 @vec $B BATCH_SIZE 64 AS dist]"; got != want {
 		t.Fatalf("knnQuery = %q, want %q", got, want)
 	}
 	hnsw := RedisIndexConfig{Type: "hnsw", EFRuntime: 40, BatchSize: 64}
-	if got, want := knnQuery("a}b", 1, hnsw), `(@scope:{a\}b})=>[KNN 1 @vec $B EF_RUNTIME 40 BATCH_SIZE 64 AS dist]`; got != want {
-		t.Fatalf("knnQuery = %q, want %q", got, want)
+	for size, want := range map[int]string{
+		0:    `(@scope:{a\}b})=>[KNN 1 @vec $B HYBRID_POLICY ADHOC_BF AS dist]`,
+		1024: `(@scope:{a\}b})=>[KNN 1 @vec $B HYBRID_POLICY ADHOC_BF AS dist]`,
+		-1:   `(@scope:{a\}b})=>[KNN 1 @vec $B EF_RUNTIME 40 BATCH_SIZE 64 AS dist]`,
+		1025: `(@scope:{a\}b})=>[KNN 1 @vec $B EF_RUNTIME 40 HYBRID_POLICY BATCHES BATCH_SIZE 64 AS dist]`,
+	} {
+		if got := knnQuery("a}b", 1, hnsw, size); got != want {
+			t.Errorf("size %d: knnQuery = %q, want %q", size, got, want)
+		}
+	}
+}
+
+// TestRedisSearchSmallAndLargeScopes: a scope past scanMax is searched in
+// the graph, a small one scanned; both find their nearest entry, and the
+// sizes are counted in RediSearch.
+func TestRedisSearchSmallAndLargeScopes(t *testing.T) {
+	_, c := searchServer(t)
+	s := newTestRedisStore(t, c, RedisOptions{VectorSearch: "redisearch"})
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(34, 34))
+	var ws []Write
+	for i := range scanMax + 100 {
+		ws = append(ws, Write{Entry: rdsEntry("t", "big", fmt.Sprint(i)), Vec: rdsUnit(rng), TTL: time.Minute})
+	}
+	for i := range 3 {
+		ws = append(ws, Write{Entry: rdsEntry("t", "small", fmt.Sprint(i)), Vec: rdsUnit(rng), TTL: time.Minute})
+	}
+	for i := 0; i < len(ws); i += 64 {
+		if err := s.PutBatch(ctx, ws[i:min(i+64, len(ws))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.scopeSize(ctx, "big"); n != scanMax+100 {
+		t.Fatalf("big scope counted %d", n)
+	}
+	if n := s.scopeSize(ctx, "small"); n != 3 {
+		t.Fatalf("small scope counted %d", n)
+	}
+	for _, w := range []Write{ws[7], ws[scanMax+50], ws[len(ws)-1]} {
+		if !rdsHasHit(s, w.Entry.Scope, rdsNear(rng, w.Vec), w.Entry.ID) {
+			t.Fatalf("%s: entry %s not found", w.Entry.Scope, w.Entry.ID)
+		}
 	}
 }
 
@@ -206,7 +246,10 @@ func TestRedisEviction(t *testing.T) {
 		if err := c.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
 			t.Fatal(err)
 		}
-		s := newTestRedisStore(t, c, RedisOptions{VectorSearch: m.vs, WriteTimeout: 5 * time.Second})
+		// No room reserved up front: it counts against maxmemory.
+		ix := DefaultConfig().RedisIndex
+		ix.InitialCap = 0
+		s := newTestRedisStore(t, c, RedisOptions{VectorSearch: m.vs, WriteTimeout: 5 * time.Second, Index: ix})
 		used, err := c.Info(ctx, "memory").Result()
 		if err != nil {
 			t.Fatal(err)

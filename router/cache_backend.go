@@ -83,17 +83,22 @@ func (o *cacheObserver) WriteDropped(reason string, n int) {
 	o.log.warn("drop:"+reason, "cache: write-back dropped", "reason", reason, "entries", n)
 }
 
-func (o *cacheObserver) BreakerChanged(path string, from, to cache.BreakerState) {
+func (o *cacheObserver) BreakerChanged(path string, from, to cache.BreakerState, lastErr error) {
 	if c := o.transitions[path+":"+to.String()]; c != nil {
 		c.Inc()
 	}
-	msg := "cache: " + path + " breaker " + to.String()
-	switch to {
-	case cache.BreakerOpen:
-		o.log.warn("breaker:"+path+":open", msg+"; "+map[string]string{"read": "lookups bypass the store", "write": "write-backs are dropped"}[path], "from", from.String())
-	default:
-		o.log.info("breaker:"+path+":"+to.String(), msg, "from", from.String())
+	if to == cache.BreakerHalfOpen {
+		return // a probe: counted, not logged
 	}
+	what := map[string]string{"read": "lookups bypass the store", "write": "write-backs are dropped"}[path]
+	if to == cache.BreakerClosed {
+		what = map[string]string{"read": "lookups reach the store again", "write": "write-backs are stored again"}[path]
+	}
+	args := []any{"from", from.String()}
+	if lastErr != nil {
+		args = append(args, "last_error", lastErr.Error())
+	}
+	o.log.warn("breaker:"+path+":"+to.String(), "cache: "+path+" breaker "+to.String()+"; "+what, args...)
 }
 
 func (o *cacheObserver) StateChanged(from, to cache.BackendState, why string) {

@@ -482,8 +482,8 @@ func TestCacheSurvivesRedisOutage(t *testing.T) {
 				metricValue(t, mb, `frontdoor_cache_backend_up`) != 0 {
 				t.Fatalf("the outage is not in the metrics:\n%s", mb)
 			}
-			if !strings.Contains(gw.Logs.String(), `"msg":"cache: read breaker open; lookups bypass the store"`) {
-				t.Fatalf("no WARN line for the open breaker:\n%s", gw.Logs.String())
+			if !strings.Contains(gw.Logs.String(), `"level":"WARN","msg":"cache: read breaker open; lookups bypass the store","from":"closed","last_error":"cache: get: `) {
+				t.Fatalf("no WARN line with the error for the open breaker:\n%s", gw.Logs.String())
 			}
 			r.Start()
 			back := time.Now()
@@ -506,6 +506,9 @@ func TestCacheSurvivesRedisOutage(t *testing.T) {
 				eventuallyHit(t, gw, cbody("what is the tallest mountain on earth", ""), "hit-semantic")
 			}
 			testenv.Eventually(t, 3*time.Second, func() bool { return gatewayStatus(t, gw).Cache.Up }, "/status never showed the backend up again")
+			if !strings.Contains(gw.Logs.String(), `"level":"WARN","msg":"cache: read breaker closed; lookups reach the store again"`) {
+				t.Fatalf("no WARN line for the closed breaker:\n%s", gw.Logs.String())
+			}
 		})
 	}
 }

@@ -266,7 +266,13 @@ func (g *Gateway) buildStore(deps Deps) error {
 			if why := st.Fallback(); why != "" {
 				g.log.Warn("cache: vector_search auto chose the in-process index", "why", why)
 			} else {
-				g.log.Info("cache: redis store ready", "vector_search", st.Mode(), "index", st.IndexName())
+				args := []any{"vector_search", st.Mode()}
+				if st.Mode() == "redisearch" {
+					ix := c.RedisIndex
+					args = append(args, "index", st.IndexName(), "initial_cap", ix.InitialCap,
+						"reserved_mb", ix.InitialCap*(4*dims+150)>>20) // counts against maxmemory
+				}
+				g.log.Info("cache: redis store ready", args...)
 			}
 			return st, nil
 		}, 2*time.Second, func(err error) {
