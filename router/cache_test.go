@@ -482,7 +482,7 @@ func TestCacheSurvivesRedisOutage(t *testing.T) {
 				metricValue(t, mb, `frontdoor_cache_backend_up`) != 0 {
 				t.Fatalf("the outage is not in the metrics:\n%s", mb)
 			}
-			if !strings.Contains(gw.Logs.String(), `"level":"WARN","msg":"cache: read breaker open; lookups bypass the store","from":"closed","last_error":"cache: get: `) {
+			if !strings.Contains(gw.Logs.String(), `"level":"WARN","msg":"cache: read breaker open; lookups bypass the store","from":"closed","last_error":"cache: redis get: `) {
 				t.Fatalf("no WARN line with the error for the open breaker:\n%s", gw.Logs.String())
 			}
 			r.Start()

@@ -503,7 +503,7 @@ func (ps *procs) start(logPath, name string, args ...string) (*proc, error) {
 	defer f.Close() // the child has its own descriptor
 	c := exec.Command(name, args...)
 	c.Stdout, c.Stderr = f, f
-	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	c.SysProcAttr = childAttr()
 	c.Env = os.Environ()
 	for _, t := range tenants {
 		c.Env = append(c.Env, t.env+"="+t.key)
