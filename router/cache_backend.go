@@ -95,7 +95,7 @@ func (o *cacheObserver) BreakerChanged(path string, from, to cache.BreakerState,
 		what = map[string]string{"read": "lookups reach the store again", "write": "write-backs are stored again"}[path]
 	}
 	args := []any{"from", from.String()}
-	if lastErr != nil {
+	if lastErr != nil && to == cache.BreakerOpen {
 		args = append(args, "last_error", lastErr.Error())
 	}
 	o.log.warn("breaker:"+path+":"+to.String(), "cache: "+path+" breaker "+to.String()+"; "+what, args...)
