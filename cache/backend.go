@@ -92,7 +92,6 @@ type Backend struct {
 
 	lastReadErr, lastWriteErr, lastDrop atomic.Int64 // unix ns
 	readErr, writeErr                   atomic.Pointer[error]
-	queued                              atomic.Int64
 
 	stateMu    sync.Mutex
 	state      BackendState
@@ -124,9 +123,6 @@ func NewBackend(store Store, reads ReadsConfig, writes WritesConfig, obs Observe
 	go b.watch()
 	return b
 }
-
-// Store returns the wrapped store, for admin calls.
-func (b *Backend) Store() Store { return b.store }
 
 // Get looks an exact key up. (nil, nil) is a miss.
 func (b *Backend) Get(ctx context.Context, key string) (*Entry, error) {
@@ -191,7 +187,6 @@ func (b *Backend) Enqueue(w Write, done func(error)) {
 	}
 	select {
 	case b.queue <- writeJob{w: w, done: done}:
-		b.queued.Add(1)
 	default:
 		b.dropped(DropQueueFull, 1)
 		done(fmt.Errorf("%w: %s", ErrDropped, DropQueueFull))
@@ -221,7 +216,6 @@ func (b *Backend) worker() {
 				break fill
 			}
 		}
-		b.queued.Add(-int64(len(batch)))
 		b.flush(batch)
 		clear(batch)
 	}
@@ -307,7 +301,7 @@ func (b *Backend) Health() Health {
 	rs, _ := b.readBreaker.State()
 	ws, _ := b.writeBreaker.State()
 	return Health{State: st, Since: since, Up: st != StateBypassed, Why: why,
-		ReadBreaker: rs.String(), WriteBreaker: ws.String(), WriteQueue: b.queued.Load(), WriteQueueCap: cap(b.queue)}
+		ReadBreaker: rs.String(), WriteBreaker: ws.String(), WriteQueue: int64(len(b.queue)), WriteQueueCap: cap(b.queue)}
 }
 
 func (b *Backend) evaluate() (BackendState, string) {
