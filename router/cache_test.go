@@ -438,79 +438,67 @@ func TestCacheAdmin(t *testing.T) {
 // again, empty: no request fails, /status shows the backend down while it
 // is down, and hits resume within 5 s of its return.
 func TestCacheSurvivesRedisOutage(t *testing.T) {
-	for _, backend := range []string{"redis", "redisearch"} {
-		t.Run(backend, func(t *testing.T) {
-			s := testenv.GPUSim(t, nil)
-			var r *testenv.Redis
-			cfg := testConfig(s)
-			cfg.Cache.Backend, cfg.Cache.VectorSearch = "redis", "local"
-			if backend == "redisearch" {
-				r = testenv.StartRediSearch(t)
-				cfg.Cache.VectorSearch = "redisearch"
-			} else {
-				r = testenv.StartRedis(t)
+	forEachRedisBackend(t, func(t *testing.T, backend string) {
+		cfg, r := redisGatewayConfig(t, backend, testenv.GPUSim(t, nil))
+		gw := startGateway(t, cfg)
+		askStored(t, gw, cbody("before the outage", ""))
+		if xc, _, _ := ask(t, gw, cbody("before the outage", "")); xc != "hit-exact" {
+			t.Fatalf("before the outage: %q", xc)
+		}
+		if st := gatewayStatus(t, gw); st.Cache == nil || st.Cache.State != cache.StateOK || !st.Cache.Up {
+			t.Fatalf("before the outage: /status cache %+v", st.Cache)
+		}
+		r.Kill()
+		for i := 0; i < 40; i++ {
+			start := time.Now()
+			resp, b := post(t, gw.URL+"/v1/chat/completions", cbody(fmt.Sprintf("during the outage %d", i%5), ""))
+			if resp.StatusCode != 200 || resp.Header.Get("X-Cache") != "bypass" {
+				t.Fatalf("request %d during the outage: %d %q %s", i, resp.StatusCode, resp.Header.Get("X-Cache"), b)
 			}
-			cfg.Redis.URL = r.URL()
-			gw := startGateway(t, cfg)
-			askStored(t, gw, cbody("before the outage", ""))
-			if xc, _, _ := ask(t, gw, cbody("before the outage", "")); xc != "hit-exact" {
-				t.Fatalf("before the outage: %q", xc)
+			if d := time.Since(start); d > time.Second {
+				t.Fatalf("request %d took %v: a dead Redis must not slow requests down", i, d)
 			}
-			if st := gatewayStatus(t, gw); st.Cache == nil || st.Cache.State != cache.StateOK || !st.Cache.Up {
-				t.Fatalf("before the outage: /status cache %+v", st.Cache)
+		}
+		st := gatewayStatus(t, gw)
+		if st.Cache.State != cache.StateBypassed || st.Cache.Up || st.Cache.ReadBreaker != "open" {
+			t.Fatalf("during the outage: /status cache %+v, want bypassed and down", st.Cache)
+		}
+		mb := metricsText(t, gw)
+		if metricValue(t, mb, `frontdoor_cache_errors_total{op="get"}`) < 1 ||
+			metricValue(t, mb, `frontdoor_cache_requests_total{result="bypass",reason="store_error"}`)+
+				metricValue(t, mb, `frontdoor_cache_requests_total{result="bypass",reason="store_down"}`) < 40 ||
+			metricValue(t, mb, `frontdoor_cache_breaker_transitions_total{path="read",to="open"}`) < 1 ||
+			metricValue(t, mb, `frontdoor_cache_backend_up`) != 0 {
+			t.Fatalf("the outage is not in the metrics:\n%s", mb)
+		}
+		if !strings.Contains(gw.Logs.String(), `"level":"WARN","msg":"cache: read breaker open; lookups bypass the store","from":"closed","last_error":"cache: redis get: `) {
+			t.Fatalf("no WARN line with the error for the open breaker:\n%s", gw.Logs.String())
+		}
+		r.Start()
+		back := time.Now()
+		for {
+			xc, resp, _ := ask(t, gw, cbody("after the outage", ""))
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d after the restart", resp.StatusCode)
 			}
-			r.Kill()
-			for i := 0; i < 40; i++ {
-				start := time.Now()
-				resp, b := post(t, gw.URL+"/v1/chat/completions", cbody(fmt.Sprintf("during the outage %d", i%5), ""))
-				if resp.StatusCode != 200 || resp.Header.Get("X-Cache") != "bypass" {
-					t.Fatalf("request %d during the outage: %d %q %s", i, resp.StatusCode, resp.Header.Get("X-Cache"), b)
-				}
-				if d := time.Since(start); d > time.Second {
-					t.Fatalf("request %d took %v: a dead Redis must not slow requests down", i, d)
-				}
+			if xc == "hit-exact" {
+				break
 			}
-			st := gatewayStatus(t, gw)
-			if st.Cache.State != cache.StateBypassed || st.Cache.Up || st.Cache.ReadBreaker != "open" {
-				t.Fatalf("during the outage: /status cache %+v, want bypassed and down", st.Cache)
+			if time.Since(back) > 5*time.Second {
+				t.Fatalf("hits did not resume within 5s of Redis coming back (last X-Cache %q)", xc)
 			}
-			mb := metricsText(t, gw)
-			if metricValue(t, mb, `frontdoor_cache_errors_total{op="get"}`) < 1 ||
-				metricValue(t, mb, `frontdoor_cache_requests_total{result="bypass",reason="store_error"}`)+
-					metricValue(t, mb, `frontdoor_cache_requests_total{result="bypass",reason="store_down"}`) < 40 ||
-				metricValue(t, mb, `frontdoor_cache_breaker_transitions_total{path="read",to="open"}`) < 1 ||
-				metricValue(t, mb, `frontdoor_cache_backend_up`) != 0 {
-				t.Fatalf("the outage is not in the metrics:\n%s", mb)
-			}
-			if !strings.Contains(gw.Logs.String(), `"level":"WARN","msg":"cache: read breaker open; lookups bypass the store","from":"closed","last_error":"cache: redis get: `) {
-				t.Fatalf("no WARN line with the error for the open breaker:\n%s", gw.Logs.String())
-			}
-			r.Start()
-			back := time.Now()
-			for {
-				xc, resp, _ := ask(t, gw, cbody("after the outage", ""))
-				if resp.StatusCode != 200 {
-					t.Fatalf("status %d after the restart", resp.StatusCode)
-				}
-				if xc == "hit-exact" {
-					break
-				}
-				if time.Since(back) > 5*time.Second {
-					t.Fatalf("hits did not resume within 5s of Redis coming back (last X-Cache %q)", xc)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-			t.Logf("hits resumed %v after Redis came back", time.Since(back))
-			if backend == "redisearch" { // the restart lost the index: it is made again
-				askStored(t, gw, cbody("What is the tallest mountain on Earth?", ""))
-				eventuallyHit(t, gw, cbody("what is the tallest mountain on earth", ""), "hit-semantic")
-			}
-			testenv.Eventually(t, 3*time.Second, func() bool { return gatewayStatus(t, gw).Cache.Up }, "/status never showed the backend up again")
-			if !strings.Contains(gw.Logs.String(), `"level":"WARN","msg":"cache: read breaker closed; lookups reach the store again"`) {
-				t.Fatalf("no WARN line for the closed breaker:\n%s", gw.Logs.String())
-			}
-		})
-	}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Logf("hits resumed %v after Redis came back", time.Since(back))
+		if backend == "redisearch" { // the restart lost the index: it is made again
+			askStored(t, gw, cbody("What is the tallest mountain on Earth?", ""))
+			eventuallyHit(t, gw, cbody("what is the tallest mountain on earth", ""), "hit-semantic")
+		}
+		testenv.Eventually(t, 3*time.Second, func() bool { return gatewayStatus(t, gw).Cache.Up }, "/status never showed the backend up again")
+		if !strings.Contains(gw.Logs.String(), `"level":"WARN","msg":"cache: read breaker closed; lookups reach the store again"`) {
+			t.Fatalf("no WARN line for the closed breaker:\n%s", gw.Logs.String())
+		}
+	})
 }
 
 func gatewayStatus(t *testing.T, gw *testGateway) Status {
@@ -541,50 +529,75 @@ func metricsText(t *testing.T, gw *testGateway) string {
 // Two gateways sharing one plain Redis: an answer cached through one is an
 // exact and a semantic hit on the other.
 func TestCacheSharedAcrossGateways(t *testing.T) {
-	s := testenv.GPUSim(t, nil)
-	r := testenv.StartRedis(t)
-	cfg := testConfig(s)
-	cfg.Cache.Backend, cfg.Redis.URL = "redis", r.URL()
-	a, b := startGateway(t, cfg), startGateway(t, cfg)
-	askStored(t, a, cbody("Which ocean is the largest?", ""))
-	if xc, _, _ := ask(t, b, cbody("Which ocean is the largest?", "")); xc != "hit-exact" {
-		t.Fatalf("exact on the other gateway: %q", xc)
-	}
-	testenv.Eventually(t, 3*time.Second, func() bool {
-		st, err := b.store.Stats(context.Background())
-		return err == nil && st.VectorEntries == 1
-	}, "the vector never reached the other gateway's index")
-	before := s.Stats().Received
-	if xc, _, _ := ask(t, b, cbody("which ocean is the largest", "")); xc != "hit-semantic" {
-		t.Fatalf("semantic on the other gateway: %q", xc)
-	}
-	if s.Stats().Received != before {
-		t.Fatal("the semantic hit reached the node")
-	}
+	forEachRedisBackend(t, func(t *testing.T, backend string) {
+		s := testenv.GPUSim(t, nil)
+		cfg, _ := redisGatewayConfig(t, backend, s)
+		a, b := startGateway(t, cfg), startGateway(t, cfg)
+		askStored(t, a, cbody("Which ocean is the largest?", ""))
+		if xc, _, _ := ask(t, b, cbody("Which ocean is the largest?", "")); xc != "hit-exact" {
+			t.Fatalf("exact on the other gateway: %q", xc)
+		}
+		testenv.Eventually(t, 3*time.Second, func() bool {
+			st, err := b.store.Stats(context.Background())
+			return err == nil && st.VectorEntries == 1
+		}, "the vector never reached the other gateway's index")
+		before := s.Stats().Received
+		if xc, _, _ := ask(t, b, cbody("which ocean is the largest", "")); xc != "hit-semantic" {
+			t.Fatalf("semantic on the other gateway: %q", xc)
+		}
+		if s.Stats().Received != before {
+			t.Fatal("the semantic hit reached the node")
+		}
+	})
 }
 
 // A gateway whose Redis is down at start serves uncached and picks the
 // cache up when Redis arrives.
 func TestCacheRedisDownAtStart(t *testing.T) {
-	s := testenv.GPUSim(t, nil)
-	r := testenv.StartRedis(t)
-	r.Kill()
+	forEachRedisBackend(t, func(t *testing.T, backend string) {
+		cfg, r := redisGatewayConfig(t, backend, testenv.GPUSim(t, nil))
+		r.Kill()
+		gw := startGateway(t, cfg)
+		if xc, resp, _ := ask(t, gw, cbody("early", "")); xc != "bypass" || resp.StatusCode != 200 {
+			t.Fatalf("with Redis down: %q", xc)
+		}
+		if st := gatewayStatus(t, gw); st.Cache.Up || st.Cache.Why != "store not connected" {
+			t.Fatalf("with Redis down: /status cache %+v", st.Cache)
+		}
+		r.Start()
+		deadline := time.Now().Add(8 * time.Second)
+		for {
+			if xc, _, _ := ask(t, gw, cbody("early", "")); xc == "hit-exact" {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the cache never came up after Redis started")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+}
+
+// redisGatewayConfig is a config for one sim with the cache on a fresh
+// Redis: plain ("redis", the in-process index) or with RediSearch.
+func redisGatewayConfig(t *testing.T, backend string, s *sim.Server) (Config, *testenv.Redis) {
+	t.Helper()
 	cfg := testConfig(s)
-	cfg.Cache.Backend, cfg.Redis.URL = "redis", r.URL()
-	gw := startGateway(t, cfg)
-	if xc, resp, _ := ask(t, gw, cbody("early", "")); xc != "bypass" || resp.StatusCode != 200 {
-		t.Fatalf("with Redis down: %q", xc)
+	cfg.Cache.Backend, cfg.Cache.VectorSearch = "redis", "local"
+	var r *testenv.Redis
+	if backend == "redisearch" {
+		r = testenv.StartRediSearch(t)
+		cfg.Cache.VectorSearch = "redisearch"
+	} else {
+		r = testenv.StartRedis(t)
 	}
-	r.Start()
-	deadline := time.Now().Add(8 * time.Second)
-	for {
-		if xc, _, _ := ask(t, gw, cbody("early", "")); xc == "hit-exact" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the cache never came up after Redis started")
-		}
-		time.Sleep(100 * time.Millisecond)
+	cfg.Redis.URL = r.URL()
+	return cfg, r
+}
+
+func forEachRedisBackend(t *testing.T, f func(t *testing.T, backend string)) {
+	for _, b := range []string{"redis", "redisearch"} {
+		t.Run(b, func(t *testing.T) { f(t, b) })
 	}
 }
 
