@@ -31,18 +31,18 @@ const (
 // lookup. It holds copies only, so it outlives the request's parse tree
 // (the write-back runs after the handler has returned).
 type cachePlan struct {
-	lookup    bool   // look up before going upstream
-	store     bool   // write the answer back
-	reason    string // why lookup or store is off (metrics label)
-	keys      cache.Keys
-	namespace string
-	endpoint  string
-	model     string
-	semantic  bool    // a semantic lookup/store applies
-	threshold float32 // least similarity for a semantic hit
-	ttl       time.Duration
-	vec       []float32 // embedding of keys.Query, once computed
-	storeDown bool      // the lookup failed: a bypass, but the answer is still written back
+	lookup       bool   // look up before going upstream
+	store        bool   // write the answer back
+	reason       string // why lookup or store is off (metrics label)
+	keys         cache.Keys
+	namespace    string
+	endpoint     string
+	model        string
+	semantic     bool    // a semantic lookup/store applies
+	threshold    float32 // least similarity for a semantic hit
+	ttl          time.Duration
+	vec          []float32 // embedding of keys.Query, once computed
+	lookupFailed bool      // the lookup failed: a bypass, but the answer is still written back
 }
 
 // cacheControl reads the client's Cache-Control directives.
@@ -146,7 +146,7 @@ func (g *Gateway) lookupExact(ctx *fasthttp.RequestCtx, x *exchange, p *cachePla
 			if errors.Is(err, cache.ErrBypassed) || errors.Is(err, cache.ErrUnavailable) {
 				x.cacheReason = "store_down"
 			}
-			p.lookup, p.storeDown = false, true
+			p.lookup, p.lookupFailed = false, true
 			return false
 		}
 		if e != nil && e.Namespace == p.namespace {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -58,6 +59,7 @@ type Gateway struct {
 	adm         *admission.Admitter
 	ownAdm      bool
 	maxModelLen map[string]int // model -> smallest declared context window
+	clients     []io.Closer    // Redis clients the gateway built, closed last
 
 	models []byte // cached GET /v1/models body
 
@@ -253,6 +255,7 @@ func (g *Gateway) buildStore(deps Deps) error {
 			if writes, err = redisconn.New(wc, redisPassword(wc)); err != nil {
 				return err
 			}
+			g.clients = append(g.clients, reads, writes)
 		}
 		// The cache's keys live under <key_prefix>c:, apart from admission's.
 		opts := cache.RedisOptions{Prefix: g.cfg.Redis.KeyPrefix + "c:", Dims: dims, Embedder: name,
@@ -310,6 +313,7 @@ func (g *Gateway) buildAdmission(deps Deps) error {
 			if client, err = redisconn.New(g.cfg.Redis, redisPassword(g.cfg.Redis)); err != nil {
 				return err
 			}
+			g.clients = append(g.clients, client)
 		}
 	}
 	adm, err := admission.New(admission.Config{Backend: a.Backend, MaxWait: a.MaxWait.D(), Replicas: a.Replicas,
@@ -368,6 +372,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	}
 	if g.ownAdm {
 		_ = g.adm.Close()
+	}
+	for _, c := range g.clients {
+		_ = c.Close()
 	}
 	return err
 }

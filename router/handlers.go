@@ -304,7 +304,7 @@ func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
 func (g *Gateway) prepareMiss(ctx *fasthttp.RequestCtx, x *exchange) (*adapters.UpstreamRequest, *flight) {
 	if p := x.plan; p.store {
 		g.semanticScope(x, p) // the write-back needs it; the request is gone by then
-		if !p.storeDown {
+		if !p.lookupFailed {
 			x.cacheResult = cacheMiss // else a bypass whose answer is still written back
 		}
 		if g.cfg.Cache.Coalesce && p.lookup { // no-cache wants a fresh answer of its own
