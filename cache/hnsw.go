@@ -42,7 +42,7 @@ type hnsw struct {
 	codes  rows[int8]   // dims a slot
 	scales []float32    // by slot
 	levels []uint8
-	dead   []bool      // unlinked, free for reuse; walks skip it
+	dead   []bool            // unlinked, free for reuse; walks skip it
 	links0 rows[int32]       // m0 a slot, -1 padded
 	upper  map[int32][]int32 // slot -> layers 1..level, m each, -1 padded
 	entry  int32             // -1 when empty
