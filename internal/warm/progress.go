@@ -141,7 +141,7 @@ func (p Progress) Line(now time.Time) string {
 	}
 	eta := "?"
 	if rate > 0 {
-		eta = (time.Duration(float64(p.Total-p.Done)/rate*float64(time.Second))).Round(time.Second).String()
+		eta = (time.Duration(float64(p.Total-p.Done) / rate * float64(time.Second))).Round(time.Second).String()
 	}
 	return fmt.Sprintf("warm: %d/%d (%.0f%%) %.1f/s eta %s: %s", p.Done, p.Total, pct, rate, eta, p.Counts())
 }
