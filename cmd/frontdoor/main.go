@@ -161,12 +161,10 @@ func serve(ctx context.Context, cfg router.Config, logOut io.Writer, ready func(
 	go func() { errc <- gw.Serve(ln) }()
 	if len(cfg.Warm.Files) > 0 {
 		go func() {
-			res, err := gw.Warm(ctx, ln.Addr().String())
-			if err != nil {
+			// In the background: readiness doesn't wait, /status shows it.
+			if _, err := gw.Warm(ctx, ln.Addr().String()); err != nil && ctx.Err() == nil {
 				logger.Warn("cache warm-up failed", "error", err.Error())
-				return
 			}
-			logger.Info("cache warmed", "sent", res.Sent, "stored", res.Stored, "already_cached", res.Hits, "failed", res.Failed)
 		}()
 	}
 	select {
