@@ -98,4 +98,3 @@ func importStatus(err error) (int, string) {
 	}
 	return 503, "store_unavailable"
 }
-
