@@ -209,13 +209,12 @@ func (g *Gateway) adminWarm(ctx *fasthttp.RequestCtx) {
 	if name == "" {
 		name = "upload"
 	}
-	tag := name
+	tag := warm.TagFor(name)
 	if v := q.Peek("tag"); len(v) > 0 {
-		tag = string(v)
-	}
-	if tag = validTag([]byte(tag)); tag == "" && len(q.Peek("tag")) > 0 {
-		g.writeError(ctx, adapters.BadRequest("tag", "a tag is 1 to 128 letters, digits or ._:/@+-"))
-		return
+		if tag = validTag(v); tag == "" {
+			g.writeError(ctx, adapters.BadRequest("tag", "a tag is 1 to 128 letters, digits or ._:/@+-"))
+			return
+		}
 	}
 	items, format, err := warm.Parse(name, ctx.PostBody(), warm.Defaults{Model: string(q.Peek("model")), System: string(q.Peek("system"))})
 	if err != nil {

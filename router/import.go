@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"frontdoor/adapters"
 	"frontdoor/cache"
@@ -97,4 +98,53 @@ func importStatus(err error) (int, string) {
 		return 400, "import_refused"
 	}
 	return 503, "store_unavailable"
+}
+
+// ImportTarget imports answered pairs straight into the gateway's store,
+// for frontdoor warm --config. Chat requests fail: their answers need a
+// node (frontdoor warm --target). Entries are tagged tag, or with their
+// file's name.
+func (g *Gateway) ImportTarget(tag string) warm.Target { return &importTarget{g: g, tag: tag} }
+
+type importTarget struct {
+	g   *Gateway
+	tag string
+}
+
+var errNeedsTarget = errors.New("a chat request needs a gateway to answer it: use --target (--config imports answered pairs only)")
+
+func (t *importTarget) Lookup(ctx context.Context, it *warm.Item) (bool, error) {
+	if it.Kind != warm.KindPair {
+		return false, errNeedsTarget
+	}
+	r, err := t.g.ImportAnswer(ctx, warm.ImportRequest{Tenant: it.Tenant, Request: it.Request, Answer: it.Answer, Check: true})
+	return r.Result == importCached, err
+}
+
+func (t *importTarget) Warm(ctx context.Context, it *warm.Item) (warm.Result, error) {
+	tag := t.tag
+	if tag == "" {
+		tag = warm.TagFor(it.File)
+	}
+	r, err := t.g.ImportAnswer(ctx, warm.ImportRequest{Tenant: it.Tenant, Tag: tag, Request: it.Request, Answer: it.Answer})
+	if r.Result == importCached {
+		return warm.Cached, err
+	}
+	return warm.Warmed, err
+}
+
+// WaitCache waits until the cache store is connected (a Redis store
+// connects in the background), or ctx ends.
+func (g *Gateway) WaitCache(ctx context.Context) error {
+	if g.store == nil {
+		return errors.New("the cache is off (cache.backend: off)")
+	}
+	for !g.backend.Health().Up {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cache store not connected: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
 }

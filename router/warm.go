@@ -117,7 +117,8 @@ func (w *warmJobs) stop() {
 }
 
 // startWarm runs items in the background against the gateway at addr
-// (host:port) and returns the job.
+// (host:port) and returns the job. Entries are tagged tag, or (when "")
+// with their file's name.
 func (g *Gateway) startWarm(source, tag, addr string, items []warm.Item) *warmJob {
 	ctx, cancel := context.WithCancel(context.Background())
 	var b [6]byte
@@ -156,11 +157,10 @@ func (g *Gateway) startWarm(source, tag, addr string, items []warm.Item) *warmJo
 // Warm replays the warm.files through the gateway at addr (host:port), as
 // a background job that /status shows, and waits for it. Each file is in
 // one of the formats internal/warm reads; warm.model is the model of
-// plain-text prompts. Entries are tagged warm.tag, or with the file's base
-// name when there is one file.
+// plain-text prompts. Entries are tagged warm.tag, or with their file's
+// base name.
 func (g *Gateway) Warm(ctx context.Context, addr string) (warm.Summary, error) {
 	var items []warm.Item
-	tags := map[string]bool{}
 	for _, path := range g.cfg.Warm.Files {
 		data, err := os.ReadFile(path)
 		if err != nil {
@@ -171,13 +171,8 @@ func (g *Gateway) Warm(ctx context.Context, addr string) (warm.Summary, error) {
 			return warm.Summary{}, fmt.Errorf("warm: %w", err)
 		}
 		items = append(items, its...)
-		tags[filepath.Base(path)] = true
 	}
-	tag := g.cfg.Warm.Tag
-	if tag == "" && len(tags) == 1 {
-		tag = validTag([]byte(filepath.Base(g.cfg.Warm.Files[0])))
-	}
-	j := g.startWarm("warm.files", tag, addr, items)
+	j := g.startWarm("warm.files", g.cfg.Warm.Tag, addr, items)
 	select {
 	case <-j.done:
 	case <-ctx.Done():
@@ -200,6 +195,13 @@ type selfTarget struct {
 
 var _ warm.Target = (*selfTarget)(nil)
 
+func (s *selfTarget) tagOf(it *warm.Item) string {
+	if s.tag != "" {
+		return s.tag
+	}
+	return warm.TagFor(it.File)
+}
+
 func (s *selfTarget) Lookup(ctx context.Context, it *warm.Item) (bool, error) {
 	if it.Kind == warm.KindPair {
 		r, err := s.g.ImportAnswer(ctx, warm.ImportRequest{Tenant: it.Tenant, Request: it.Request, Answer: it.Answer, Check: true})
@@ -219,7 +221,7 @@ func (s *selfTarget) Lookup(ctx context.Context, it *warm.Item) (bool, error) {
 
 func (s *selfTarget) Warm(ctx context.Context, it *warm.Item) (warm.Result, error) {
 	if it.Kind == warm.KindPair {
-		r, err := s.g.ImportAnswer(ctx, warm.ImportRequest{Tenant: it.Tenant, Tag: s.tag, Request: it.Request, Answer: it.Answer})
+		r, err := s.g.ImportAnswer(ctx, warm.ImportRequest{Tenant: it.Tenant, Tag: s.tagOf(it), Request: it.Request, Answer: it.Answer})
 		if r.Result == "cached" {
 			return warm.Cached, err
 		}
@@ -252,8 +254,8 @@ func (s *selfTarget) send(ctx context.Context, it *warm.Item, lookup bool) (int,
 	}
 	if lookup {
 		req.Header.Set(warm.HeaderCacheOnly, "1")
-	} else if s.tag != "" {
-		req.Header.Set(warm.HeaderCacheTag, s.tag)
+	} else {
+		req.Header.Set(warm.HeaderCacheTag, s.tagOf(it))
 	}
 	req.SetBody(it.Request)
 	timeout := s.g.cfg.Timeouts.Total.D()

@@ -50,8 +50,8 @@ func TestCacheOnlyNeverGoesUpstream(t *testing.T) {
 	if resp, _ := post(t, gw.URL+"/v1/chat/completions", similar, "X-Cache-Only", "exact"); resp.StatusCode != 204 {
 		t.Fatalf("exact-only lookup of a similar request: %d, want 204", resp.StatusCode)
 	}
-	// Not cacheable (temperature above the limit) is a 204 too, never a call.
-	if resp, _ := post(t, gw.URL+"/v1/chat/completions", chatBody("hot", `"temperature":1.9`), "X-Cache-Only", "1"); resp.StatusCode != 204 {
+	// Not cacheable (n > 1) is a 204 too, never a call.
+	if resp, _ := post(t, gw.URL+"/v1/chat/completions", chatBody("hot", `"n":2`), "X-Cache-Only", "1"); resp.StatusCode != 204 {
 		t.Fatalf("uncacheable lookup-only: %d", resp.StatusCode)
 	}
 	if got := s.Stats().Received; got != 1 {

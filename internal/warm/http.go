@@ -31,7 +31,7 @@ type HTTPTarget struct {
 	APIKey     string // the tenant's key for requests
 	AdminToken string // for answered pairs and for lines that name a tenant
 	Tenant     string // tenant of answered pairs that name none ("" = default)
-	Tag        string // tag of the entries stored
+	Tag        string // tag of the entries stored; "": TagFor(the item's file)
 	Client     *http.Client
 	// Retries is how often a 429 or 503 is retried (after its Retry-After,
 	// at most 10 s); default 3.
@@ -61,6 +61,13 @@ func (h *HTTPTarget) client() *http.Client {
 		return h.Client
 	}
 	return http.DefaultClient
+}
+
+func (h *HTTPTarget) tag(it *Item) string {
+	if h.Tag != "" {
+		return h.Tag
+	}
+	return TagFor(it.File)
 }
 
 // Lookup implements Target.
@@ -121,8 +128,8 @@ func (h *HTTPTarget) chat(ctx context.Context, it *Item, lookup bool) (*http.Res
 	}
 	if lookup {
 		hdr.Set(HeaderCacheOnly, "1")
-	} else if h.Tag != "" {
-		hdr.Set(HeaderCacheTag, h.Tag)
+	} else if tag := h.tag(it); tag != "" {
+		hdr.Set(HeaderCacheTag, tag)
 	}
 	return h.do(ctx, http.MethodPost, "/v1/chat/completions", hdr, it.Request)
 }
@@ -132,7 +139,7 @@ func (h *HTTPTarget) importPair(ctx context.Context, it *Item, check bool) (stri
 	if tenant == "" {
 		tenant = h.Tenant
 	}
-	b, _ := json.Marshal(ImportRequest{Tenant: tenant, Tag: h.Tag, Request: it.Request, Answer: it.Answer, Check: check})
+	b, _ := json.Marshal(ImportRequest{Tenant: tenant, Tag: h.tag(it), Request: it.Request, Answer: it.Answer, Check: check})
 	hdr := http.Header{"Content-Type": {"application/json"}}
 	if h.AdminToken != "" {
 		hdr.Set("Authorization", "Bearer "+h.AdminToken)

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -252,4 +253,22 @@ func finishRequest(it *Item, body map[string]any, d Defaults) error {
 	}
 	it.Request = r
 	return nil
+}
+
+// TagFor makes a tag of a file name: its base name, with characters other
+// than letters, digits and ._:@+- replaced by '_', at most 128 bytes.
+func TagFor(file string) string {
+	if i := strings.LastIndexAny(file, `/\`); i >= 0 {
+		file = file[i+1:]
+	}
+	b := []byte(file)
+	if len(b) > 128 {
+		b = b[:128]
+	}
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._:@+-", c) >= 0) {
+			b[i] = '_'
+		}
+	}
+	return string(b)
 }
