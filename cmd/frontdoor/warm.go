@@ -33,12 +33,12 @@ Flags:
 // warmFlags are frontdoor warm's flags.
 type warmFlags struct {
 	target, config, apiKey, adminToken, tenant, tag, report string
-	model, system                                            string
-	temperature                                              float64
-	maxTokens, concurrency                                   int
-	rps                                                      float64
-	dryRun                                                   bool
-	every                                                    time.Duration
+	model, system                                           string
+	temperature                                             float64
+	maxTokens, concurrency                                  int
+	rps                                                     float64
+	dryRun                                                  bool
+	every                                                   time.Duration
 }
 
 func cmdWarm(args []string, stdout, stderr io.Writer) int {
@@ -237,4 +237,3 @@ func cmdCache(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "exported %d entries\n", n)
 	return 0
 }
-
