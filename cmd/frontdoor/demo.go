@@ -120,5 +120,11 @@ Try it (ask twice, or reworded, to see X-Cache: hit-exact / hit-semantic):
   curl -sN %[1]s/v1/chat/completions -H 'Content-Type: application/json' \
     -d '{"model":"qwen3-8b","stream":true,"messages":[{"role":"user","content":"Tell me a story"}]}'
 
+Warm the cache (prompts go through the gateway; answered pairs are imported):
+
+  frontdoor warm deploy/examples/hot-prompts.txt --target %[1]s --model qwen3-8b
+  frontdoor warm deploy/examples/faq.jsonl --target %[1]s
+  frontdoor cache export --target %[1]s --top 100 --out hot.jsonl
+
 `, base, cfg.Nodes[0].URL, cfg.Nodes[1].URL, qwenURL)
 }
