@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/VictoriaMetrics/metrics v1.45.0
+	github.com/creack/pty v1.1.24
 	github.com/klauspost/compress v1.20.3
 	github.com/openai/openai-go/v3 v3.98.0
 	github.com/prometheus/common v0.73.1

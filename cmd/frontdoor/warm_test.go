@@ -378,3 +378,22 @@ func TestWarmShippedExamples(t *testing.T) {
 		t.Fatalf("exit %d, %q, %s", code, out, errOut)
 	}
 }
+
+// --dry-run looks up only: it counts what would be warmed and sends nothing.
+func TestWarmDryRun(t *testing.T) {
+	node := simNode(t, 0)
+	base := warmGateway(t, node, nil)
+	some := writeFile(t, "some.txt", "First?\nSecond?\n")
+	all := writeFile(t, "all.txt", "First?\nSecond?\nThird?\n")
+	if code, out, _ := warmRun(t, some, "--target", base, "--model", "qwen3-8b"); code != 0 {
+		t.Fatalf("warm: %d %q", code, out)
+	}
+	before := node.Stats().Received
+	code, out, _ := warmRun(t, all, "--target", base, "--model", "qwen3-8b", "--dry-run")
+	if code != 0 || strings.TrimSpace(out) != "warmed 0, already cached 2, failed 0, would warm 1" {
+		t.Fatalf("dry run: %d %q", code, out)
+	}
+	if n := node.Stats().Received; n != before {
+		t.Fatalf("a dry run made %d node calls", n-before)
+	}
+}

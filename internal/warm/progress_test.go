@@ -2,9 +2,12 @@ package warm
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/creack/pty"
 )
 
 func TestLinesAreThrottledAndCarryCounts(t *testing.T) {
@@ -64,5 +67,52 @@ func TestBarRendersCountsRateAndETA(t *testing.T) {
 	b.Finish(Summary{Progress: Progress{Total: 40, Done: 40, Warmed: 35, Cached: 4, Failed: 1}})
 	if out := buf.String(); !strings.Contains(out, "40/40") || !strings.Contains(out, "warmed 35, already cached 4, failed 1") {
 		t.Fatalf("finished bar:\n%q", out)
+	}
+}
+
+// On a pseudo-terminal the reporter is the live bar, and it draws there;
+// on a pipe it is plain lines.
+func TestReporterPicksTheBarOnATerminal(t *testing.T) {
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Skipf("no pseudo-terminal: %v", err)
+	}
+	defer ptmx.Close()
+	defer tty.Close()
+	r := NewReporter(tty, 10, time.Second)
+	if _, ok := r.(*Bar); !ok {
+		t.Fatalf("reporter on a terminal is %T, want *Bar", r)
+	}
+	got := make(chan string, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		var all []byte
+		for !bytes.Contains(all, []byte("10/10")) {
+			n, err := ptmx.Read(buf)
+			if err != nil {
+				break
+			}
+			all = append(all, buf[:n]...)
+		}
+		got <- string(all)
+	}()
+	r.Update(Progress{Total: 10, Done: 3, Warmed: 3, Started: time.Now()})
+	r.Finish(Summary{Progress: Progress{Total: 10, Done: 10, Warmed: 9, Failed: 1}})
+	select {
+	case out := <-got:
+		if !strings.Contains(out, "10/10") || !strings.Contains(out, "warmed 9, already cached 0, failed 1") {
+			t.Fatalf("terminal shows:\n%q", out)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("nothing drawn on the terminal")
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	defer pw.Close()
+	if _, ok := NewReporter(pw, 10, time.Second).(*Lines); !ok {
+		t.Fatal("reporter on a pipe is not plain lines")
 	}
 }
