@@ -249,3 +249,21 @@ func TestHotTrackerStaysBounded(t *testing.T) {
 		t.Fatalf("top = %+v", top)
 	}
 }
+
+// BenchmarkHotHit is what the hit counter adds to a cache hit.
+func BenchmarkHotHit(b *testing.B) {
+	h := newHotTracker(10000)
+	ids := make([]string, 1000)
+	for i := range ids {
+		ids[i] = strings.Repeat("0", 8) + string(rune('a'+i%26)) + strings.Repeat("1", i%7) + string(rune('A'+i/26%26))
+	}
+	body := []byte(cbody("What is the capital of France?", ""))
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			h.hit(ids[i%len(ids)], "default", body)
+			i++
+		}
+	})
+}

@@ -164,6 +164,9 @@ func openImportGateway(ctx context.Context, path string, stderr io.Writer) (*rou
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Cache.Backend != "redis" {
+		return nil, fmt.Errorf("%s: cache.backend is %q: --config imports into a shared (redis) store; warm a running gateway with --target", path, cfg.Cache.Backend)
+	}
 	cfg.Logging.FlushInterval = 0
 	cfg.Logging.Level = "warn"
 	gw, err := router.New(cfg, router.Deps{Logger: router.NewLogger(cfg.Logging, stderr)})
