@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -119,7 +120,10 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	var target warm.Target
 	if f.target != "" {
-		target = &warm.HTTPTarget{BaseURL: f.target, APIKey: f.apiKey, AdminToken: f.adminToken, Tenant: f.tenant, Tag: f.tag}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = f.concurrency // keep one connection per worker
+		target = &warm.HTTPTarget{BaseURL: f.target, APIKey: f.apiKey, AdminToken: f.adminToken, Tenant: f.tenant, Tag: f.tag,
+			Client: &http.Client{Transport: tr}}
 	} else {
 		gw, err := openImportGateway(ctx, f.config, stderr)
 		if err != nil {
