@@ -176,6 +176,12 @@ func TestAdminWarmJob(t *testing.T) {
 	if code, b := adminDo(t, http.MethodDelete, gw.URL+"/admin/cache?tag=faq.jsonl", ""); code != 200 || !strings.Contains(string(b), `"deleted":3`) {
 		t.Fatalf("purge by the job's tag: %d %s", code, b)
 	}
+	if code, _ := adminDo(t, http.MethodGet, gw.URL+"/admin/cache/warm/warm-nope", ""); code != 404 {
+		t.Fatalf("unknown job: %d", code)
+	}
+	if code, b := adminDo(t, http.MethodPost, gw.URL+"/admin/cache/warm?name=p.txt", "a plain prompt\n"); code != 400 || !strings.Contains(string(b), "need a model") {
+		t.Fatalf("plain text without a model: %d %s", code, b)
+	}
 	// Admin only.
 	gw2, _ := cacheGateway(t, "memory", func(c *Config) { c.Admin.AllowCIDRs = nil })
 	if code, _ := adminDo(t, http.MethodPost, gw2.URL+"/admin/cache/warm", file); code != 403 {

@@ -64,7 +64,7 @@ type Defaults struct {
 const MaxLine = 4 << 20
 
 // ErrNoModel means plain-text prompts were given without a default model.
-var ErrNoModel = errors.New("plain-text prompts need a model (--model)")
+var ErrNoModel = errors.New("plain-text prompts need a model (frontdoor warm --model, ?model= on POST /admin/cache/warm, warm.model)")
 
 // Parse reads a warm file. The format is detected from the first line that
 // is neither blank nor a # comment: a JSON object makes the file JSON Lines,
