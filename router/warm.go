@@ -160,6 +160,9 @@ func (g *Gateway) startWarm(source, tag, addr string, items []warm.Item) *warmJo
 // plain-text prompts. Entries are tagged warm.tag, or with their file's
 // base name.
 func (g *Gateway) Warm(ctx context.Context, addr string) (warm.Summary, error) {
+	if g.store == nil {
+		return warm.Summary{}, errors.New("warm: the cache is off (cache.backend: off): warm.files ignored")
+	}
 	var items []warm.Item
 	for _, path := range g.cfg.Warm.Files {
 		data, err := os.ReadFile(path)
