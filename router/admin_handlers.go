@@ -239,9 +239,10 @@ func (g *Gateway) adminWarmStatus(ctx *fasthttp.RequestCtx, id string) {
 	writeJSON(ctx, 200, j.status())
 }
 
-// adminHot serves GET /admin/cache/hot?top=N (default 100): the most-hit
-// entries as chat-request JSON Lines, {"tenant", "hits", "entry",
-// "request"}, ready for frontdoor warm.
+// adminHot serves GET /admin/cache/hot?top=N (default 100)[&tenant=NAME]:
+// the most-hit entries as chat-request JSON Lines, {"tenant", "hits",
+// "entry", "request"}, ready for frontdoor warm. With tenant, only that
+// tenant's, without the tenant field.
 func (g *Gateway) adminHot(ctx *fasthttp.RequestCtx) {
 	if g.noCache(ctx) {
 		return
@@ -257,7 +258,7 @@ func (g *Gateway) adminHot(ctx *fasthttp.RequestCtx) {
 	}
 	var out []byte
 	if g.hot != nil {
-		for _, e := range g.hot.top(top) {
+		for _, e := range g.hot.top(top, string(ctx.QueryArgs().Peek("tenant"))) {
 			b, _ := json.Marshal(e)
 			out = append(append(out, b...), '\n')
 		}

@@ -43,9 +43,10 @@ type hotItem struct {
 	req    []byte // nil when too large
 }
 
-// HotEntry is one line of the export.
+// HotEntry is one line of the export. Tenant is left out of an export
+// for one tenant, so that its lines warm with that tenant's API key.
 type HotEntry struct {
-	Tenant  string          `json:"tenant"`
+	Tenant  string          `json:"tenant,omitempty"`
 	Hits    uint64          `json:"hits"`
 	Entry   string          `json:"entry"`
 	Request json.RawMessage `json:"request"`
@@ -115,15 +116,15 @@ func (s *hotShard) shrink(perCap int) {
 	}
 }
 
-// top returns up to n exportable entries, most hit first. Requests are
-// exported without their stream fields.
-func (h *hotTracker) top(n int) []HotEntry {
+// top returns up to n exportable entries (of tenant, unless ""), most hit
+// first. Requests are exported without their stream fields.
+func (h *hotTracker) top(n int, tenant string) []HotEntry {
 	var out []HotEntry
 	for i := range h.shards {
 		s := &h.shards[i]
 		s.mu.Lock()
 		for id, it := range s.m {
-			if it.req != nil {
+			if it.req != nil && (tenant == "" || it.tenant == tenant) {
 				out = append(out, HotEntry{Tenant: it.tenant, Hits: it.hits, Entry: id, Request: it.req})
 			}
 		}
@@ -134,6 +135,9 @@ func (h *hotTracker) top(n int) []HotEntry {
 		out = out[:n]
 	}
 	for i := range out {
+		if tenant != "" {
+			out[i].Tenant = ""
+		}
 		var m map[string]json.RawMessage
 		if json.Unmarshal(out[i].Request, &m) == nil {
 			delete(m, "stream")

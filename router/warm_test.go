@@ -231,6 +231,13 @@ func TestHotExport(t *testing.T) {
 	if got[0].Tenant != "default" {
 		t.Fatalf("tenant = %q, want default", got[0].Tenant)
 	}
+	// For one tenant: only its entries, without the tenant field.
+	ask(t, gw, cbody(qs[2], ""), "Authorization", "Bearer sk-acme-1") // a miss: stored in acme's namespace
+	eventuallyHit(t, gw, cbody(qs[2], ""), "hit-exact", "Authorization", "Bearer sk-acme-1")
+	_, b = adminDo(t, http.MethodGet, gw.URL+"/admin/cache/hot?tenant=acme", "")
+	if lines := strings.Split(strings.TrimSpace(string(b)), "\n"); len(lines) != 1 || strings.Contains(lines[0], `"tenant"`) || !strings.Contains(lines[0], "Gamma question?") {
+		t.Fatalf("acme's export: %s", b)
+	}
 }
 
 func TestHotTrackerStaysBounded(t *testing.T) {
@@ -251,7 +258,7 @@ func TestHotTrackerStaysBounded(t *testing.T) {
 		h.hit("fav", "t", []byte(`{}`))
 		h.hit(strings.Repeat("y", 1+i%3000), "t", []byte(`{}`))
 	}
-	if top := h.top(1); len(top) != 1 || top[0].Entry != "fav" {
+	if top := h.top(1, ""); len(top) != 1 || top[0].Entry != "fav" {
 		t.Fatalf("top = %+v", top)
 	}
 }

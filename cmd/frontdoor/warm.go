@@ -203,7 +203,7 @@ func writeReport(path string, failures []warm.Failure) error {
 
 func cmdCache(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "export" {
-		fmt.Fprintln(stderr, "Usage: frontdoor cache export --target URL [--top 1000] [--out hot.jsonl] [--admin-token T]")
+		fmt.Fprintln(stderr, "Usage: frontdoor cache export --target URL [--top 1000] [--out hot.jsonl] [--tenant NAME] [--admin-token T]")
 		return 2
 	}
 	fs := flag.NewFlagSet("cache export", flag.ContinueOnError)
@@ -212,6 +212,7 @@ func cmdCache(args []string, stdout, stderr io.Writer) int {
 	top := fs.Int("top", 1000, "how many of the most-hit entries")
 	out := fs.String("out", "-", "output file (- for stdout)")
 	token := fs.String("admin-token", os.Getenv("FRONTDOOR_ADMIN_TOKEN"), "admin token (default $FRONTDOOR_ADMIN_TOKEN)")
+	tenant := fs.String("tenant", "", "only this tenant's entries, without the tenant field (warm them with its API key)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -221,7 +222,7 @@ func cmdCache(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	b, err := warm.FetchHot(ctx, nil, *target, *token, *top)
+	b, err := warm.FetchHot(ctx, nil, *target, *token, *top, *tenant)
 	if err != nil {
 		fmt.Fprintln(stderr, "frontdoor cache export:", err)
 		return 1

@@ -367,6 +367,18 @@ func TestCacheExportWarmsAnotherCluster(t *testing.T) {
 		t.Fatalf("warm from the export: %d %q %s", code, out, errOut)
 	}
 	eventuallyX(t, base2, userBody("Most asked?"), "hit-exact")
+	// One tenant's export warms with that tenant's key: no admin token.
+	so.Reset()
+	if code := run([]string{"cache", "export", "--tenant", "default", "--top", "1", "--target", base}, &so, &se); code != 0 || strings.Contains(so.String(), `"tenant"`) {
+		t.Fatalf("export --tenant: %d %s", code, so.String())
+	}
+	node3 := simNode(t, 0)
+	base3 := warmGateway(t, node3, nil)
+	t.Setenv("FRONTDOOR_ADMIN_TOKEN", "") // a line naming a tenant would fail
+	one := writeFile(t, "default.jsonl", so.String())
+	if code, out, errOut := warmRun(t, one, "--target", base3); code != 0 || strings.TrimSpace(out) != "warmed 1, already cached 0, failed 0" {
+		t.Fatalf("warm from one tenant's export: %d %q %s", code, out, errOut)
+	}
 }
 
 // The examples shipped in deploy/examples warm the demo-shaped gateway.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -213,12 +214,17 @@ func httpError(what string, resp *http.Response, body []byte) error {
 }
 
 // FetchHot downloads GET /admin/cache/hot?top=N, a chat-request JSONL of the
-// most-hit entries.
-func FetchHot(ctx context.Context, c *http.Client, baseURL, adminToken string, top int) ([]byte, error) {
+// most-hit entries (of tenant only, and without the tenant field, unless
+// tenant is "").
+func FetchHot(ctx context.Context, c *http.Client, baseURL, adminToken string, top int, tenant string) ([]byte, error) {
 	if c == nil {
 		c = http.DefaultClient
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(baseURL, "/")+"/admin/cache/hot?top="+strconv.Itoa(top), nil)
+	q := url.Values{"top": {strconv.Itoa(top)}}
+	if tenant != "" {
+		q.Set("tenant", tenant)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(baseURL, "/")+"/admin/cache/hot?"+q.Encode(), nil)
 	if err != nil {
 		return nil, err
 	}
