@@ -54,12 +54,13 @@ func (s Summary) Line() string {
 // Bar is the terminal reporter, a progressbar with done/total, rate, ETA
 // and the counts.
 type Bar struct {
+	w   io.Writer
 	bar *progressbar.ProgressBar
 }
 
 // NewBar renders to w (a terminal; or any writer, for tests).
 func NewBar(w io.Writer, total int64) *Bar {
-	return &Bar{bar: progressbar.NewOptions64(total,
+	return &Bar{w: w, bar: progressbar.NewOptions64(total,
 		progressbar.OptionSetWriter(w),
 		progressbar.OptionSetDescription("warming"),
 		progressbar.OptionShowCount(),
@@ -86,7 +87,7 @@ func (b *Bar) Finish(s Summary) {
 	_ = b.bar.Set64(s.Done)
 	b.bar.Describe(s.Counts())
 	_ = b.bar.Exit()
-	fmt.Fprintln(b.bar, "")
+	fmt.Fprintln(b.w)
 }
 
 // Lines is the reporter off a terminal: one line every period, and one at
