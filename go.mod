@@ -4,15 +4,19 @@ go 1.26.0
 
 require (
 	github.com/VictoriaMetrics/metrics v1.45.0
+	github.com/creack/pty v1.1.24
 	github.com/klauspost/compress v1.20.3
 	github.com/openai/openai-go/v3 v3.98.0
 	github.com/prometheus/common v0.73.1
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/tiktoken-go/tokenizer v0.10.0
 	github.com/valyala/fasthttp v1.78.0
 	github.com/valyala/fastjson v1.6.10
 	github.com/viterin/vek v0.4.3
 	go.yaml.in/yaml/v3 v3.0.6
+	golang.org/x/term v0.44.0
+	golang.org/x/time v0.16.0
 )
 
 require (
@@ -20,10 +24,12 @@ require (
 	github.com/chewxy/math32 v1.10.1 // indirect
 	github.com/coder/websocket v1.8.15 // indirect
 	github.com/dlclark/regexp2/v2 v2.5.1 // indirect
+	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
 	github.com/molecule-man/go-brrr v1.3.1 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/pandatix/go-abnf v0.5.3 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/rivo/uniseg v0.4.7 // indirect
 	github.com/tidwall/gjson v1.20.0 // indirect
 	github.com/tidwall/match v1.1.1 // indirect
 	github.com/tidwall/pretty v1.2.1 // indirect

@@ -243,6 +243,11 @@ func (g *Gateway) prepare(ctx *fasthttp.RequestCtx, x *exchange) (*adapters.Upst
 	if p := x.plan; p.lookup && (g.lookupExact(ctx, x, p) || g.lookupSemantic(ctx, x, p)) {
 		return nil, nil
 	}
+	if x.plan.only != 0 { // lookup-only: never upstream
+		ctx.SetStatusCode(fasthttp.StatusNoContent)
+		x.cacheResult, x.cacheReason = cacheMiss, "lookup_only"
+		return nil, nil
+	}
 	return g.prepareMiss(ctx, x)
 }
 

@@ -26,6 +26,7 @@ type Status struct {
 	Spill     *SpillStatus          `json:"spillover,omitempty"`
 	Nodes     []balancer.NodeStatus `json:"nodes"`
 	Admission admission.Status      `json:"admission"`
+	Warm      []WarmStatus          `json:"warm,omitempty"` // warm-ups, running and recent (failures left out)
 }
 
 // CacheStatus is the cache part of /status.
@@ -69,6 +70,10 @@ func (g *Gateway) status() Status {
 		st.Spill = ss
 	}
 	st.Admission = g.adm.Status()
+	for _, w := range g.warms.list() {
+		w.Failures = nil
+		st.Warm = append(st.Warm, w)
+	}
 	return st
 }
 

@@ -1,5 +1,5 @@
 // Command frontdoor is the OpenAI-compatible gateway. Subcommands: serve,
-// demo, check-config, version.
+// demo, check-config, warm, cache export, version.
 package main
 
 import (
@@ -27,6 +27,8 @@ Usage:
   frontdoor serve --config FILE         run the gateway
   frontdoor demo [--listen :8080]       run gateway + simulated GPU nodes + simulated Qwen, no setup
   frontdoor check-config --config FILE  validate a config file and report every problem
+  frontdoor warm FILE... --target URL   warm the cache of a running gateway (see frontdoor warm -h)
+  frontdoor cache export --target URL   write the most-hit entries as a JSONL to warm from
   frontdoor version                     print the version
 `
 
@@ -46,6 +48,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdDemo(args[1:], stdout, stderr)
 	case "check-config":
 		return cmdCheckConfig(args[1:], stdout, stderr)
+	case "warm":
+		return cmdWarm(args[1:], stdout, stderr)
+	case "cache":
+		return cmdCache(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "frontdoor", buildVersion())
 		return 0
@@ -161,12 +167,10 @@ func serve(ctx context.Context, cfg router.Config, logOut io.Writer, ready func(
 	go func() { errc <- gw.Serve(ln) }()
 	if len(cfg.Warm.Files) > 0 {
 		go func() {
-			res, err := gw.Warm(ctx, ln.Addr().String())
-			if err != nil {
+			// In the background: readiness doesn't wait, /status shows it.
+			if _, err := gw.Warm(ctx, ln.Addr().String()); err != nil && ctx.Err() == nil {
 				logger.Warn("cache warm-up failed", "error", err.Error())
-				return
 			}
-			logger.Info("cache warmed", "sent", res.Sent, "stored", res.Stored, "already_cached", res.Hits, "failed", res.Failed)
 		}()
 	}
 	select {
