@@ -31,9 +31,14 @@ redis-server:
 		fi; \
 	fi
 
-## build: build both binaries into ./bin.
+## build: build both binaries into ./bin, stamped with the version
+## (git describe) and revision; without them frontdoor reads its module's
+## build info.
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS  ?= -X frontdoor/internal/buildinfo.version=$(VERSION) -X frontdoor/internal/buildinfo.revision=$(REVISION)
 build:
-	$(GO) build -o bin/frontdoor ./cmd/frontdoor
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/frontdoor ./cmd/frontdoor
 	$(GO) build -o bin/gpusim ./cmd/gpusim
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2

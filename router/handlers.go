@@ -33,6 +33,9 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 			g.writeError(ctx, &adapters.APIError{Status: 500, Type: adapters.TypeServer, Code: "internal_error", Message: "internal error"})
 		}
 	}()
+	// Every answer carries X-Request-Id, whatever the route.
+	id := requestID(ctx)
+	ctx.Response.Header.SetCanonical(headerRequestID, []byte(id))
 	// A request whose body length two parsers could read differently is
 	// refused before anything else (adapters.CheckRequestFraming).
 	if err := adapters.CheckRequestFraming(ctx.Request.Header.RawHeaders()); err != nil {
@@ -42,9 +45,9 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	}
 	switch string(ctx.Path()) {
 	case "/v1/chat/completions":
-		g.serveInference(ctx, adapters.EndpointChat)
+		g.serveInference(ctx, adapters.EndpointChat, id)
 	case "/v1/completions":
-		g.serveInference(ctx, adapters.EndpointCompletion)
+		g.serveInference(ctx, adapters.EndpointCompletion, id)
 	case "/v1/models":
 		if g.onlyMethod(ctx, fasthttp.MethodGet) {
 			ctx.SetContentType("application/json")
@@ -97,6 +100,7 @@ func (g *Gateway) onlyMethod(ctx *fasthttp.RequestCtx, method string) bool {
 // handleTransportError answers requests fasthttp could not read, such as an
 // oversize body, with the OpenAI envelope.
 func (g *Gateway) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
+	ctx.Response.Header.SetCanonical(headerRequestID, []byte(requestID(ctx)))
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		g.writeError(ctx, g.tooLarge())
 		ctx.SetConnectionClose()
@@ -221,8 +225,8 @@ type exchange struct {
 	upstreamReq  adapters.UpstreamRequest // what toUpstream built
 }
 
-func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint) {
-	x := &exchange{start: time.Now(), id: requestID(ctx), endpoint: ep}
+func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint, id string) {
+	x := &exchange{start: time.Now(), id: id, endpoint: ep}
 	defer func() { g.finish(ctx, x, recover()) }()
 	ur, leader := g.prepare(ctx, x)
 	if leader != nil {
@@ -250,7 +254,6 @@ func (g *Gateway) prepare(ctx *fasthttp.RequestCtx, x *exchange) (*adapters.Upst
 // admitAndPlan validates and admits the request and plans its cache use
 // (x.plan). It returns false when the client has its answer (an error).
 func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
-	ctx.Response.Header.SetCanonical(headerRequestID, []byte(x.id))
 	if !ctx.IsPost() {
 		g.onlyMethod(ctx, fasthttp.MethodPost)
 		return false

@@ -65,6 +65,7 @@ func newGatewayMetrics(set *metrics.Set, g *Gateway) *gatewayMetrics {
 	}
 	set.NewGauge(`frontdoor_streams_active`, func() float64 { return float64(m.streams.Load()) })
 	g.pool.RegisterMetrics(set)
+	registerBuildInfo(set)
 	return m
 }
 
@@ -120,6 +121,5 @@ func (m *gatewayMetrics) classes() map[string]int {
 }
 
 func (m *gatewayMetrics) write(ctx *fasthttp.RequestCtx) {
-	m.set.WritePrometheus(ctx)
-	metrics.WriteProcessMetrics(ctx)
+	writeMetrics(ctx, m.set)
 }

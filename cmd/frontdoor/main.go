@@ -11,15 +11,12 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 
 	"frontdoor/balancer"
+	"frontdoor/internal/buildinfo"
 	"frontdoor/router"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 const usage = `frontdoor: an OpenAI-compatible front door for self-hosted LLM inference
 
@@ -47,7 +44,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "check-config":
 		return cmdCheckConfig(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
-		fmt.Fprintln(stdout, "frontdoor", buildVersion())
+		fmt.Fprintln(stdout, "frontdoor", buildinfo.Get())
 		return 0
 	case "help", "--help", "-h":
 		fmt.Fprint(stdout, usage)
@@ -56,20 +53,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "frontdoor: unknown command %q\n\n%s", args[0], usage)
 		return 2
 	}
-}
-
-func buildVersion() string {
-	if version != "dev" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				return "dev+" + s.Value[:12]
-			}
-		}
-	}
-	return version
 }
 
 func configFlag(name string, args []string, stderr io.Writer) (string, bool) {
@@ -153,7 +136,7 @@ func serve(ctx context.Context, cfg router.Config, logOut io.Writer, ready func(
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	logger.Info("frontdoor listening", "addr", ln.Addr().String(), "version", buildVersion(), "nodes", len(cfg.Nodes))
+	logger.Info("frontdoor listening", "addr", ln.Addr().String(), "version", buildinfo.Get().Version, "revision", buildinfo.Get().Revision, "nodes", len(cfg.Nodes))
 	if ready != nil {
 		ready(ln.Addr().String())
 	}

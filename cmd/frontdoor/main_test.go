@@ -101,6 +101,40 @@ func TestUsageAndVersion(t *testing.T) {
 	}
 }
 
+// The version comes from -ldflags when set, else from the build info: the
+// VCS revision of the checkout it was built from.
+func TestVersionFromTheBuild(t *testing.T) {
+	dir := t.TempDir()
+	build := func(name string, args ...string) string {
+		bin := filepath.Join(dir, name)
+		if b, err := exec.Command("go", append(append([]string{"build"}, args...), "-o", bin, ".")...).CombinedOutput(); err != nil {
+			t.Fatalf("build %v: %v\n%s", args, err, b)
+		}
+		out, err := exec.Command(bin, "version").CombinedOutput()
+		if err != nil {
+			t.Fatalf("version: %v %s", err, out)
+		}
+		return string(out)
+	}
+	// Go stamps the revision only where .git is a directory (not in a git
+	// worktree, whose .git is a file); `make build` passes -ldflags there.
+	if st, err := os.Stat("../../.git"); err != nil || !st.IsDir() {
+		t.Logf("../../.git is not a directory: the build-info revision is not checked")
+	} else if rev, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {
+		// GOFLAGS may say -buildvcs=false; the flag wins.
+		want := strings.TrimSpace(string(rev))[:12]
+		if out := build("vcs", "-buildvcs=true"); !strings.Contains(out, "(rev "+want) {
+			t.Fatalf("version %q does not name the revision %s", out, want)
+		}
+	} else {
+		t.Logf("no git checkout: the VCS revision is not checked (%v)", err)
+	}
+	ld := "-X frontdoor/internal/buildinfo.version=v9.8.7 -X frontdoor/internal/buildinfo.revision=0123456789abcdef"
+	if out := build("ld", "-ldflags", ld); !strings.HasPrefix(out, "frontdoor v9.8.7 (rev 0123456789ab, go") {
+		t.Fatalf("version with ldflags: %q", out)
+	}
+}
+
 // The demo serves chat completions, streamed and not, and stops on cancel.
 func TestDemoServes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
