@@ -508,6 +508,7 @@ func (g *Gateway) answered(x *exchange, n *balancer.Node, be adapters.Backend, s
 	var ttft time.Duration
 	if resp.Streaming() {
 		ttft = time.Since(sent)
+		g.metrics.ttft.add(sent.Add(ttft), ttft)
 	}
 	g.pool.Report(n, balancer.OutcomeSuccess, ttft)
 	g.metrics.upstreamAnswers.Add(1)
