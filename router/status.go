@@ -19,11 +19,11 @@ var startTime = time.Now()
 
 // Status is the GET /status document.
 type Status struct {
-	Uptime    string                `json:"uptime"`
-	Ready     bool                  `json:"ready"`
-	Version   string                `json:"version"`
-	Revision  string                `json:"revision,omitempty"`
-	Requests  map[string]int        `json:"requests"` // by outcome class
+	Uptime   string         `json:"uptime"`
+	Ready    bool           `json:"ready"`
+	Version  string         `json:"version"`
+	Revision string         `json:"revision,omitempty"`
+	Requests map[string]int `json:"requests"` // by outcome class
 	// Outcomes counts answers since start: hit (from the cache), local (a
 	// node), spilled (the hosted API), rejected (429 or 503).
 	Outcomes map[string]int64 `json:"outcomes"`
