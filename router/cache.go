@@ -43,6 +43,7 @@ type cachePlan struct {
 	ttl          time.Duration
 	vec          []float32 // embedding of keys.Query, once computed
 	lookupFailed bool      // the lookup failed: a bypass, but the answer is still written back
+	similarity   float32   // of the best semantic candidate, for the trace
 }
 
 // cacheControl reads the client's Cache-Control directives.
@@ -175,6 +176,7 @@ func (g *Gateway) lookupSemantic(ctx *fasthttp.RequestCtx, x *exchange, p *cache
 	}
 	if len(matches) > 0 {
 		g.cm.similarity.Update(float64(matches[0].Similarity))
+		p.similarity = matches[0].Similarity
 	}
 	for _, m := range matches {
 		if m.Similarity < p.threshold {

@@ -153,6 +153,7 @@ type Config struct {
 	Spillover Spillover             `yaml:"spillover"`
 	Models    []balancer.ModelAlias `yaml:"models"`
 	Warm      Warm                  `yaml:"warm"`
+	Tracing   Tracing               `yaml:"tracing"`
 }
 
 // DefaultConfig returns the defaults of every key.
@@ -169,6 +170,7 @@ func DefaultConfig() Config {
 		Balancer:  balancer.DefaultConfig(),
 		Spillover: Spillover{Kind: "dashscope", BaseURL: "https://dashscope.aliyuncs.com/compatible-mode/v1", APIKeyEnv: "DASHSCOPE_API_KEY", On: []string{"saturated", "failed"}},
 		Warm:      Warm{Concurrency: 5},
+		Tracing:   Tracing{SampleRatio: 1, ServiceName: "frontdoor"},
 	}
 }
 
@@ -580,6 +582,7 @@ func (c *Config) Problems() []string {
 	if c.Warm.Concurrency < 1 {
 		add("warm.concurrency: must be >= 1")
 	}
+	section("tracing", c.Tracing.Validate())
 	out = append(out, c.modelProblems()...)
 	return out
 }

@@ -63,6 +63,8 @@ type Gateway struct {
 
 	models []byte // cached GET /v1/models body
 
+	tracing *tracing // nil: tracing is off
+
 	stopping atomic.Bool
 	streams  sync.WaitGroup // live stream pumps
 	live     liveStreams    // for the forced stop after the grace period
@@ -124,6 +126,9 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		return nil, err
 	}
 	g.models = g.modelsBody()
+	if g.tracing, err = newTracing(context.Background(), cfg.Tracing); err != nil {
+		return nil, err
+	}
 	g.server = &fasthttp.Server{
 		Handler:      g.handle,
 		ErrorHandler: g.handleTransportError,
@@ -375,6 +380,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	}
 	for _, c := range g.clients {
 		_ = c.Close()
+	}
+	if terr := g.tracing.shutdown(ctx); terr != nil {
+		g.log.Warn("tracing: spans not exported at shutdown", "error", terr.Error())
 	}
 	return err
 }

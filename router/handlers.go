@@ -20,6 +20,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
 	"github.com/valyala/fastjson"
+	"go.opentelemetry.io/otel/trace"
 
 	"frontdoor/adapters"
 	"frontdoor/balancer"
@@ -223,10 +224,14 @@ type exchange struct {
 	finished     bool                     // finish ran
 	tries        attempts                 // where forward stands
 	upstreamReq  adapters.UpstreamRequest // what toUpstream built
+	trc          *requestTrace            // nil when tracing is off
 }
 
 func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint, id string) {
 	x := &exchange{start: time.Now(), id: id, endpoint: ep}
+	if g.tracing != nil {
+		g.startRequestSpan(ctx, x)
+	}
 	defer func() { g.finish(ctx, x, recover()) }()
 	ur, leader := g.prepare(ctx, x)
 	if leader != nil {
@@ -245,7 +250,7 @@ func (g *Gateway) prepare(ctx *fasthttp.RequestCtx, x *exchange) (*adapters.Upst
 	if !g.admitAndPlan(ctx, x) {
 		return nil, nil
 	}
-	if p := x.plan; p.lookup && (g.lookupExact(ctx, x, p) || g.lookupSemantic(ctx, x, p)) {
+	if p := x.plan; p.lookup && g.lookup(ctx, x, p) {
 		return nil, nil
 	}
 	return g.prepareMiss(ctx, x)
@@ -264,7 +269,9 @@ func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
 		return false
 	}
 	x.tenant = t
+	as := x.child("admission", trace.SpanKindInternal)
 	pass, rej := g.adm.Enter(context.Background(), t.name)
+	endAdmission(as, rej)
 	if rej != nil {
 		g.writeError(ctx, rejection(rej))
 		return false
@@ -285,6 +292,7 @@ func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
 		return false
 	}
 	x.req = req // finish releases it
+	x.describeRequest()
 	if !t.allows(req.Model) {
 		g.writeError(ctx, &adapters.APIError{Status: 403, Type: adapters.TypePermission, Code: "model_not_allowed", Param: "model",
 			Message: "tenant " + strconv.Quote(t.name) + " may not use model " + strconv.Quote(req.Model)})
@@ -380,7 +388,9 @@ func (g *Gateway) admitMiss(ctx *fasthttp.RequestCtx, x *exchange) bool {
 			maxLen, promptTokens+req.MaxTokens, promptTokens, req.MaxTokens)))
 		return false
 	}
+	as := x.child("admission tokens", trace.SpanKindInternal)
 	charge, rej := g.adm.AdmitMiss(context.Background(), x.tenant.name, g.adm.UpfrontTokens(promptTokens, req.MaxTokens, req.N))
+	endAdmission(as, rej)
 	if rej != nil {
 		g.writeError(ctx, rejection(rej))
 		return false
@@ -394,12 +404,13 @@ func (g *Gateway) admitMiss(ctx *fasthttp.RequestCtx, x *exchange) bool {
 // total tokens used (negative: unknown).
 func (x *exchange) handOff() func(usage int) {
 	x.streamOwned = true
-	pass, charge := x.pass, x.charge
+	pass, charge, trc := x.pass, x.charge, x.trc
 	return func(usage int) {
 		if charge != nil {
 			charge.Settle(usage)
 		}
 		pass.Release()
+		trc.end()
 	}
 }
 
@@ -460,7 +471,14 @@ func (g *Gateway) forwardFrom(ctx *fasthttp.RequestCtx, x *exchange, ur *adapter
 		if ur.Stream { // the time to the first token is only known for streams
 			sent = time.Now()
 		}
+		var span trace.Span
+		if x.trc != nil {
+			span = g.startAttempt(x, ur, n)
+		}
 		resp, err := be.Send(context.Background(), ur)
+		if span != nil {
+			endAttempt(span, resp, err, sent)
+		}
 		if g.answered(x, n, be, st, resp, err, sent) {
 			g.commit(ctx, x, n, be, resp)
 			return
@@ -596,7 +614,14 @@ func (g *Gateway) trySpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.U
 	s.inflight.Add(1)
 	x.slot.hold(nil, &s.inflight)
 	x.attempts++
+	var span trace.Span
+	if x.trc != nil {
+		span = g.startAttempt(x, ur, nil)
+	}
 	resp, err := s.backend.Send(context.Background(), ur)
+	if span != nil {
+		endAttempt(span, resp, err, time.Time{})
+	}
 	if err != nil {
 		x.slot.release()
 		g.failFlight(x)
@@ -757,6 +782,7 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.N
 			if r.usageKnown && !r.broken {
 				usage = r.usage.TotalTokens
 				g.metrics.countTokens(tenantName, "upstream", r.usage.PromptTokens, r.usage.CompletionTokens)
+				x.trc.usage(r.usage)
 			}
 			done(usage)
 			if f != nil {
@@ -789,6 +815,7 @@ func (g *Gateway) settle(x *exchange, u adapters.Usage, known bool) {
 		x.charge.Settle(u.TotalTokens)
 	}
 	g.metrics.countTokens(x.tenant.name, "upstream", u.PromptTokens, u.CompletionTokens)
+	x.trc.usage(u)
 }
 
 // pump copies upstream events to the client as they arrive, flushing
@@ -944,6 +971,7 @@ func (g *Gateway) finish(ctx *fasthttp.RequestCtx, x *exchange, panicked any) {
 	}
 	x.status = ctx.Response.StatusCode()
 	g.metrics.observe(x)
+	x.finishSpan()
 	if x.cacheResult != "" {
 		ctx.Response.Header.SetCanonical(headerCache, []byte(x.cacheResult))
 		g.cm.request(x.cacheResult, x.cacheReason)
