@@ -117,7 +117,7 @@ type UpstreamRequest struct {
 	Body      []byte
 	Stream    bool
 	RequestID string
-	Model     string // the model named in Body (after alias resolution)
+	Model     string        // the model named in Body (after alias resolution)
 	Trace     *TraceContext // nil: no trace context to pass on
 }
 
