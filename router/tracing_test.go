@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -233,7 +234,7 @@ func TestTracingSemanticHit(t *testing.T) {
 		t.Errorf("exact lookup %v", kids["cache.lookup exact"][0].Attributes)
 	}
 	sem := kids["cache.lookup semantic"][0]
-	if attr(sem, "frontdoor.cache.hit") != "true" || attr(sem, "frontdoor.cache.similarity") < "0.9" || attr(sem, "frontdoor.cache.threshold") != "0.5" {
+	if attr(sem, "frontdoor.cache.hit") != "true" || num(attr(sem, "frontdoor.cache.similarity")) < 0.9 || attr(sem, "frontdoor.cache.threshold") != "0.5" {
 		t.Errorf("semantic lookup %v", sem.Attributes)
 	}
 	for name := range kids {
@@ -243,10 +244,45 @@ func TestTracingSemanticHit(t *testing.T) {
 	}
 }
 
+// num is a numeric attribute's value; -1 when absent.
+func num(s string) float64 {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return -1
+	}
+	return f
+}
+
 func keys[V any](m map[string]V) []string {
 	var out []string
 	for k := range m {
 		out = append(out, k)
 	}
 	return out
+}
+
+// A stream's request span ends with the stream and carries its usage and
+// the attempt's time to first token.
+func TestTracingStream(t *testing.T) {
+	rcv := startOTLPReceiver(t)
+	s := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT, c.ITL, c.OutputTokens = 30*time.Millisecond, 5*time.Millisecond, 20 })
+	cfg := testConfig(s)
+	tracingOn(t, &cfg, rcv)
+	gw := startGateway(t, cfg)
+	resp, b := post(t, gw.URL+"/v1/chat/completions", chatBody("stream please", `"stream":true`))
+	if resp.StatusCode != 200 || !strings.Contains(string(b), "[DONE]") {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	root, kids := rcv.tree(t, resp.Header.Get("X-Request-Id"), "attempt gpu-a")
+	att := kids["attempt gpu-a"][0]
+	if ttft := num(attr(att, "frontdoor.ttft_ms")); ttft < 30 {
+		t.Errorf("attempt ttft_ms %v", ttft)
+	}
+	if attr(root, "gen_ai.usage.output_tokens") != "20" || attr(root, "frontdoor.stream") != "true" {
+		t.Errorf("stream span attrs %v", root.Attributes)
+	}
+	// 20 tokens at 5 ms: the span covers the stream, not just the handler.
+	if d := time.Duration(root.EndTimeUnixNano - root.StartTimeUnixNano); d < 30*time.Millisecond+19*5*time.Millisecond {
+		t.Errorf("the stream's span lasted %v", d)
+	}
 }
