@@ -275,7 +275,7 @@ func plainTypes(msg string) string {
 	if g == nil {
 		return msg
 	}
-	want := "a " + g[3]
+	var want string
 	switch t := strings.TrimPrefix(g[3], "*"); {
 	case strings.HasPrefix(t, "int"), strings.HasPrefix(t, "uint"):
 		want = "an integer"
