@@ -2,7 +2,6 @@ package router
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -11,7 +10,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -316,6 +314,3 @@ func TestRequestIDOnEveryAnswer(t *testing.T) {
 		}
 	}
 }
-
-var _ = context.Background
-var _ atomic.Int64
