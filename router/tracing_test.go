@@ -286,3 +286,27 @@ func TestTracingStream(t *testing.T) {
 		t.Errorf("the stream's span lasted %v", d)
 	}
 }
+
+// A request whose only node fails spills over: the failed attempt, then a
+// spillover span.
+func TestTracingSpillover(t *testing.T) {
+	rcv := startOTLPReceiver(t)
+	bad := testenv.GPUSim(t, func(c *sim.Config) { c.FailRate = 1 })
+	cfg := testConfig(bad)
+	cfg.Balancer.Retries = 0
+	spillConfig(t, &cfg, dashSim(t, nil))
+	tracingOn(t, &cfg, rcv)
+	gw := startGateway(t, cfg)
+	resp, b := post(t, gw.URL+"/v1/chat/completions", chatBody("spill me", ""))
+	if resp.StatusCode != 200 || resp.Header.Get("X-Upstream") != "spillover:dashscope" {
+		t.Fatalf("status %d, X-Upstream %q: %s", resp.StatusCode, resp.Header.Get("X-Upstream"), b)
+	}
+	root, kids := rcv.tree(t, resp.Header.Get("X-Request-Id"), "attempt gpu-a", "spillover")
+	sp := kids["spillover"][0]
+	if attr(sp, "frontdoor.node") != "spillover:dashscope" || attr(sp, "http.response.status_code") != "200" || sp.Kind != tracepb.Span_SPAN_KIND_CLIENT {
+		t.Errorf("spillover span %v", sp.Attributes)
+	}
+	if attr(root, "frontdoor.upstream") != "spillover:dashscope" || attr(root, "frontdoor.attempts") != "2" {
+		t.Errorf("request span %v", root.Attributes)
+	}
+}
