@@ -45,6 +45,7 @@ type cachePlan struct {
 	lookupFailed bool      // the lookup failed: a bypass, but the answer is still written back
 	only         byte      // X-Cache-Only: onlyAny or onlyExact; the request never goes upstream
 	tag          string    // X-Cache-Tag: the stored entry's tag
+	similarity   float32   // of the best semantic candidate, for the trace
 }
 
 // Lookup-only requests (X-Cache-Only: 1, or exact for exact hits only) are
@@ -227,6 +228,7 @@ func (g *Gateway) lookupSemantic(ctx *fasthttp.RequestCtx, x *exchange, p *cache
 	}
 	if len(matches) > 0 {
 		g.cm.similarity.Update(float64(matches[0].Similarity))
+		p.similarity = matches[0].Similarity
 	}
 	for _, m := range matches {
 		if m.Similarity < p.threshold {

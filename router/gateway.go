@@ -66,6 +66,7 @@ type Gateway struct {
 	hot   *hotTracker // hits per entry, for /admin/cache/hot; nil when off
 	warms warmJobs    // warm-ups: warm.files and POST /admin/cache/warm
 	addr  atomic.Pointer[string]
+	tracing *tracing // nil: tracing is off
 
 	stopping atomic.Bool
 	streams  sync.WaitGroup // live stream pumps
@@ -131,6 +132,9 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		return nil, err
 	}
 	g.models = g.modelsBody()
+	if g.tracing, err = newTracing(context.Background(), cfg.Tracing); err != nil {
+		return nil, err
+	}
 	g.server = &fasthttp.Server{
 		Handler:      g.handle,
 		ErrorHandler: g.handleTransportError,
@@ -385,6 +389,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	}
 	for _, c := range g.clients {
 		_ = c.Close()
+	}
+	if terr := g.tracing.shutdown(ctx); terr != nil {
+		g.log.Warn("tracing: spans not exported at shutdown", "error", terr.Error())
 	}
 	return err
 }
