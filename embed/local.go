@@ -1,6 +1,8 @@
 package embed
 
 import (
+	"os"
+	"strings"
 	"context"
 	"errors"
 	"fmt"
@@ -37,7 +39,7 @@ type Local struct {
 // featureWeights sets each feature family's share of the vector. The values
 // in defaultWeights were tuned on the bench/semantic data (see README.md).
 type featureWeights struct {
-	Token, Word, Latin3, CJK1, CJK2, CJK3 float64
+	Token, Word, Latin3, CJK1, CJK2, CJK3, Word2 float64
 }
 
 var defaultWeights = featureWeights{
@@ -50,7 +52,15 @@ var defaultWeights = featureWeights{
 // vocabulary in the background so that the first Embed rarely waits for it.
 func NewLocal(dims int) *Local {
 	go o200k()
-	return &Local{dims: max(dims, MinDims), w: defaultWeights}
+	w := defaultWeights
+	if v := os.Getenv("FD_W"); v != "" {
+		var f [7]float64
+		for i, p := range strings.Split(v, ",") {
+			f[i], _ = strconv.ParseFloat(p, 64)
+		}
+		w = featureWeights{f[0], f[1], f[2], f[3], f[4], f[5], f[6]}
+	}
+	return &Local{dims: max(dims, MinDims), w: w}
 }
 
 // Dims returns the vector length.
@@ -74,6 +84,7 @@ const (
 	seedCJK2   uint64 = 0xa0761d6478bd642f
 	seedCJK3   uint64 = 0xe7037ed1a0b428db
 	seedEmpty  uint64 = 0x8ebc6af09c88c6e3
+	seedWord2  uint64 = 0x2d358dccaa6c78a5
 )
 
 // Boundary markers for n-grams; private-use code points never occur after
@@ -164,7 +175,7 @@ func fillEmpty(out []float32) {
 func (l *Local) addCharFeatures(acc []float64, runes []rune) int {
 	// Count first so that each family gets weight / sqrt(count) whatever
 	// the text's length.
-	var nWord, nLatin3, nCJK1, nCJK2, nCJK3 int
+	var nWord, nLatin3, nCJK1, nCJK2, nCJK3, nWord2 int
 	forEachWord(runes, func(w []rune, cjk bool) {
 		n := len(w)
 		if cjk {
@@ -174,6 +185,7 @@ func (l *Local) addCharFeatures(acc []float64, runes []rune) int {
 			return
 		}
 		nWord++
+		nWord2++ // with the previous word, or the start marker
 		nLatin3 += n // n+2 padded runes give n 3-grams (the first starts at the word)
 	})
 	scale := func(w float64, n int) float64 {
@@ -184,10 +196,13 @@ func (l *Local) addCharFeatures(acc []float64, runes []rune) int {
 	}
 	sWord, sLatin3 := scale(l.w.Word, nWord), scale(l.w.Latin3, nLatin3)
 	sCJK1, sCJK2, sCJK3 := scale(l.w.CJK1, nCJK1), scale(l.w.CJK2, nCJK2), scale(l.w.CJK3, nCJK3)
+	sWord2 := scale(l.w.Word2, nWord2)
 
 	dims := len(acc)
+	prevWord := seedWord2 // hash of the previous non-CJK word; the seed at the start and after CJK
 	forEachWord(runes, func(w []rune, cjk bool) {
 		if cjk {
+			prevWord = seedWord2
 			prev := markStart
 			for i, r := range w {
 				add(acc, dims, hashRunes(seedCJK1, r), sCJK1)
@@ -205,6 +220,10 @@ func (l *Local) addCharFeatures(acc []float64, runes []rune) int {
 			h = hashStep(h, r)
 		}
 		add(acc, dims, mix64(h), sWord)
+		if sWord2 != 0 {
+			add(acc, dims, mix64(prevWord*0x9e3779b97f4a7c15^h), sWord2) // ordered pair
+		}
+		prevWord = h
 		a, b := markStart, markStart
 		for _, c := range w {
 			if a != markStart || b != markStart {
@@ -214,7 +233,7 @@ func (l *Local) addCharFeatures(acc []float64, runes []rune) int {
 		}
 		add(acc, dims, hashRunes(seedLatin3, a, b, markEnd), sLatin3)
 	})
-	return nWord + nLatin3 + nCJK1 + nCJK2 + nCJK3
+	return nWord + nLatin3 + nCJK1 + nCJK2 + nCJK3 + nWord2
 }
 
 // addTokenFeatures adds the tokenizer family and returns how many tokens it added.

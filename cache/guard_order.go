@@ -1,0 +1,172 @@
+package cache
+
+import (
+	"unicode"
+	"unicode/utf8"
+)
+
+// maxOrderBreaks is the most breakpoints the order guard lets through: one
+// block of words moved elsewhere ("Hello, who are you?" / "Who are you?
+// Hello") makes at most 3; a swap of two words across others ("a dog bigger
+// than a cat" / "a cat bigger than a dog") makes 4.
+const maxOrderBreaks = 3
+
+// orderAllows reports whether the words the two texts share appear in an
+// order that one moved block can explain, clauses apart.
+//
+// Tokens are lower-cased words of letters and digits, and single CJK
+// characters; the k-th occurrence of a token in one text pairs with its
+// k-th occurrence in the other. The shared tokens, in the order of one
+// text, are numbered by their rank in the other; a breakpoint is a
+// neighbour pair whose ranks do not follow each other, counting the ends
+// as neighbours too. Pairs that straddle a clause boundary of the first
+// text (the end of a sentence) are free: questions asked in another order
+// are the same questions. The texts pass when either reading has at most
+// maxOrderBreaks breakpoints.
+func orderAllows(query, candidate string) bool {
+	var qs, cs orderScratch
+	q := qs.tokens(query)
+	c := cs.tokens(candidate)
+	if len(q) < 2 || len(c) < 2 {
+		return true
+	}
+	return orderBreaks(q, qs.clause, c) <= maxOrderBreaks || orderBreaks(c, cs.clause, q) <= maxOrderBreaks
+}
+
+// orderBreaks counts the breakpoints of a's shared tokens ranked in b,
+// leaving out those between two clauses of a.
+func orderBreaks(a []string, aClause []int, b []string) int {
+	type occ struct {
+		tok string
+		k   int
+	}
+	bPos := make(map[occ]int, len(b))
+	seen := make(map[string]int, len(b))
+	for i, t := range b {
+		bPos[occ{t, seen[t]}] = i
+		seen[t]++
+	}
+	clear(seen)
+	// Positions in b of the shared tokens, in a's order, and their clauses.
+	pos := make([]int, 0, len(a))
+	clause := make([]int, 0, len(a))
+	for i, t := range a {
+		k := seen[t]
+		seen[t]++
+		if p, ok := bPos[occ{t, k}]; ok {
+			pos = append(pos, p)
+			clause = append(clause, aClause[i])
+		}
+	}
+	if len(pos) < 2 {
+		return 0
+	}
+	rank := ranks(pos)
+	breaks := 0
+	if rank[0] != 0 {
+		breaks++
+	}
+	for i := 1; i < len(rank); i++ {
+		if rank[i] != rank[i-1]+1 && clause[i] == clause[i-1] {
+			breaks++
+		}
+	}
+	if rank[len(rank)-1] != len(rank)-1 {
+		breaks++
+	}
+	return breaks
+}
+
+// ranks replaces each of the distinct values of pos by its rank (0-based).
+func ranks(pos []int) []int {
+	maxPos := 0
+	for _, p := range pos {
+		maxPos = max(maxPos, p)
+	}
+	seen := make([]int, maxPos+1)
+	for i := range seen {
+		seen[i] = -1
+	}
+	for _, p := range pos {
+		seen[p] = 0
+	}
+	r := 0
+	for i := range seen {
+		if seen[i] == 0 {
+			seen[i] = r
+			r++
+		}
+	}
+	out := make([]int, len(pos))
+	for i, p := range pos {
+		out[i] = seen[p]
+	}
+	return out
+}
+
+type orderScratch struct {
+	buf    []byte
+	toks   []string
+	clause []int // clause number of each token
+}
+
+// tokens splits s into lower-cased words of letters and digits, with each
+// CJK character a token of its own.
+func (o *orderScratch) tokens(s string) []string {
+	o.toks, o.clause = o.toks[:0], o.clause[:0]
+	start, clause := -1, 0
+	push := func(tok string) {
+		o.toks, o.clause = append(o.toks, tok), append(o.clause, clause)
+	}
+	flush := func() {
+		if start >= 0 {
+			push(string(o.buf[start:]))
+			o.buf = o.buf[:start]
+			start = -1
+		}
+	}
+	for _, r := range s {
+		if r >= 0xFF01 && r <= 0xFF5E { // full-width ASCII
+			r -= 0xFEE0
+		}
+		switch {
+		case isCJKRune(r):
+			flush()
+			push(string(r))
+		case unicode.IsLetter(r) || unicode.IsDigit(r):
+			if start < 0 {
+				start = len(o.buf)
+			}
+			o.buf = utf8.AppendRune(o.buf, unicode.ToLower(r))
+		case r == '\'' || r == '\u2019':
+			// "don't" is one word
+		default:
+			flush()
+			if clauseEnd(r) {
+				clause++
+			}
+		}
+	}
+	flush()
+	return o.toks
+}
+
+// clauseEnd reports whether punctuation r ends a clause. Commas do not:
+// measured on PAWS-X, letting the parts of a sentence move freely let
+// through swaps such as "a degree from A and a master's from B".
+func clauseEnd(r rune) bool {
+	switch r {
+	case '.', '?', '!', ';', '\n', '。', '？', '！', '；':
+		return true
+	}
+	return false
+}
+
+// isCJKRune reports whether r is written without spaces between words.
+func isCJKRune(r rune) bool {
+	if r < 0x1100 {
+		return false
+	}
+	return r >= 0x4E00 && r <= 0x9FFF || r >= 0x3040 && r <= 0x30FF || r >= 0xAC00 && r <= 0xD7A3 ||
+		unicode.Is(unicode.Han, r) || unicode.Is(unicode.Hiragana, r) || unicode.Is(unicode.Katakana, r)
+}
