@@ -75,19 +75,24 @@ func containsStr(list []string, s string) bool {
 	return false
 }
 
-// entityNorm lower-cases s and turns every run of characters other than
-// letters and digits into one space; CJK runs are kept as they are.
+// entityNorm lower-cases s, turns every run of characters other than
+// letters and digits into one space and puts a space between CJK and other
+// letters.
 func entityNorm(s string) string {
 	var b strings.Builder
 	b.Grow(len(s))
-	space := true
+	space, prevCJK := true, false
 	for _, r := range s {
 		if r >= 0xFF01 && r <= 0xFF5E {
 			r -= 0xFEE0
 		}
 		if unicode.IsLetter(r) || unicode.IsDigit(r) {
+			cjk := isCJKRune(r)
+			if !space && cjk != prevCJK {
+				b.WriteByte(' ') // "学习Python" is two words
+			}
 			b.WriteRune(unicode.ToLower(r))
-			space = false
+			space, prevCJK = false, cjk
 			continue
 		}
 		if r == '\'' || r == '\u2019' {
@@ -117,6 +122,7 @@ var quotePairs = map[rune]rune{'"': '"', '`': '`', '“': '”', '「': '」', '
 
 func scanEntities(s string) entities {
 	var e entities
+	s = foldWidth(s)
 	// Quoted strings.
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
@@ -228,11 +234,49 @@ func (e *entities) scanHan(s string) {
 }
 
 // splitWords splits a field into runs of letters and digits (an apostrophe
-// inside a word ends it: "Bob's" gives "Bob").
+// inside a word ends it: "Bob's" gives "Bob"); a CJK run is a word apart
+// from the Latin ones beside it ("学习Python编程").
 func splitWords(f string) []string {
-	return strings.FieldsFunc(f, func(r rune) bool {
-		return !unicode.IsLetter(r) && !unicode.IsDigit(r)
-	})
+	var out []string
+	start, prevCJK := -1, false
+	for i, r := range f {
+		if !unicode.IsLetter(r) && !unicode.IsDigit(r) {
+			if start >= 0 {
+				out = append(out, f[start:i])
+				start = -1
+			}
+			continue
+		}
+		cjk := isCJKRune(r)
+		if start >= 0 && cjk != prevCJK {
+			out = append(out, f[start:i])
+			start = -1
+		}
+		if start < 0 {
+			start = i
+		}
+		prevCJK = cjk
+	}
+	if start >= 0 {
+		out = append(out, f[start:])
+	}
+	return out
+}
+
+// foldWidth turns full-width ASCII forms into ASCII.
+func foldWidth(s string) string {
+	if !strings.ContainsFunc(s, func(r rune) bool { return r >= 0xFF01 && r <= 0xFF5E || r == 0x3000 }) {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 0xFF01 && r <= 0xFF5E:
+			return r - 0xFEE0
+		case r == 0x3000:
+			return ' '
+		}
+		return r
+	}, s)
 }
 
 func isEntityRune(r rune) bool {
@@ -242,6 +286,9 @@ func isEntityRune(r rune) bool {
 // isIdentifier reports whether w looks like code: snake_case, camelCase,
 // a dotted path (os.path.join, example.com) or a call (len()).
 func isIdentifier(w string) bool {
+	if strings.ContainsFunc(w, func(r rune) bool { return r >= 0x80 }) {
+		return false // code is ASCII; "直线.你能" is two sentences
+	}
 	if strings.HasSuffix(w, "()") {
 		return true
 	}
@@ -345,7 +392,7 @@ var hanUnits = []struct{ text, canon string }{
 	{"公斤", "kg"}, {"千克", "kg"}, {"斤", "jin"}, {"克", "g"}, {"磅", "lb"}, {"吨", "t"},
 	{"摄氏度", "c"}, {"华氏度", "f"}, {"度", "deg"}, {"毫升", "ml"}, {"升", "l"},
 	{"美元", "usd"}, {"欧元", "eur"}, {"英镑", "gbp"}, {"日元", "jpy"}, {"元", "cny"}, {"块", "cny"},
-	{"小时", "h"}, {"分钟", "min"}, {"秒", "s"}, {"天", "d"}, {"周", "wk"}, {"个月", "mo"}, {"年", "y"},
+	{"小时", "h"}, {"分钟", "min"}, {"秒", "s"}, {"天", "d"}, {"周", "wk"}, {"个月", "mo"}, // not 年: "2015年" is a year
 }
 
 func setOf(words ...string) map[string]bool {

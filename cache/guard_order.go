@@ -1,6 +1,8 @@
 package cache
 
 import (
+	"slices"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -30,7 +32,64 @@ func orderAllows(query, candidate string) bool {
 	if len(q) < 2 || len(c) < 2 {
 		return true
 	}
+	if sameClauses(query, candidate) {
+		return true // the same clauses in another order
+	}
+	if asksToCompare(query) && asksToCompare(candidate) {
+		q, qs.clause = sortCoordinated(q, qs.clause)
+		c, cs.clause = sortCoordinated(c, cs.clause)
+	}
 	return orderBreaks(q, qs.clause, c) <= maxOrderBreaks || orderBreaks(c, cs.clause, q) <= maxOrderBreaks
+}
+
+// sortCoordinated puts the items of each sentence that coordinators
+// separate ("A 还是 B" / "B 还是 A") in one canonical order.
+func sortCoordinated(toks []string, clause []int) ([]string, []int) {
+	type seg struct {
+		toks   []string
+		clause []int
+		key    string
+	}
+	var (
+		out     []string
+		outCl   []int
+		segs    []seg
+		current seg
+	)
+	flushSentence := func() {
+		segs = append(segs, current)
+		current = seg{}
+		slices.SortStableFunc(segs, func(a, b seg) int { return strings.Compare(a.key, b.key) })
+		for i, sg := range segs {
+			if i > 0 {
+				out, outCl = append(out, "\x00or"), append(outCl, sg.clause[0])
+			}
+			out, outCl = append(out, sg.toks...), append(outCl, sg.clause...)
+		}
+		segs = segs[:0]
+	}
+	for i, t := range toks {
+		if i > 0 && clause[i] != clause[i-1] && len(current.toks) > 0 {
+			flushSentence()
+		}
+		if coordinators[t] {
+			if len(current.toks) > 0 {
+				segs = append(segs, current)
+			}
+			current = seg{}
+			continue
+		}
+		current.toks, current.clause = append(current.toks, t), append(current.clause, clause[i])
+		current.key += t + " "
+	}
+	if len(current.toks) > 0 || len(segs) > 0 {
+		if len(current.toks) == 0 {
+			current = segs[len(segs)-1]
+			segs = segs[:len(segs)-1]
+		}
+		flushSentence()
+	}
+	return out, outCl
 }
 
 // orderBreaks counts the breakpoints of a's shared tokens ranked in b,
@@ -132,7 +191,12 @@ func (o *orderScratch) tokens(s string) []string {
 		switch {
 		case isCJKRune(r):
 			flush()
-			push(string(r))
+			if r == '是' && len(o.toks) > 0 && o.toks[len(o.toks)-1] == "还" {
+				o.toks, o.clause = o.toks[:len(o.toks)-1], o.clause[:len(o.clause)-1]
+				push("还是") // or
+			} else {
+				push(string(r))
+			}
 		case unicode.IsLetter(r) || unicode.IsDigit(r):
 			if start < 0 {
 				start = len(o.buf)
@@ -169,4 +233,105 @@ func isCJKRune(r rune) bool {
 	}
 	return r >= 0x4E00 && r <= 0x9FFF || r >= 0x3040 && r <= 0x30FF || r >= 0xAC00 && r <= 0xD7A3 ||
 		unicode.Is(unicode.Han, r) || unicode.Is(unicode.Hiragana, r) || unicode.Is(unicode.Katakana, r)
+}
+
+// coordinators join items whose order does not matter when the text asks
+// to compare them.
+var coordinators = setOf("and", "or", "vs", "versus", "和", "与", "跟", "或", "还是")
+
+// comparisonMarkers make a text a comparison ("A or B, which is better"),
+// where swapping the coordinated items keeps the meaning. Only when both
+// texts compare are coordinated items put in one order: "a degree from A and a master's from B" is
+// not "a degree from B and a master's from A".
+var comparisonMarkers = []string{"哪个", "哪一个", "哪家", "哪种", "哪款", "还是", "区别", "不同", "对比", "比较",
+	"which", "difference", " vs", "versus", "compare", "better"}
+
+func asksToCompare(s string) bool {
+	for _, m := range comparisonMarkers {
+		if len(m) < 8 && m[0] < 0x80 {
+			if containsFold(s, m) {
+				return true
+			}
+		} else if strings.Contains(s, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// containsFold reports whether s contains the lower-case ASCII word m,
+// ignoring ASCII case.
+func containsFold(s, m string) bool {
+	for i := 0; i+len(m) <= len(s); i++ {
+		if strings.EqualFold(s[i:i+len(m)], m) {
+			return true
+		}
+	}
+	return false
+}
+
+// negationMoved reports whether a negation word both texts share stands
+// before another word in one than in the other: "why does it not start
+// when the disk is full" / "why does it start when the disk is not full".
+// The k-th occurrence of a negation in one text is compared with its k-th
+// occurrence in the other; negations written differently (not / doesn't)
+// are left to the count.
+func negationMoved(query, candidate string) bool {
+	var qs, cs orderScratch
+	q := qs.tokens(query)
+	c := cs.tokens(candidate)
+	next := func(toks []string) map[string][]string {
+		m := map[string][]string{}
+		for i, t := range toks {
+			if isNegationToken(t) {
+				j := i + 1
+				if j < len(toks) && toks[j] == "有" && (t == "没" || t == "沒") {
+					j++ // 没有 is 没
+				}
+				n := ""
+				if j < len(toks) {
+					n = toks[j]
+				}
+				m[t] = append(m[t], n)
+			}
+		}
+		return m
+	}
+	qn, cn := next(q), next(c)
+	for tok, qNext := range qn {
+		for k, n := range qNext {
+			if k < len(cn[tok]) && cn[tok][k] != n {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// isNegationToken reports whether an orderScratch token negates.
+func isNegationToken(t string) bool {
+	if r, size := utf8.DecodeRuneInString(t); size == len(t) && isHanNegation(r) {
+		return true
+	}
+	return isNegationWord(t)
+}
+
+// sameClauses reports whether both texts are the same clauses (split at
+// any punctuation, compared without case or spacing) in some order.
+func sameClauses(a, b string) bool {
+	split := func(s string) []string {
+		parts := strings.FieldsFunc(s, func(r rune) bool {
+			return !unicode.IsLetter(r) && !unicode.IsDigit(r) && !unicode.IsSpace(r) && r != '\'' && r != '\u2019'
+		})
+		out := parts[:0]
+		for _, p := range parts {
+			if p = strings.Join(strings.Fields(strings.ToLower(p)), " "); p != "" {
+				out = append(out, p)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	ca, cb := split(a), split(b)
+	return len(ca) > 1 && slices.Equal(ca, cb)
 }

@@ -73,7 +73,7 @@ func GuardsAllow(g Guards, query, candidate string) (ok bool, reason string) {
 		if g.Numbers && !sameMultiset(q.numbers(), c.numbers()) {
 			return false, GuardNumbers
 		}
-		if g.Negation && q.negations != c.negations {
+		if g.Negation && (q.negations != c.negations || q.negations > 0 && negationMoved(query, candidate)) {
 			return false, GuardNegation
 		}
 	}

@@ -106,6 +106,10 @@ func TestGuardNegation(t *testing.T) {
 		{"有什么好的英语学习网站没", "有什么好的英语学习网站吗", true},
 		{"短道速滑和速度滑冰有什么不同？", "短道速滑和速度滑冰有什么区别", true},
 		{"这两个颜色不同", "这两个颜色相同", false},
+		{"Why does the server not start when the disk is full?", "Why does the server start when the disk is not full?", false}, // moved
+		{"为什么不下雨的时候会打雷", "为什么下雨的时候不会打雷", false},
+		{"淘宝新店没有流量怎么办？", "淘宝新店没流量怎么办？", true},
+		{"it does not work", "does it not work", true},
 	}
 	for _, tc := range tests {
 		ok, reason := GuardsAllow(g, tc.query, tc.candidate)

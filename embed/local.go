@@ -1,12 +1,11 @@
 package embed
 
 import (
-	"os"
-	"strings"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"unicode"
@@ -39,7 +38,7 @@ type Local struct {
 // featureWeights sets each feature family's share of the vector. The values
 // in defaultWeights were tuned on the bench/semantic data (see README.md).
 type featureWeights struct {
-	Token, Word, Latin3, CJK1, CJK2, CJK3, Word2 float64
+	Token, Word, Latin3, CJK1, CJK2, CJK3 float64
 }
 
 var defaultWeights = featureWeights{
@@ -52,15 +51,7 @@ var defaultWeights = featureWeights{
 // vocabulary in the background so that the first Embed rarely waits for it.
 func NewLocal(dims int) *Local {
 	go o200k()
-	w := defaultWeights
-	if v := os.Getenv("FD_W"); v != "" {
-		var f [7]float64
-		for i, p := range strings.Split(v, ",") {
-			f[i], _ = strconv.ParseFloat(p, 64)
-		}
-		w = featureWeights{f[0], f[1], f[2], f[3], f[4], f[5], f[6]}
-	}
-	return &Local{dims: max(dims, MinDims), w: w}
+	return &Local{dims: max(dims, MinDims), w: defaultWeights}
 }
 
 // Dims returns the vector length.
@@ -84,7 +75,6 @@ const (
 	seedCJK2   uint64 = 0xa0761d6478bd642f
 	seedCJK3   uint64 = 0xe7037ed1a0b428db
 	seedEmpty  uint64 = 0x8ebc6af09c88c6e3
-	seedWord2  uint64 = 0x2d358dccaa6c78a5
 )
 
 // Boundary markers for n-grams; private-use code points never occur after
@@ -126,7 +116,7 @@ func (l *Local) embed(text string) []float32 {
 	s := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(s)
 
-	s.runes = normalizeText(s.runes[:0], text)
+	s.runes = dropPoliteness(normalizeText(s.runes[:0], text))
 	if cap(s.vec) < l.dims {
 		s.vec = make([]float64, l.dims)
 	}
@@ -175,7 +165,7 @@ func fillEmpty(out []float32) {
 func (l *Local) addCharFeatures(acc []float64, runes []rune) int {
 	// Count first so that each family gets weight / sqrt(count) whatever
 	// the text's length.
-	var nWord, nLatin3, nCJK1, nCJK2, nCJK3, nWord2 int
+	var nWord, nLatin3, nCJK1, nCJK2, nCJK3 int
 	forEachWord(runes, func(w []rune, cjk bool) {
 		n := len(w)
 		if cjk {
@@ -185,7 +175,6 @@ func (l *Local) addCharFeatures(acc []float64, runes []rune) int {
 			return
 		}
 		nWord++
-		nWord2++ // with the previous word, or the start marker
 		nLatin3 += n // n+2 padded runes give n 3-grams (the first starts at the word)
 	})
 	scale := func(w float64, n int) float64 {
@@ -196,13 +185,10 @@ func (l *Local) addCharFeatures(acc []float64, runes []rune) int {
 	}
 	sWord, sLatin3 := scale(l.w.Word, nWord), scale(l.w.Latin3, nLatin3)
 	sCJK1, sCJK2, sCJK3 := scale(l.w.CJK1, nCJK1), scale(l.w.CJK2, nCJK2), scale(l.w.CJK3, nCJK3)
-	sWord2 := scale(l.w.Word2, nWord2)
 
 	dims := len(acc)
-	prevWord := seedWord2 // hash of the previous non-CJK word; the seed at the start and after CJK
 	forEachWord(runes, func(w []rune, cjk bool) {
 		if cjk {
-			prevWord = seedWord2
 			prev := markStart
 			for i, r := range w {
 				add(acc, dims, hashRunes(seedCJK1, r), sCJK1)
@@ -220,10 +206,6 @@ func (l *Local) addCharFeatures(acc []float64, runes []rune) int {
 			h = hashStep(h, r)
 		}
 		add(acc, dims, mix64(h), sWord)
-		if sWord2 != 0 {
-			add(acc, dims, mix64(prevWord*0x9e3779b97f4a7c15^h), sWord2) // ordered pair
-		}
-		prevWord = h
 		a, b := markStart, markStart
 		for _, c := range w {
 			if a != markStart || b != markStart {
@@ -233,7 +215,7 @@ func (l *Local) addCharFeatures(acc []float64, runes []rune) int {
 		}
 		add(acc, dims, hashRunes(seedLatin3, a, b, markEnd), sLatin3)
 	})
-	return nWord + nLatin3 + nCJK1 + nCJK2 + nCJK3 + nWord2
+	return nWord + nLatin3 + nCJK1 + nCJK2 + nCJK3
 }
 
 // addTokenFeatures adds the tokenizer family and returns how many tokens it added.
@@ -426,4 +408,55 @@ func forEachWord(runes []rune, fn func(word []rune, cjk bool)) {
 		}
 		start = i + 1
 	}
+}
+
+// Politeness carries no question of its own: "Please explain X" asks
+// "explain X", "请问X" asks "X". politeWords are dropped wherever they stand,
+// greetings and politePrefixes only at the start of the text, so that
+// "print hello world" keeps its "hello". Measured on bench/semantic, this
+// lifts polite paraphrases to similarity 1 and costs nothing elsewhere.
+var (
+	politeWords    = map[string]bool{"please": true, "pls": true, "plz": true, "kindly": true}
+	greetings      = map[string]bool{"hi": true, "hello": true, "hey": true, "dear": true}
+	politePrefixes = [][]rune{[]rune("请问一下"), []rune("请问"), []rune("请教一下"), []rune("请教"), []rune("麻烦问一下"),
+		[]rune("问一下"), []rune("你好"), []rune("您好")}
+)
+
+// dropPoliteness removes politeWords, leading greetings and a leading
+// politePrefix from normalised runes, in place.
+func dropPoliteness(runes []rune) []rune {
+	out := runes[:0]
+	start, leading := 0, true
+	for i := 0; i <= len(runes); i++ {
+		if i < len(runes) && runes[i] != ' ' {
+			continue
+		}
+		w := runes[start:i]
+		start = i + 1
+		if len(w) == 0 {
+			continue
+		}
+		switch {
+		case isCJK(w[0]):
+			if leading {
+				for _, p := range politePrefixes {
+					if len(w) >= len(p) && slices.Equal(w[:len(p)], p) {
+						w = w[len(p):]
+						break
+					}
+				}
+				if len(w) == 0 {
+					continue // "你好 请问 ...": still leading
+				}
+			}
+		case len(w) <= 6 && (politeWords[string(w)] || leading && greetings[string(w)]):
+			continue
+		}
+		leading = false
+		if len(out) > 0 {
+			out = append(out, ' ')
+		}
+		out = append(out, w...) // w starts at or after len(out): copying forward is safe
+	}
+	return out
 }

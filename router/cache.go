@@ -162,10 +162,9 @@ func (g *Gateway) lookupSemantic(ctx *fasthttp.RequestCtx, x *exchange, p *cache
 	if !p.lookup || !g.semanticScope(x, p) {
 		return false
 	}
-	vec, err := g.embedder.Embed(context.Background(), p.keys.Query)
+	vec, err := g.embedWatch.embed(context.Background(), p.keys.Query)
 	if err != nil {
-		g.cm.errors("embed").Inc()
-		p.semantic = false // the exact cache still works
+		p.semantic = false // the exact cache still works; counted and logged by embedWatch
 		return false
 	}
 	p.vec = vec
@@ -185,6 +184,8 @@ func (g *Gateway) lookupSemantic(ctx *fasthttp.RequestCtx, x *exchange, p *cache
 		}
 		if ok, reason := cache.GuardsAllow(g.cfg.Cache.Semantic.Guards, p.keys.Query, m.Entry.Query); !ok {
 			g.cm.guardRejects(reason).Inc()
+			g.log.Debug("cache: semantic candidate rejected", "request_id", x.id, "reason", reason,
+				"entry", m.Entry.ID, "similarity", m.Similarity)
 			continue
 		}
 		g.serveEntry(ctx, x, m.Entry, cacheHitSemantic, m.Similarity)
@@ -306,11 +307,7 @@ func (g *Gateway) cacheWrite(f *flight, p *cachePlan, a *adapters.Answer) (w cac
 	}
 	vec := p.vec
 	if p.semantic && vec == nil {
-		v, err := g.embedder.Embed(context.Background(), p.keys.Query)
-		if err != nil {
-			g.cm.errors("embed").Inc()
-		}
-		vec = v
+		vec, _ = g.embedWatch.embed(context.Background(), p.keys.Query)
 	}
 	e := &cache.Entry{ID: f.entryID, Namespace: p.namespace, Model: a.Model, Endpoint: p.endpoint,
 		Content: a.Content, Reasoning: a.Reasoning, ToolCalls: a.ToolCalls, Finish: a.Finish,
@@ -377,7 +374,7 @@ func newCacheMetrics(set *metrics.Set) *cacheMetrics {
 	for _, op := range cacheErrOps {
 		m.errs[op] = set.NewCounter(`frontdoor_cache_errors_total{op="` + op + `"}`)
 	}
-	for _, g := range []string{cache.GuardNumbers, cache.GuardNegation} {
+	for _, g := range cache.GuardReasons {
 		m.guards[g] = set.NewCounter(`frontdoor_cache_guard_rejections_total{guard="` + g + `"}`)
 	}
 	m.similarity = set.NewPrometheusHistogramExt(`frontdoor_cache_similarity`,
