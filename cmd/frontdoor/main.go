@@ -1,5 +1,5 @@
 // Command frontdoor is the OpenAI-compatible gateway. Subcommands: serve,
-// demo, check-config, version.
+// demo, check-config, calibrate, version.
 package main
 
 import (
@@ -27,6 +27,9 @@ Usage:
   frontdoor serve --config FILE         run the gateway
   frontdoor demo [--listen :8080]       run gateway + simulated GPU nodes + simulated Qwen, no setup
   frontdoor check-config --config FILE  validate a config file and report every problem
+  frontdoor calibrate --pairs FILE [--config FILE] [--max-false 0.01]
+                                        hit and false-hit rates of the semantic cache per threshold,
+                                        on your own labelled pairs, with your embedder and guards
   frontdoor version                     print the version
 `
 
@@ -46,6 +49,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdDemo(args[1:], stdout, stderr)
 	case "check-config":
 		return cmdCheckConfig(args[1:], stdout, stderr)
+	case "calibrate":
+		return cmdCalibrate(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "frontdoor", buildVersion())
 		return 0

@@ -355,3 +355,72 @@ func WriteTable(w io.Writer, scores []Score, hasDifferent, guardsOn bool) {
 		fmt.Fprintln(w)
 	}
 }
+
+// CalibrateOptions are the knobs of Calibrate.
+type CalibrateOptions struct {
+	From, To, Step float64 // the threshold sweep
+	MaxFalse       float64 // the false-hit rate the suggested threshold keeps under
+	Workers        int     // concurrent Embed calls
+	KeepExact      bool    // also score queries equal to a stored entry
+}
+
+// Calibrate runs the store-then-query protocol on ds with e and the
+// guards, prints the hit and false-hit rates at each threshold of the sweep
+// as a markdown table, and the lowest threshold whose false-hit rate is at
+// most opts.MaxFalse. It returns that threshold (ok false when none is).
+func Calibrate(ctx context.Context, w io.Writer, e embed.Embedder, guards cache.Guards, ds Dataset, opts CalibrateOptions) (threshold float32, ok bool, err error) {
+	if opts.Step <= 0 || opts.From > opts.To {
+		return 0, false, fmt.Errorf("need a step > 0 and from <= to")
+	}
+	results, err := Evaluate(ctx, e, guards, ds, max(opts.Workers, 1))
+	if err != nil {
+		return 0, false, err
+	}
+	paraphrases := 0
+	for _, p := range ds.Pairs {
+		if p.Same {
+			paraphrases++
+		}
+	}
+	fmt.Fprintf(w, "%s: %d pairs (%d paraphrases, %d different meaning), embedder %s, guards %s\n",
+		ds.Name, len(ds.Pairs), paraphrases, len(ds.Pairs)-paraphrases, e.Name(), GuardList(guards))
+	if exact := ScoreAt(results, 0, false, false).Exact; exact > 0 && !opts.KeepExact {
+		fmt.Fprintf(w, "%d queries equal a stored question up to case and punctuation: the exact cache answers them; left out.\n", exact)
+	}
+	fmt.Fprintln(w)
+	var scores []Score
+	for t := opts.From; t <= opts.To+1e-9; t += opts.Step {
+		scores = append(scores, ScoreAt(results, float32(t), true, opts.KeepExact))
+	}
+	WriteTable(w, scores, paraphrases < len(ds.Pairs), true)
+	fmt.Fprintln(w)
+	safe, ok := LowestSafeThreshold(results, opts.MaxFalse, true, opts.KeepExact)
+	if !ok {
+		fmt.Fprintf(w, "No threshold keeps the false-hit rate at or below %.1f%%.\n", 100*opts.MaxFalse)
+		return 0, false, nil
+	}
+	// Round up to the next 0.001 so that the printed value is safe too.
+	t := float32(math.Ceil(float64(safe.Threshold)*1000) / 1000)
+	safe = ScoreAt(results, t, true, opts.KeepExact)
+	fmt.Fprintf(w, "Lowest threshold with false-hit rate ≤ %.1f%%: %.3f (paraphrase hit rate %s, false-hit rate %s).\n",
+		100*opts.MaxFalse, t, Pct(safe.TrueHits, safe.Paraphrases), Pct(safe.FalseHits(), safe.Queries))
+	fmt.Fprintf(w, "\n  cache:\n    semantic:\n      threshold: %.3f\n", t)
+	return t, true, nil
+}
+
+// GuardList names the guards that are on, e.g. "numbers,negation".
+func GuardList(g cache.Guards) string {
+	var on []string
+	for _, x := range []struct {
+		on   bool
+		name string
+	}{{g.Numbers, cache.GuardNumbers}, {g.Negation, cache.GuardNegation}, {g.Entities, cache.GuardEntity}, {g.Order, cache.GuardOrder}} {
+		if x.on {
+			on = append(on, x.name)
+		}
+	}
+	if len(on) == 0 {
+		return "none"
+	}
+	return strings.Join(on, ",")
+}
