@@ -33,7 +33,7 @@ func TestCalibratePrintsTheThresholdTable(t *testing.T) {
 	text := out.String()
 	for _, want := range []string{
 		"pairs.tsv: 6 pairs (3 paraphrases, 3 different meaning), embedder local-512, guards numbers,negation,entity,order",
-		"equal a stored question", // "how do i sort a list in python" differs only in case and punctuation
+		"equal a stored question",                                   // "how do i sort a list in python" differs only in case and punctuation
 		"| 0.90 | 100.0% (2/2) | 0.0% (0/5) | 0.0% (0/3) | 0 | 2 |", // the role swaps are vetoed
 		"| 0.95 |",
 		"Lowest threshold with false-hit rate ≤ 1.0%",

@@ -111,7 +111,9 @@ func testDemoServes(t *testing.T, remoteEmbed bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	stdout := &lockedBuffer{}
 	done := make(chan error, 1)
-	go func() { done <- runDemo(ctx, "127.0.0.1:0", time.Millisecond, time.Millisecond, remoteEmbed, stdout, io.Discard) }()
+	go func() {
+		done <- runDemo(ctx, "127.0.0.1:0", time.Millisecond, time.Millisecond, remoteEmbed, stdout, io.Discard)
+	}()
 	var base string
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		m := regexp.MustCompile(`gateway\s+(http://\S+)/v1`).FindStringSubmatch(stdout.String())
