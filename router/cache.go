@@ -111,10 +111,7 @@ func (g *Gateway) planCache(ctx *fasthttp.RequestCtx, x *exchange) *cachePlan {
 	p.keys.Exact = cache.ExactKey(p.namespace, p.model, p.endpoint, req.Root())
 	p.semantic = c.Semantic.Enabled && g.embedder != nil && x.endpoint == adapters.EndpointChat
 	if p.semantic {
-		thr := c.Semantic.Threshold
-		if t, ok := c.Semantic.ModelThresholds[x.model]; ok {
-			thr = t
-		}
+		thr := semanticThreshold(c.Semantic, x.tenant.cfg, x.model)
 		if v := ctx.Request.Header.Peek("X-Cache-Threshold"); len(v) > 0 && x.tenant.allowThreshold {
 			if t, err := strconv.ParseFloat(string(v), 64); err == nil && t > 0 && t <= 1 {
 				thr = t
@@ -123,6 +120,22 @@ func (g *Gateway) planCache(ctx *fasthttp.RequestCtx, x *exchange) *cachePlan {
 		p.threshold = float32(thr)
 	}
 	return p
+}
+
+// semanticThreshold is the least similarity for a semantic hit, most
+// specific first: the tenant's for the model, the tenant's, the cache's
+// for the model, the cache's.
+func semanticThreshold(c cache.SemanticConfig, t Tenant, model string) float64 {
+	if v, ok := t.CacheModelThresholds[model]; ok {
+		return v
+	}
+	if t.CacheThreshold > 0 {
+		return t.CacheThreshold
+	}
+	if v, ok := c.ModelThresholds[model]; ok {
+		return v
+	}
+	return c.Threshold
 }
 
 // lookupExact answers the request from the exact cache on a hit.
@@ -240,6 +253,7 @@ func (g *Gateway) serveEntry(ctx *fasthttp.RequestCtx, x *exchange, e *cache.Ent
 	h.Set("X-Cache-Age", strconv.FormatInt(int64(time.Since(e.Created).Seconds()), 10))
 	if result == cacheHitSemantic {
 		h.Set("X-Cache-Similarity", strconv.FormatFloat(float64(similarity), 'f', 4, 32))
+		h.Set("X-Cache-Matched", e.ID) // GET /admin/cache/{id} shows what it answered
 	}
 	g.cm.tokensSaved.Add(e.Usage.TotalTokens)
 	g.metrics.countTokens(x.tenant.name, "cache", e.Usage.PromptTokens, e.Usage.CompletionTokens)

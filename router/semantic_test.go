@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -211,4 +212,75 @@ func countRecorded(s *sim.Server, path string) int {
 		}
 	}
 	return n
+}
+
+// TestSemanticThresholdPerTenantAndModel: the same reworded question hits
+// for a tenant whose threshold is low, and misses for one on the default.
+func TestSemanticThresholdPerTenantAndModel(t *testing.T) {
+	gw, _ := cacheGateway(t, "memory", func(c *Config) {
+		c.Tenants[0].CacheThreshold = 0.5                                       // acme
+		c.Tenants[1].CacheModelThresholds = map[string]float64{"qwen3-8b": 0.5} // globex, one model
+	})
+	acme, globex := []string{"Authorization", "Bearer sk-acme-1"}, []string{"Authorization", "Bearer sk-globex"}
+	stored, reworded := "How can I make my sourdough bread rise more?", "how to get sourdough bread to rise more"
+	for _, h := range [][]string{acme, globex} {
+		askStored(t, gw, cbody(stored, ""), h...)
+		resp, _ := eventuallyHit(t, gw, cbody(reworded, ""), "hit-semantic", h...)
+		if s, _ := strconv.ParseFloat(resp.Header.Get("X-Cache-Similarity"), 64); s >= 0.95 || s < 0.5 {
+			t.Fatalf("similarity %v: the test needs one between 0.5 and the default 0.95", s)
+		}
+	}
+	// globex's low threshold is for qwen3-8b only.
+	v2 := strings.Replace(cbody(stored, ""), `"qwen3-8b"`, `"qwen3-8b-v2"`, 1)
+	askStored(t, gw, v2, globex...)
+	if xc, _, _ := ask(t, gw, strings.Replace(cbody(reworded, ""), `"qwen3-8b"`, `"qwen3-8b-v2"`, 1), globex...); xc != "miss" {
+		t.Errorf("globex on qwen3-8b-v2: X-Cache %q, want miss at the default threshold", xc)
+	}
+	cfg := DefaultConfig()
+	cfg.Tenants = []Tenant{{Name: "x", CacheThreshold: 1.5, CacheModelThresholds: map[string]float64{"m": 0}}}
+	problems := strings.Join(cfg.Problems(), "\n")
+	for _, want := range []string{"tenants[0].cache_threshold", "tenants[0].cache_model_thresholds.m"} {
+		if !strings.Contains(problems, want) {
+			t.Errorf("problems lack %q:\n%s", want, problems)
+		}
+	}
+}
+
+// TestExplainAHit: a semantic hit names its entry in X-Cache-Matched, and
+// GET /admin/cache/{id} shows that entry, with its question only when the
+// config allows it.
+func TestExplainAHit(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		for _, show := range []bool{false, true} {
+			gw, _ := cacheGateway(t, backend, func(c *Config) { c.Admin.ShowCachedQuestions = show })
+			askStored(t, gw, cbody("What is the tallest mountain in Japan?", ""))
+			resp, _ := eventuallyHit(t, gw, cbody("what is the tallest mountain in japan", ""), "hit-semantic")
+			id := resp.Header.Get("X-Cache-Matched")
+			if id == "" || id != resp.Header.Get("X-Cache-Entry") {
+				t.Fatalf("X-Cache-Matched %q, X-Cache-Entry %q", id, resp.Header.Get("X-Cache-Entry"))
+			}
+			for _, path := range []string{"/admin/cache/" + id, "/admin/cache/entries/" + id} {
+				var v EntryView
+				if err := json.Unmarshal([]byte(getBody(t, gw.URL+path)), &v); err != nil || v.ID != id || !v.Semantic || v.Model == "" {
+					t.Fatalf("%s: %v %+v", path, err, v)
+				}
+				if show != (v.Question != nil && *v.Question == "What is the tallest mountain in Japan?") || show == (v.Hidden != "") {
+					t.Errorf("show %v: question %v, hidden %q", show, v.Question, v.Hidden)
+				}
+			}
+			if code := statusOf(t, gw.URL+"/admin/cache/0123456789abcdef"); code != 404 {
+				t.Errorf("unknown entry: %d", code)
+			}
+		}
+	})
+}
+
+func statusOf(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := httpClient.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

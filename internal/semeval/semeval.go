@@ -252,8 +252,12 @@ type Score struct {
 	Queries, Paraphrases int // all scored queries; label-1 among them
 	Exact                int // queries left out: the exact cache answers them
 	TrueHits             int // label-1 query answered by its own partner
-	FalseDifferent       int // label-0 query answered by anything
-	FalseOther           int // label-1 query answered by another entry
+	FalseDifferent       int // label-0 query answered by its own partner
+	// FalseOther counts queries answered by another pair's entry. The data
+	// does not say whether that entry means the same (the shared sets
+	// repeat questions across pairs), so these are reported apart, and
+	// counted as false in FalseHits to stay on the safe side.
+	FalseOther int
 	GuardRejected        int // would have hit but a guard vetoed it
 }
 
@@ -281,12 +285,12 @@ func ScoreAt(results []Result, threshold float32, guardsOn, keepExact bool) Scor
 			continue
 		}
 		switch {
-		case !r.Same:
-			s.FalseDifferent++
-		case r.Partner:
+		case !r.Partner:
+			s.FalseOther++
+		case r.Same:
 			s.TrueHits++
 		default:
-			s.FalseOther++
+			s.FalseDifferent++
 		}
 	}
 	return s
@@ -329,7 +333,7 @@ func WriteTable(w io.Writer, scores []Score, hasDifferent, guardsOn bool) {
 	if hasDifferent {
 		fmt.Fprint(w, " false hits on different-meaning pairs |")
 	}
-	fmt.Fprint(w, " false hits on another entry |")
+	fmt.Fprint(w, " answered by another pair's entry |")
 	if guardsOn {
 		fmt.Fprint(w, " vetoed by guards |")
 	}

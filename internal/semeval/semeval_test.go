@@ -70,8 +70,8 @@ func TestEvaluateAndScore(t *testing.T) {
 		}
 	}
 	// With --keep-exact the equal-text query counts, as a false hit.
-	if s := ScoreAt(results, 0.99, true, true); s.Queries != 5 || s.FalseDifferent != 1 {
-		t.Errorf("keep-exact: queries %d, false on different %d; want 5, 1", s.Queries, s.FalseDifferent)
+	if s := ScoreAt(results, 0.99, true, true); s.Queries != 5 || s.FalseOther != 1 {
+		t.Errorf("keep-exact: queries %d, answered by another entry %d; want 5, 1", s.Queries, s.FalseOther)
 	}
 	// At most 25% false hits (1 of 4) needs a threshold above 0.6.
 	safe, ok := LowestSafeThreshold(results, 0.25, true, false)
