@@ -257,8 +257,8 @@ type Score struct {
 	// does not say whether that entry means the same (the shared sets
 	// repeat questions across pairs), so these are reported apart, and
 	// counted as false in FalseHits to stay on the safe side.
-	FalseOther int
-	GuardRejected        int // would have hit but a guard vetoed it
+	FalseOther    int
+	GuardRejected int // would have hit but a guard vetoed it
 }
 
 // FalseHits counts every false hit.
