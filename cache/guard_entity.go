@@ -120,6 +120,7 @@ const maxQuoted = 40
 // quotePairs maps opening quotes to their closing quotes.
 var quotePairs = map[rune]rune{'"': '"', '`': '`', '“': '”', '「': '」', '『': '』', '《': '》', '«': '»', '„': '“'}
 
+// scanEntities reads the entities of one text (see entitiesAllow).
 func scanEntities(s string) entities {
 	var e entities
 	s = foldWidth(s)
@@ -341,19 +342,16 @@ var commonWords = setOf("a", "an", "the", "i", "im", "what", "whats", "which", "
 	"mr", "mrs", "ms", "dr", "prof", "gov", "sen", "rep", "st", "inc", "corp", "co", "ltd", "llc", "jr", "sr",
 	"kindly", "quick", "question", "answer", "note", "also", "just", "now", "again", "sorry", "excuse")
 
-// dateWords map English date words to a canonical form.
+// dateWords map English date words to a canonical form. "May" is left out:
+// it is also the verb.
 var dateWords = map[string]string{
 	"january": "jan", "jan": "jan", "february": "feb", "feb": "feb", "march": "mar", "april": "apr", "apr": "apr",
-	"may": "", "june": "jun", "jun": "jun", "july": "jul", "jul": "jul", "august": "aug", "aug": "aug",
+	"june": "jun", "jun": "jun", "july": "jul", "jul": "jul", "august": "aug", "aug": "aug",
 	"september": "sep", "sep": "sep", "sept": "sep", "october": "oct", "oct": "oct", "november": "nov", "nov": "nov",
 	"december": "dec", "dec": "dec",
 	"monday": "mon", "tuesday": "tue", "wednesday": "wed", "thursday": "thu", "friday": "fri", "saturday": "sat",
 	"sunday": "sun", "today": "today", "tonight": "today", "tomorrow": "tomorrow", "yesterday": "yesterday",
 	"weekend": "weekend",
-}
-
-func init() {
-	delete(dateWords, "may") // also the verb; "May" as a month is left to the embedder
 }
 
 // hanDates are Chinese date words, compared as written.
