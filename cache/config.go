@@ -135,7 +135,7 @@ func DefaultConfig() Config {
 		Writes: WritesConfig{Timeout: units.Duration(2 * time.Second), Queue: 10000, Workers: 2, Batch: 64,
 			Breaker: BreakerConfig{FailureRatio: 0.5, MinCalls: 10, Window: units.Duration(30 * time.Second), OpenFor: units.Duration(2 * time.Second)}},
 		Exact:        ExactConfig{Enabled: true},
-		Semantic:     SemanticConfig{Enabled: true, Threshold: 0.91, Guards: Guards{Numbers: true, Negation: true}},
+		Semantic:     SemanticConfig{Enabled: true, Threshold: 0.92, Guards: DefaultGuards()},
 		Embedder:     embed.DefaultConfig(),
 		Eligibility:  Eligibility{MaxTemperature: 2.0, CacheToolCalls: true},
 		Coalesce:     true,

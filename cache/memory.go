@@ -243,6 +243,21 @@ func (m *MemoryStore) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
+// GetByID returns the live entry with this id. It does not touch the LRU
+// order: an audit is no use.
+func (m *MemoryStore) GetByID(ctx context.Context, id string) (*Entry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("cache: memory get by id: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	it := m.byID[id]
+	if it == nil || it.expired(time.Now().UnixNano()) {
+		return nil, ErrNotFound
+	}
+	return it.e, nil
+}
+
 // Purge removes every entry of namespace and returns how many were live.
 func (m *MemoryStore) Purge(ctx context.Context, namespace string) (int, error) {
 	if err := ctx.Err(); err != nil {

@@ -408,6 +408,42 @@ func (r *RedisStore) Search(ctx context.Context, scope string, vec []float32, k 
 	return out, nil
 }
 
+// GetByID returns the entry with this id: from its vector record, or for an
+// exact-only entry through its id record and exact key.
+func (r *RedisStore) GetByID(ctx context.Context, id string) (*Entry, error) {
+	ctx, cancel := r.callCtx(ctx)
+	defer cancel()
+	b, err := r.c.HGet(ctx, r.vecKey(id), "entry").Bytes()
+	if errors.Is(err, redis.Nil) {
+		ref, rerr := r.c.Get(ctx, r.idKey(id)).Bytes()
+		if errors.Is(rerr, redis.Nil) {
+			return nil, ErrNotFound
+		}
+		if rerr != nil {
+			return nil, fmt.Errorf("cache: redis get by id: %w", rerr)
+		}
+		_, key := decodeRef(ref)
+		if key == "" {
+			return nil, ErrNotFound
+		}
+		b, err = r.c.Get(ctx, r.exactKey(key)).Bytes()
+		if errors.Is(err, redis.Nil) {
+			return nil, ErrNotFound
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cache: redis get by id: %w", err)
+	}
+	e, err := decodePayload(b)
+	if err != nil {
+		return nil, fmt.Errorf("cache: redis get by id: %w", err)
+	}
+	if e.ID != id {
+		return nil, ErrNotFound // the exact key now holds a later entry
+	}
+	return e, nil
+}
+
 // Delete removes an entry by id: its exact key, its vector and its id record.
 // When the exact key was overwritten by a later entry, that one goes too: a
 // cache miss, never a wrong answer.

@@ -49,3 +49,16 @@ type Store interface {
 	// Close stops background work.
 	Close() error
 }
+
+// EntryGetter is a Store that can return an entry by its id, for an
+// operator auditing a hit (GET /admin/cache/{id}).
+type EntryGetter interface {
+	// GetByID returns the live entry with this id, or ErrNotFound.
+	GetByID(ctx context.Context, id string) (*Entry, error)
+}
+
+var (
+	_ EntryGetter = (*MemoryStore)(nil)
+	_ EntryGetter = (*RedisStore)(nil)
+	_ EntryGetter = (*LazyStore)(nil)
+)

@@ -43,6 +43,8 @@ func (g *Gateway) serveAdmin(ctx *fasthttp.RequestCtx) {
 		if g.onlyMethod(ctx, fasthttp.MethodGet) {
 			g.adminCacheStats(ctx)
 		}
+	case strings.HasPrefix(path, "/admin/cache/entries/") && ctx.IsGet():
+		g.adminGetEntry(ctx, strings.TrimPrefix(path, "/admin/cache/entries/"))
 	case strings.HasPrefix(path, "/admin/cache/entries/"):
 		if g.onlyMethod(ctx, fasthttp.MethodDelete) {
 			g.adminDeleteEntry(ctx, strings.TrimPrefix(path, "/admin/cache/entries/"))
@@ -59,6 +61,8 @@ func (g *Gateway) serveAdmin(ctx *fasthttp.RequestCtx) {
 		if g.onlyMethod(ctx, fasthttp.MethodDelete) {
 			g.adminPurge(ctx)
 		}
+	case ctx.IsGet() && isEntryPath(path):
+		g.adminGetEntry(ctx, strings.TrimPrefix(path, "/admin/cache/"))
 	default:
 		g.writeError(ctx, &adapters.APIError{Status: 404, Type: adapters.TypeNotFound, Code: "unknown_url",
 			Message: "unknown admin path " + strconv.Quote(path)})

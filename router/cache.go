@@ -164,10 +164,7 @@ func (g *Gateway) plan(x *exchange, h planHints) *cachePlan {
 	p.keys.Exact = cache.ExactKey(p.namespace, p.model, p.endpoint, req.Root())
 	p.semantic = c.Semantic.Enabled && g.embedder != nil && x.endpoint == adapters.EndpointChat
 	if p.semantic {
-		thr := c.Semantic.Threshold
-		if t, ok := c.Semantic.ModelThresholds[x.model]; ok {
-			thr = t
-		}
+		thr := semanticThreshold(c.Semantic, x.tenant.cfg, x.model)
 		if v := h.threshold; len(v) > 0 && x.tenant.allowThreshold {
 			if t, err := strconv.ParseFloat(string(v), 64); err == nil && t > 0 && t <= 1 {
 				thr = t
@@ -176,6 +173,22 @@ func (g *Gateway) plan(x *exchange, h planHints) *cachePlan {
 		p.threshold = float32(thr)
 	}
 	return p
+}
+
+// semanticThreshold is the least similarity for a semantic hit, most
+// specific first: the tenant's for the model, the tenant's, the cache's
+// for the model, the cache's.
+func semanticThreshold(c cache.SemanticConfig, t Tenant, model string) float64 {
+	if v, ok := t.CacheModelThresholds[model]; ok {
+		return v
+	}
+	if t.CacheThreshold > 0 {
+		return t.CacheThreshold
+	}
+	if v, ok := c.ModelThresholds[model]; ok {
+		return v
+	}
+	return c.Threshold
 }
 
 // lookupExact answers the request from the exact cache on a hit.
@@ -215,10 +228,9 @@ func (g *Gateway) lookupSemantic(ctx *fasthttp.RequestCtx, x *exchange, p *cache
 	if !p.lookup || p.only == onlyExact || !g.semanticScope(x, p) {
 		return false
 	}
-	vec, err := g.embedder.Embed(context.Background(), p.keys.Query)
+	vec, err := g.embedWatch.embed(context.Background(), p.keys.Query)
 	if err != nil {
-		g.cm.errors("embed").Inc()
-		p.semantic = false // the exact cache still works
+		p.semantic = false // the exact cache still works; counted and logged by embedWatch
 		return false
 	}
 	p.vec = vec
@@ -239,6 +251,8 @@ func (g *Gateway) lookupSemantic(ctx *fasthttp.RequestCtx, x *exchange, p *cache
 		}
 		if ok, reason := cache.GuardsAllow(g.cfg.Cache.Semantic.Guards, p.keys.Query, m.Entry.Query); !ok {
 			g.cm.guardRejects(reason).Inc()
+			g.log.Debug("cache: semantic candidate rejected", "request_id", x.id, "reason", reason,
+				"entry", m.Entry.ID, "similarity", m.Similarity)
 			continue
 		}
 		g.serveEntry(ctx, x, m.Entry, cacheHitSemantic, m.Similarity)
@@ -293,6 +307,7 @@ func (g *Gateway) serveEntry(ctx *fasthttp.RequestCtx, x *exchange, e *cache.Ent
 	h.Set("X-Cache-Age", strconv.FormatInt(int64(time.Since(e.Created).Seconds()), 10))
 	if result == cacheHitSemantic {
 		h.Set("X-Cache-Similarity", strconv.FormatFloat(float64(similarity), 'f', 4, 32))
+		h.Set("X-Cache-Matched", e.ID) // GET /admin/cache/{id} shows what it answered
 	}
 	g.cm.tokensSaved.Add(e.Usage.TotalTokens)
 	g.metrics.countTokens(x.tenant.name, "cache", e.Usage.PromptTokens, e.Usage.CompletionTokens)
@@ -362,11 +377,7 @@ func (g *Gateway) cacheWrite(f *flight, p *cachePlan, a *adapters.Answer) (w cac
 	}
 	vec := p.vec
 	if p.semantic && vec == nil {
-		v, err := g.embedder.Embed(context.Background(), p.keys.Query)
-		if err != nil {
-			g.cm.errors("embed").Inc()
-		}
-		vec = v
+		vec, _ = g.embedWatch.embed(context.Background(), p.keys.Query)
 	}
 	e := &cache.Entry{ID: f.entryID, Namespace: p.namespace, Model: a.Model, Endpoint: p.endpoint,
 		Content: a.Content, Reasoning: a.Reasoning, ToolCalls: a.ToolCalls, Finish: a.Finish,
@@ -433,7 +444,7 @@ func newCacheMetrics(set *metrics.Set) *cacheMetrics {
 	for _, op := range cacheErrOps {
 		m.errs[op] = set.NewCounter(`frontdoor_cache_errors_total{op="` + op + `"}`)
 	}
-	for _, g := range []string{cache.GuardNumbers, cache.GuardNegation} {
+	for _, g := range cache.GuardReasons {
 		m.guards[g] = set.NewCounter(`frontdoor_cache_guard_rejections_total{guard="` + g + `"}`)
 	}
 	m.similarity = set.NewPrometheusHistogramExt(`frontdoor_cache_similarity`,

@@ -67,6 +67,9 @@ type Timeouts struct {
 type Admin struct {
 	TokenEnv   string   `yaml:"token_env"`
 	AllowCIDRs []string `yaml:"allow_cidrs"`
+	// ShowCachedQuestions lets GET /admin/cache/{id} show an entry's
+	// question and answer (logging.log_prompts does too).
+	ShowCachedQuestions bool `yaml:"show_cached_questions"`
 }
 
 // Logging is the logging: section.
@@ -114,6 +117,11 @@ type Tenant struct {
 	CacheNamespace      string   `yaml:"cache_namespace"`
 	Spillover           *bool    `yaml:"spillover"`
 	AllowCacheThreshold bool     `yaml:"allow_cache_threshold"` // may send X-Cache-Threshold
+	// CacheThreshold and CacheModelThresholds override
+	// cache.semantic.threshold and .model_thresholds for this tenant
+	// (0 / absent: the cache's).
+	CacheThreshold       float64            `yaml:"cache_threshold"`
+	CacheModelThresholds map[string]float64 `yaml:"cache_model_thresholds"`
 }
 
 // Spillover is the spillover: section.
@@ -538,6 +546,14 @@ func (c *Config) Problems() []string {
 		}
 		if t.RPS < 0 || t.Burst < 0 || t.TokensPerMinute < 0 || t.MaxConcurrency < 0 {
 			add("%s: rps, burst, tokens_per_minute and max_concurrency must be >= 0", p)
+		}
+		if t.CacheThreshold < 0 || t.CacheThreshold > 1 {
+			add("%s.cache_threshold: must be in (0, 1], or 0 for cache.semantic.threshold", p)
+		}
+		for m, v := range t.CacheModelThresholds {
+			if v <= 0 || v > 1 {
+				add("%s.cache_model_thresholds.%s: must be in (0, 1]", p, m)
+			}
 		}
 	}
 	nodeNames := map[string]bool{}

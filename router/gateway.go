@@ -53,6 +53,7 @@ type Gateway struct {
 	backend     *cache.Backend // lookups and write-back, behind breakers
 	ownStore    bool
 	embedder    embed.Embedder
+	embedWatch  *embedWatch // the embedder on the request path; nil without one
 	flights     flightGroup
 	cm          *cacheMetrics
 	spill       *spillover
@@ -210,6 +211,9 @@ func (g *Gateway) buildCache(deps Deps, set *metrics.Set) error {
 			return fmt.Errorf("cache.embedder: %w", err)
 		}
 		g.embedder = e
+	}
+	if g.embedder != nil {
+		g.embedWatch = newEmbedWatch(g.embedder, c.Reads.Breaker, set, g.cm.errors("embed"), g.log)
 	}
 	g.store = deps.Store
 	if g.store == nil && c.Backend != "off" {

@@ -56,7 +56,8 @@ type CacheStatus struct {
 	// The store's health: state (ok, degraded, bypassed) and since when, up,
 	// why, both breakers and the write-back queue.
 	cache.Health
-	Dropped uint64 `json:"writes_dropped"`
+	Dropped  uint64          `json:"writes_dropped"`
+	Embedder *EmbedderStatus `json:"embedder,omitempty"`
 }
 
 // SpillStatus is the spill-over part of /status.
@@ -86,6 +87,10 @@ func (g *Gateway) status() Status {
 		st.Cache = &CacheStatus{Backend: g.cfg.Cache.Backend, Results: g.cm.totals(), HitRatio: g.cm.hitRatio(),
 			Entries: g.cm.entries.Load(), Vectors: g.cm.vectors.Load(), Bytes: g.cm.bytes.Load(),
 			Saved: g.cm.tokensSaved.Get(), Health: g.backend.Health(), Dropped: g.cm.dropped()}
+		if g.embedWatch != nil {
+			es := g.embedWatch.status()
+			st.Cache.Embedder = &es
+		}
 	}
 	if s := g.spill; s != nil {
 		spilled := s.spilled.Load()

@@ -1,5 +1,5 @@
 // Command frontdoor is the OpenAI-compatible gateway. Subcommands: serve,
-// demo, check-config, warm, cache export, version.
+// demo, check-config, calibrate, warm, cache export, version.
 package main
 
 import (
@@ -28,6 +28,9 @@ Usage:
                                         --strict: an unset *_env variable is a problem too
   frontdoor warm FILE... --target URL   warm the cache of a running gateway (see frontdoor warm -h)
   frontdoor cache export --target URL   write the most-hit entries as a JSONL to warm from
+  frontdoor calibrate --pairs FILE [--config FILE] [--max-false 0.01]
+                                        hit and false-hit rates of the semantic cache per threshold,
+                                        on your own labelled pairs, with your embedder and guards
   frontdoor version                     print the version
 `
 
@@ -51,6 +54,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdWarm(args[1:], stdout, stderr)
 	case "cache":
 		return cmdCache(args[1:], stdout, stderr)
+	case "calibrate":
+		return cmdCalibrate(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "frontdoor", buildinfo.Get())
 		return 0

@@ -229,11 +229,16 @@ func TestVersionFromTheBuild(t *testing.T) {
 
 // The demo serves chat completions, streamed and not, and stops on cancel.
 func TestDemoServes(t *testing.T) {
+	t.Run("local embedder", func(t *testing.T) { testDemoServes(t, false) })
+	t.Run("remote embedder", func(t *testing.T) { testDemoServes(t, true) })
+}
+
+func testDemoServes(t *testing.T, remoteEmbed bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	stdout := &lockedBuffer{}
 	done := make(chan error, 1)
 	go func() {
-		done <- runDemo(ctx, "127.0.0.1:0", time.Millisecond, time.Millisecond, "", stdout, io.Discard)
+		done <- runDemo(ctx, "127.0.0.1:0", time.Millisecond, time.Millisecond, "", remoteEmbed, stdout, io.Discard)
 	}()
 	var base string
 	testenv.Eventually(t, 10*time.Second, func() bool {
@@ -256,6 +261,25 @@ func TestDemoServes(t *testing.T) {
 		if resp.StatusCode != 200 || !strings.Contains(string(b), sim.ExpectedText("hello", 3)[:5]) {
 			t.Fatalf("demo answered %d: %s", resp.StatusCode, b)
 		}
+	}
+	if remoteEmbed {
+		if !strings.Contains(stdout.String(), "/v1/embeddings (simulated") {
+			t.Errorf("the banner does not name the remote embedder:\n%s", stdout.String())
+		}
+		// A reworded question is a semantic hit through the remote embedder.
+		ask := func(q string) string {
+			resp, err := http.Post(base+"/v1/chat/completions", "application/json",
+				strings.NewReader(`{"model":"qwen3-8b","messages":[{"role":"user","content":"`+q+`"}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp.Header.Get("X-Cache")
+		}
+		ask("What is the capital of France?")
+		testenv.Eventually(t, 5*time.Second, func() bool { return ask("Please, what is the capital of France") == "hit-semantic" },
+			"no semantic hit through the remote embedder")
 	}
 	cancel()
 	select {
@@ -445,7 +469,7 @@ func TestDemoWarm(t *testing.T) {
 	stdout := &lockedBuffer{}
 	done := make(chan error, 1)
 	go func() {
-		done <- runDemo(ctx, "127.0.0.1:0", time.Millisecond, time.Millisecond, "../../deploy/examples/hot-prompts.txt", stdout, io.Discard)
+		done <- runDemo(ctx, "127.0.0.1:0", time.Millisecond, time.Millisecond, "../../deploy/examples/hot-prompts.txt", false, stdout, io.Discard)
 	}()
 	var base string
 	testenv.Eventually(t, 10*time.Second, func() bool {

@@ -56,6 +56,7 @@ func parseFlags(args []string, stderr io.Writer) (sim.Config, error) {
 	fs.StringVar(&def.APIKey, "api-key", def.APIKey, "require Authorization: Bearer <key> (default $GPUSIM_API_KEY)")
 	fs.IntVar(&def.RPM, "rpm", def.RPM, "requests per minute before 429 (0 = unlimited)")
 	fs.IntVar(&def.KVCapacityTokens, "kv-capacity", def.KVCapacityTokens, "KV cache capacity in tokens (for usage metrics)")
+	fs.IntVar(&def.EmbeddingDims, "embedding-dims", def.EmbeddingDims, "vector length of /v1/embeddings (a request's \"dimensions\" overrides it)")
 	fs.Int64Var(&def.Seed, "seed", def.Seed, "RNG seed for jitter/fail/hang draws (0 = time-based)")
 	if err := fs.Parse(args); err != nil {
 		return sim.Config{}, err

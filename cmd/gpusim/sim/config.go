@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"frontdoor/embed"
 	"net"
 	"strings"
 	"time"
@@ -48,6 +49,7 @@ type Config struct {
 	RPM              int           // 0 = unlimited; requests per minute (token bucket, burst RPM); above -> 429
 	KVCapacityTokens int           // default 65536: KV usage = tokens in flight / this
 	Seed             int64         // RNG seed for jitter/fail/hang draws (0 = time-based)
+	EmbeddingDims    int           // default 1024: vector length of /v1/embeddings unless the request asks for "dimensions"
 }
 
 // Defaults.
@@ -59,6 +61,7 @@ const (
 	DefaultITL              = 20 * time.Millisecond
 	DefaultOutputTokens     = 64
 	DefaultKVCapacityTokens = 65536
+	DefaultEmbeddingDims    = 1024
 )
 
 // DefaultConfig returns the documented defaults.
@@ -72,6 +75,7 @@ func DefaultConfig() Config {
 		ITL:              DefaultITL,
 		OutputTokens:     DefaultOutputTokens,
 		KVCapacityTokens: DefaultKVCapacityTokens,
+		EmbeddingDims:    DefaultEmbeddingDims,
 	}
 }
 
@@ -96,6 +100,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.KVCapacityTokens == 0 {
 		c.KVCapacityTokens = DefaultKVCapacityTokens
+	}
+	if c.EmbeddingDims == 0 {
+		c.EmbeddingDims = DefaultEmbeddingDims
 	}
 	return c
 }
@@ -153,6 +160,9 @@ func (c Config) Validate() error {
 	}
 	if c.KVCapacityTokens < 1 {
 		bad("kv_capacity_tokens", "must be >= 1")
+	}
+	if c.EmbeddingDims < embed.MinDims || c.EmbeddingDims > embed.MaxDims {
+		bad("embedding_dims", "must be between %d and %d", embed.MinDims, embed.MaxDims)
 	}
 	return errors.Join(errs...)
 }
