@@ -75,10 +75,15 @@ func (it *memItem) expired(now int64) bool { return it.expires != 0 && it.expire
 // NewMemoryStore returns a store holding at most maxBytes (<= 0: no limit)
 // for vectors of dims floats, and starts its sweeper.
 func NewMemoryStore(maxBytes int64, dims int) *MemoryStore {
+	return NewMemoryStoreWith(maxBytes, dims, DefaultIndexConfig())
+}
+
+// NewMemoryStoreWith is NewMemoryStore with the vector index's settings.
+func NewMemoryStoreWith(maxBytes int64, dims int, ic IndexConfig) *MemoryStore {
 	m := &MemoryStore{
 		maxBytes: maxBytes,
 		dims:     dims,
-		index:    NewVectorIndex(dims),
+		index:    NewVectorIndexWith(dims, ic),
 		byKey:    map[string]*memItem{},
 		byID:     map[string]*memItem{},
 		stop:     make(chan struct{}),

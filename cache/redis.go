@@ -62,6 +62,7 @@ type RedisOptions struct {
 	Embedder     string // embedder name (embed.Embedder.Name); names the vector keys and the index
 	VectorSearch string // "auto" (default) | "redisearch" | "local"
 	Index        RedisIndexConfig
+	LocalIndex   IndexConfig // the in-process index of local mode; zero: the defaults
 	ReadTimeout  time.Duration // Get and Search; default 100ms
 	WriteTimeout time.Duration // Put, Delete, Purge and the index's set-up; default 2s
 	SyncInterval time.Duration // local mode: stream poll block time; default 1s
@@ -123,6 +124,9 @@ func NewRedisStore(ctx context.Context, client redis.UniversalClient, opt RedisO
 	if opt.Index.Type == "" {
 		opt.Index = DefaultConfig().RedisIndex
 	}
+	if opt.LocalIndex == (IndexConfig{}) {
+		opt.LocalIndex = DefaultIndexConfig()
+	}
 	if opt.Embedder == "" {
 		opt.Embedder = "vec"
 	}
@@ -173,7 +177,7 @@ func NewRedisStore(ctx context.Context, client redis.UniversalClient, opt RedisO
 		close(r.done)
 		return r, nil
 	}
-	r.idx.Store(NewVectorIndex(opt.Dims))
+	r.idx.Store(NewVectorIndexWith(opt.Dims, opt.LocalIndex))
 	lastID, err := r.resync(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("cache: redis: load vectors: %w", err)
@@ -758,7 +762,7 @@ func (r *RedisStore) resync(ctx context.Context) (string, error) {
 	if len(last) > 0 {
 		lastID = last[0].ID
 	}
-	fresh := NewVectorIndex(r.opt.Dims)
+	fresh := NewVectorIndexWith(r.opt.Dims, r.opt.LocalIndex)
 	prefix := r.vecKey("")
 	err = r.scanKeys(ctx, escapeGlob(prefix)+"*", func(ctx context.Context, keys []string) error {
 		ids := make([]string, len(keys))

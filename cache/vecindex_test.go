@@ -448,3 +448,30 @@ func TestVectorIndexConcurrent(t *testing.T) {
 		t.Fatalf("Len = %d; at most 3000 ids were used", x.Len())
 	}
 }
+
+// TestVectorIndexGraphSimilarityError bounds the error of the similarities a
+// graph scope reports (int8 codes) against exact float32 cosines, since the
+// semantic threshold is applied to them.
+func TestVectorIndexGraphSimilarityError(t *testing.T) {
+	const dims, n = 512, 2000
+	rng := rand.New(rand.NewPCG(47, 48))
+	x := NewVectorIndex(dims)
+	ref := map[string][]float32{}
+	for i := range n {
+		id := fmt.Sprint("v", i)
+		ref[id] = memUnit(rng, dims)
+		x.Add("s", id, ref[id], time.Time{})
+	}
+	worst := 0.0
+	now := time.Now()
+	for i := range 100 {
+		q := viNear(rng, ref[fmt.Sprint("v", i)], 0.75+0.25*rng.Float32())
+		for _, h := range x.Search("s", q, 4, now) {
+			worst = max(worst, math.Abs(float64(h.Similarity-vek32.Dot(q, ref[h.ID]))))
+		}
+	}
+	t.Logf("largest similarity error: %.5f", worst)
+	if worst > 0.005 {
+		t.Fatalf("similarity error %.5f; want <= 0.005", worst)
+	}
+}

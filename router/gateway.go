@@ -255,7 +255,7 @@ func (g *Gateway) buildStore(deps Deps) error {
 	}
 	switch c.Backend {
 	case "memory":
-		g.store = cache.NewMemoryStore(int64(c.MaxBytes), dims)
+		g.store = cache.NewMemoryStoreWith(int64(c.MaxBytes), dims, c.LocalIndex)
 	case "redis":
 		reads, writes := deps.Redis, deps.Redis
 		if reads == nil {
@@ -274,7 +274,7 @@ func (g *Gateway) buildStore(deps Deps) error {
 		}
 		// The cache's keys live under <key_prefix>c:, apart from admission's.
 		opts := cache.RedisOptions{Prefix: g.cfg.Redis.KeyPrefix + "c:", Dims: dims, Embedder: name,
-			VectorSearch: c.VectorSearch, Index: c.RedisIndex,
+			VectorSearch: c.VectorSearch, Index: c.RedisIndex, LocalIndex: c.LocalIndex,
 			ReadTimeout: c.Reads.Timeout.D(), WriteTimeout: c.Writes.Timeout.D(), Writer: writes}
 		g.store = cache.NewLazyStore(func(ctx context.Context) (cache.Store, error) {
 			st, err := cache.NewRedisStore(ctx, reads, opts)
