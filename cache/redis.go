@@ -62,7 +62,7 @@ type RedisOptions struct {
 	Embedder     string // embedder name (embed.Embedder.Name); names the vector keys and the index
 	VectorSearch string // "auto" (default) | "redisearch" | "local"
 	Index        RedisIndexConfig
-	LocalIndex   IndexConfig // the in-process index of local mode; zero: the defaults
+	LocalIndex   IndexConfig   // the in-process index of local mode; zero: the defaults
 	ReadTimeout  time.Duration // Get and Search; default 100ms
 	WriteTimeout time.Duration // Put, Delete, Purge and the index's set-up; default 2s
 	SyncInterval time.Duration // local mode: stream poll block time; default 1s

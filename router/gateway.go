@@ -64,9 +64,9 @@ type Gateway struct {
 
 	models []byte // cached GET /v1/models body
 
-	hot   *hotTracker // hits per entry, for /admin/cache/hot; nil when off
-	warms warmJobs    // warm-ups: warm.files and POST /admin/cache/warm
-	addr  atomic.Pointer[string]
+	hot     *hotTracker // hits per entry, for /admin/cache/hot; nil when off
+	warms   warmJobs    // warm-ups: warm.files and POST /admin/cache/warm
+	addr    atomic.Pointer[string]
 	tracing *tracing // nil: tracing is off
 
 	stopping atomic.Bool
