@@ -17,7 +17,7 @@ import (
 // serveAdmin routes /admin/*. Every route needs the admin token or an
 // allowed client address.
 func (g *Gateway) serveAdmin(ctx *fasthttp.RequestCtx) {
-	if !g.admin.allow(ctx, g.writeError) {
+	if !g.rt.Load().admin.allow(ctx, g.writeError) {
 		return
 	}
 	path := string(ctx.Path())
@@ -42,6 +42,8 @@ func (g *Gateway) serveAdmin(ctx *fasthttp.RequestCtx) {
 		if g.onlyMethod(ctx, fasthttp.MethodDelete) {
 			g.adminPurge(ctx)
 		}
+	case path == "/admin/reload":
+		g.adminReload(ctx)
 	default:
 		g.writeError(ctx, &adapters.APIError{Status: 404, Type: adapters.TypeNotFound, Code: "unknown_url",
 			Message: "unknown admin path " + strconv.Quote(path)})
@@ -73,7 +75,7 @@ func (g *Gateway) adminCacheStats(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	writeJSON(ctx, 200, map[string]any{
-		"backend":   g.cfg.Cache.Backend,
+		"backend":   g.conf().Cache.Backend,
 		"store":     st,
 		"health":    g.backend.Health(),
 		"requests":  g.cm.totals(),

@@ -66,7 +66,7 @@ func containsToken(list, tok string) bool {
 
 // planCache decides how the cache treats the request.
 func (g *Gateway) planCache(ctx *fasthttp.RequestCtx, x *exchange) *cachePlan {
-	c := &g.cfg.Cache
+	c := &g.conf().Cache
 	req := x.req
 	p := &cachePlan{namespace: x.tenant.namespace, model: x.model, ttl: c.TTL.D()}
 	p.endpoint = "chat"
@@ -127,7 +127,7 @@ func (g *Gateway) planCache(ctx *fasthttp.RequestCtx, x *exchange) *cachePlan {
 
 // lookupExact answers the request from the exact cache on a hit.
 func (g *Gateway) lookupExact(ctx *fasthttp.RequestCtx, x *exchange, p *cachePlan) bool {
-	if g.cfg.Cache.Exact.Enabled {
+	if g.conf().Cache.Exact.Enabled {
 		// An identical request may have just been answered, with its
 		// write-back still under way: that answer is the exact hit. Look
 		// before the store: a flight leaves only once its answer is stored,
@@ -183,7 +183,7 @@ func (g *Gateway) lookupSemantic(ctx *fasthttp.RequestCtx, x *exchange, p *cache
 		if m.Entry.Namespace != p.namespace {
 			continue // the scope hash covers the namespace; this is defence in depth
 		}
-		if ok, reason := cache.GuardsAllow(g.cfg.Cache.Semantic.Guards, p.keys.Query, m.Entry.Query); !ok {
+		if ok, reason := cache.GuardsAllow(g.conf().Cache.Semantic.Guards, p.keys.Query, m.Entry.Query); !ok {
 			g.cm.guardRejects(reason).Inc()
 			continue
 		}
@@ -264,8 +264,8 @@ func (g *Gateway) replay(ctx *fasthttp.RequestCtx, x *exchange, a *adapters.Answ
 		ctx.Response.SetBodyRaw(adapters.AppendCompletionJSON(make([]byte, 0, 256+len(a.Content)), x.endpoint, id, now, a))
 		return
 	}
-	events := adapters.StreamEvents(x.endpoint, id, now, a, g.cfg.Cache.StreamReplay.ChunkTokens, x.req.IncludeUsage)
-	pace := g.cfg.Cache.StreamReplay.Pace.D()
+	events := adapters.StreamEvents(x.endpoint, id, now, a, g.conf().Cache.StreamReplay.ChunkTokens, x.req.IncludeUsage)
+	pace := g.conf().Cache.StreamReplay.Pace.D()
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
 	done := x.handOff()
@@ -301,7 +301,7 @@ func (g *Gateway) writeBack(f *flight, p *cachePlan, a *adapters.Answer) {
 // cacheWrite builds the write for an answer, embedding the query when the
 // lookup did not. ok is false when there is nothing to store.
 func (g *Gateway) cacheWrite(f *flight, p *cachePlan, a *adapters.Answer) (w cache.Write, ok bool) {
-	if a == nil || !p.store || (len(a.ToolCalls) > 0 && !g.cfg.Cache.Eligibility.CacheToolCalls) {
+	if a == nil || !p.store || (len(a.ToolCalls) > 0 && !g.conf().Cache.Eligibility.CacheToolCalls) {
 		return w, false
 	}
 	vec := p.vec
@@ -319,7 +319,7 @@ func (g *Gateway) cacheWrite(f *flight, p *cachePlan, a *adapters.Answer) (w cac
 	if e.Model == "" {
 		e.Model = p.model
 	}
-	if !g.cfg.Cache.Exact.Enabled {
+	if !g.conf().Cache.Exact.Enabled {
 		e.ExactKey = ""
 	}
 	if p.semantic && vec != nil {

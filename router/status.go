@@ -26,6 +26,11 @@ type Status struct {
 	Spill     *SpillStatus          `json:"spillover,omitempty"`
 	Nodes     []balancer.NodeStatus `json:"nodes"`
 	Admission admission.Status      `json:"admission"`
+	// Discovery lists the discover: dns entries: addresses found, and the
+	// last lookup's error while lookups fail.
+	Discovery []balancer.DiscoveryStatus `json:"discovery,omitempty"`
+	Reload    *ReloadStatus              `json:"last_reload,omitempty"`
+	Draining  bool                       `json:"draining"` // shutting down: /readyz says 503
 }
 
 // CacheStatus is the cache part of /status.
@@ -52,15 +57,16 @@ type SpillStatus struct {
 }
 
 func (g *Gateway) status() Status {
-	st := Status{Uptime: time.Since(startTime).Round(time.Second).String(), Ready: g.pool.Ready() && !g.stopping.Load(),
-		Streams: g.metrics.streams.Load(), Requests: g.metrics.classes()}
+	st := Status{Uptime: time.Since(startTime).Round(time.Second).String(), Ready: g.pool.Ready() && !g.stopping.Load() && !g.draining.Load(),
+		Draining: g.draining.Load() || g.stopping.Load(),
+		Streams:  g.metrics.streams.Load(), Requests: g.metrics.classes()}
 	st.Nodes = g.pool.Status()
 	if g.store != nil {
-		st.Cache = &CacheStatus{Backend: g.cfg.Cache.Backend, Results: g.cm.totals(), HitRatio: g.cm.hitRatio(),
+		st.Cache = &CacheStatus{Backend: g.conf().Cache.Backend, Results: g.cm.totals(), HitRatio: g.cm.hitRatio(),
 			Entries: g.cm.entries.Load(), Vectors: g.cm.vectors.Load(), Bytes: g.cm.bytes.Load(),
 			Saved: g.cm.tokensSaved.Get(), Health: g.backend.Health(), Dropped: g.cm.dropped()}
 	}
-	if s := g.spill; s != nil {
+	if s := g.rt.Load().spill; s != nil {
 		spilled := s.spilled.Load()
 		ss := &SpillStatus{Upstream: s.name, Inflight: s.inflight.Load(), Spilled: spilled}
 		if answered := g.metrics.upstreamAnswers.Load() + spilled; answered > 0 {
@@ -69,18 +75,20 @@ func (g *Gateway) status() Status {
 		st.Spill = ss
 	}
 	st.Admission = g.adm.Status()
+	st.Discovery = g.pool.Discovery()
+	st.Reload = g.reload.status()
 	return st
 }
 
 func (g *Gateway) serveStatus(ctx *fasthttp.RequestCtx) {
-	if !g.admin.allow(ctx, g.writeError) || !g.onlyMethod(ctx, fasthttp.MethodGet) {
+	if !g.rt.Load().admin.allow(ctx, g.writeError) || !g.onlyMethod(ctx, fasthttp.MethodGet) {
 		return
 	}
 	writeJSON(ctx, 200, g.status())
 }
 
 func (g *Gateway) serveDashboard(ctx *fasthttp.RequestCtx) {
-	if !g.admin.allow(ctx, g.writeError) || !g.onlyMethod(ctx, fasthttp.MethodGet) {
+	if !g.rt.Load().admin.allow(ctx, g.writeError) || !g.onlyMethod(ctx, fasthttp.MethodGet) {
 		return
 	}
 	ctx.SetContentType("text/html; charset=utf-8")

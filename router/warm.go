@@ -41,7 +41,7 @@ func (g *Gateway) Warm(ctx context.Context, addr string) (WarmResult, error) {
 		body   []byte
 	}
 	var items []item
-	for _, path := range g.cfg.Warm.Files {
+	for _, path := range g.conf().Warm.Files {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return res, fmt.Errorf("warm: %w", err)
@@ -64,10 +64,10 @@ func (g *Gateway) Warm(ctx context.Context, addr string) (WarmResult, error) {
 			items = append(items, it)
 		}
 	}
-	client := &fasthttp.HostClient{Addr: addr, MaxConns: g.cfg.Warm.Concurrency}
+	client := &fasthttp.HostClient{Addr: addr, MaxConns: g.conf().Warm.Concurrency}
 	work := make(chan item)
 	var wg sync.WaitGroup
-	for w := 0; w < g.cfg.Warm.Concurrency; w++ {
+	for w := 0; w < g.conf().Warm.Concurrency; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -149,7 +149,7 @@ func TestSIGTERMDrainsStreams(t *testing.T) {
 	node := testenv.GPUSim(t, func(c *sim.Config) { c.ITL, c.OutputTokens = 40*time.Millisecond, 40 })
 	// Log lines wait a minute, far longer than the test: only the flush
 	// at exit can write the stream's access-log line.
-	base, cmd, logs := startServe(t, fmt.Sprintf("timeouts: {shutdown: 10s}\nlogging: {flush_interval: 1m}\nnodes:\n  - {name: a, url: %s, models: [qwen3-8b]}\n", node.URL()))
+	base, cmd, logs := startServe(t, fmt.Sprintf("shutdown: {grace: 10s}\nlogging: {flush_interval: 1m}\nnodes:\n  - {name: a, url: %s, models: [qwen3-8b]}\n", node.URL()))
 	addr := strings.TrimPrefix(base, "http://")
 
 	resp, err := http.Post(base+"/v1/chat/completions", "application/json",
