@@ -237,12 +237,21 @@ func buildBinary(t *testing.T) string {
 // and waits until it answers.
 func startServe(t *testing.T, cfg string) (base string, cmd *exec.Cmd, logs *lockedBuffer) {
 	t.Helper()
+	base, cmd, logs, _ = startServeEnv(t, cfg, nil)
+	return base, cmd, logs
+}
+
+// startServeEnv is startServe with extra environment variables; it also
+// returns the config file's path, for reload tests.
+func startServeEnv(t *testing.T, cfg string, env []string) (base string, cmd *exec.Cmd, logs *lockedBuffer, path string) {
+	t.Helper()
 	port := testenv.FreePort(t)
-	path := filepath.Join(t.TempDir(), "fd.yaml")
+	path = filepath.Join(t.TempDir(), "fd.yaml")
 	if err := os.WriteFile(path, []byte(fmt.Sprintf("listen: 127.0.0.1:%d\n%s", port, cfg)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cmd = exec.Command(buildBinary(t), "serve", "--config", path)
+	cmd.Env = append(os.Environ(), env...)
 	logs = &lockedBuffer{}
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
@@ -257,7 +266,7 @@ func startServe(t *testing.T, cfg string) (base string, cmd *exec.Cmd, logs *loc
 		}
 		return err == nil
 	}, "frontdoor did not start: %s", logs.String())
-	return base, cmd, logs
+	return base, cmd, logs, path
 }
 
 // Two gateway processes share one plain Redis: an answer cached through
