@@ -140,7 +140,9 @@ func TestSIGHUPReloadsUnderLoad(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 
 	reloads := func() int { return strings.Count(logs.String(), `"msg":"config reloaded"`) }
-	refusals := func() int { return strings.Count(logs.String(), `"msg":"config reload refused; the running config is unchanged"`) }
+	refusals := func() int {
+		return strings.Count(logs.String(), `"msg":"config reload refused; the running config is unchanged"`)
+	}
 	writeConfig(t, path, listen, cfg(1, "b", "c"))
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
