@@ -111,7 +111,8 @@ func WithDiscoverer(d Discoverer) Option { return func(p *Pool) { p.fixedDisc = 
 
 // WithOnRemove registers f, called once a node that left the set has
 // drained (no request in flight), so that its owner can drop what it keeps
-// for the node (a connection pool).
+// for the node (a connection pool). It runs with the pool's lock held: it
+// must not call the pool.
 func WithOnRemove(f func(*Node)) Option { return func(p *Pool) { p.onRemove = f } }
 
 // New builds a pool. Nodes start healthy until a probe says otherwise, with
@@ -325,6 +326,10 @@ func (p *Pool) retireLocked(n *Node) {
 		return
 	}
 	p.retiring[n] = struct{}{}
+	if n.inflight.Load() == 0 {
+		p.forgetLocked(n)
+		return
+	}
 	go func() {
 		t := time.NewTicker(50 * time.Millisecond)
 		defer t.Stop()
@@ -332,17 +337,23 @@ func (p *Pool) retireLocked(n *Node) {
 			<-t.C
 		}
 		p.mu.Lock()
-		delete(p.retiring, n)
-		if cancel := p.loops[n]; cancel != nil {
-			cancel()
-			delete(p.loops, n)
-		}
-		p.unregisterNodeLocked(n.cfg.Name)
+		p.forgetLocked(n)
 		p.mu.Unlock()
-		if p.onRemove != nil {
-			p.onRemove(n)
-		}
 	}()
+}
+
+// forgetLocked drops a retired node: its loops, its metric series (unless
+// another node has its name) and, through onRemove, what its owner keeps.
+func (p *Pool) forgetLocked(n *Node) {
+	delete(p.retiring, n)
+	if cancel := p.loops[n]; cancel != nil {
+		cancel()
+		delete(p.loops, n)
+	}
+	p.unregisterNodeLocked(n.cfg.Name)
+	if p.onRemove != nil {
+		p.onRemove(n)
+	}
 }
 
 func (p *Pool) conf() *Config { return &p.st.Load().cfg }
