@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/compose-spec/compose-go/v2/cli"
@@ -408,13 +409,14 @@ func TestDockerfileBuildCommand(t *testing.T) {
 	}
 
 	// The image's health check: 0 on 200, 1 otherwise.
-	status := 200
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(status) }))
+	var status atomic.Int32
+	status.Store(200)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(int(status.Load())) }))
 	defer srv.Close()
 	if err := exec.Command(out, "healthcheck", "--url", srv.URL+"/healthz").Run(); err != nil {
 		t.Fatalf("healthcheck on 200: %v", err)
 	}
-	status = 503
+	status.Store(503)
 	if err := exec.Command(out, "healthcheck", "--url", srv.URL+"/healthz").Run(); err == nil {
 		t.Fatal("healthcheck passed on 503")
 	}
