@@ -32,7 +32,7 @@ func (r *loadResult) fail(format string, args ...any) {
 	r.mu.Unlock()
 }
 
-var loadClient = &http.Client{Timeout: 30 * time.Second}
+var loadClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 100}}
 
 // chat sends one chat request (a stream when stream is set) and reports
 // whether it fully succeeded: 200 and, for a stream, [DONE].
@@ -77,7 +77,7 @@ func runLoad(base func() string, key string, workers int, stop <-chan struct{}) 
 				status, err := chat(base(), key, (w+i)%2 == 0)
 				res.total.Add(1)
 				if err != nil || status != 200 {
-					res.fail("status %d, error %v", status, err)
+					res.fail("stream %v: status %d, error %v", (w+i)%2 == 0, status, err)
 				}
 			}
 		})

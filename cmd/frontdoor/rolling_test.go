@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -21,6 +22,7 @@ import (
 // Service with readiness: it polls each replica's /readyz every 100ms and
 // sends new requests only to ready ones.
 type rrBalancer struct {
+	errs     lockedBuffer // the proxies' error lines, by replica
 	mu       sync.Mutex
 	backends []*rrBackend
 	next     int
@@ -39,7 +41,7 @@ func newRRBalancer(t *testing.T) (*rrBalancer, string) {
 	srv := httptest.NewServer(http.HandlerFunc(lb.serve))
 	t.Cleanup(func() { close(lb.stop); srv.Close() })
 	go func() {
-		c := &http.Client{Timeout: 500 * time.Millisecond}
+		c := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{}}
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		for {
@@ -67,6 +69,8 @@ func (lb *rrBalancer) add(base string) *rrBackend {
 	u, _ := url.Parse(base)
 	b := &rrBackend{base: base, proxy: httputil.NewSingleHostReverseProxy(u)}
 	b.proxy.FlushInterval = -1
+	b.proxy.Transport = &http.Transport{MaxIdleConnsPerHost: 64} // its own pool
+	b.proxy.ErrorLog = log.New(&lb.errs, base+" ", log.Lmicroseconds)
 	lb.mu.Lock()
 	lb.backends = append(lb.backends, b)
 	lb.mu.Unlock()
@@ -134,7 +138,7 @@ func TestRollingRestartBehindABalancer(t *testing.T) {
 		fmt.Fprintf(&cfg, "  - {name: n%d, url: %s, models: [qwen3-8b], max_concurrency: 100}\n", i, s.URL())
 	}
 	baseA, cmdA, logsA := startServe(t, cfg.String())
-	baseB, _, _ := startServe(t, cfg.String())
+	baseB, _, logsB := startServe(t, cfg.String())
 	lb, lbURL := newRRBalancer(t)
 	a := lb.add(baseA)
 	lb.add(baseB)
@@ -190,6 +194,17 @@ func TestRollingRestartBehindABalancer(t *testing.T) {
 	wg.Wait()
 	t.Logf("through the balancer: %d requests (half of them streams), %d failed", res.total.Load(), res.failed.Load())
 	if res.failed.Load() != 0 {
-		t.Fatalf("%d of %d requests failed, e.g. %s", res.failed.Load(), res.total.Load(), res.firstErr)
+		t.Fatalf("%d of %d requests failed, e.g. %s\nbalancer: %s\nreplica A's log:\n%s\nreplica B's log:\n%s", res.failed.Load(), res.total.Load(), res.firstErr, lb.errs.String(), logsA.String(), grepNot(logsB.String(), `"status":200`))
 	}
+}
+
+// grepNot drops the lines that contain s.
+func grepNot(text, s string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if !strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
