@@ -49,9 +49,10 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 	$(GO) run ./bench/overhead
 
-## fuzz: fuzz the request parser for 60s.
+## fuzz: fuzz the request parser and the warm-file parser for 60s each.
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseRequest -fuzztime 60s ./adapters
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./internal/warm
 
 ## demo: run the self-contained demo.
 demo:

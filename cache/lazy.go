@@ -131,6 +131,15 @@ func (l *LazyStore) Purge(ctx context.Context, namespace string) (int, error) {
 	return s.Purge(ctx, namespace)
 }
 
+// PurgeTag implements Store.
+func (l *LazyStore) PurgeTag(ctx context.Context, tag string) (int, error) {
+	s, err := l.store()
+	if err != nil {
+		return 0, err
+	}
+	return s.PurgeTag(ctx, tag)
+}
+
 // Stats implements Store.
 func (l *LazyStore) Stats(ctx context.Context) (Stats, error) {
 	s, err := l.store()

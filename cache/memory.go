@@ -248,6 +248,23 @@ func (m *MemoryStore) Purge(ctx context.Context, namespace string) (int, error) 
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("cache: memory purge: %w", err)
 	}
+	return m.purgeWhere(func(e *Entry) bool { return e.Namespace == namespace }), nil
+}
+
+// PurgeTag removes every entry tagged tag and returns how many were live.
+func (m *MemoryStore) PurgeTag(ctx context.Context, tag string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("cache: memory purge tag: %w", err)
+	}
+	if tag == "" {
+		return 0, nil
+	}
+	return m.purgeWhere(func(e *Entry) bool { return e.Tag == tag }), nil
+}
+
+// purgeWhere removes the entries match selects and returns how many were
+// live. It walks every entry: purges are rare admin calls.
+func (m *MemoryStore) purgeWhere(match func(*Entry) bool) int {
 	now := time.Now().UnixNano()
 	m.wmu.Lock()
 	defer m.wmu.Unlock()
@@ -255,7 +272,7 @@ func (m *MemoryStore) Purge(ctx context.Context, namespace string) (int, error) 
 	defer m.unlockAndUnindex()
 	n := 0
 	for _, it := range m.byID {
-		if it.e.Namespace != namespace {
+		if !match(it.e) {
 			continue
 		}
 		if !it.expired(now) {
@@ -263,7 +280,7 @@ func (m *MemoryStore) Purge(ctx context.Context, namespace string) (int, error) 
 		}
 		m.removeLocked(it)
 	}
-	return n, nil
+	return n
 }
 
 // Stats reports what the store holds, including expired entries the sweeper

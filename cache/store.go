@@ -41,6 +41,9 @@ type Store interface {
 	Delete(ctx context.Context, id string) error
 	// Purge removes every entry of a namespace and returns how many.
 	Purge(ctx context.Context, namespace string) (int, error)
+	// PurgeTag removes every entry whose Tag is tag, in every namespace,
+	// and returns how many.
+	PurgeTag(ctx context.Context, tag string) (int, error)
 	// Stats reports the content.
 	Stats(ctx context.Context) (Stats, error)
 	// Close stops background work.

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -65,9 +66,15 @@ func (c *cannedBackend) Name() string { return c.name }
 // non-streaming miss (cache off): the handler is called directly and the
 // node answers from memory, so no socket or upstream client is measured.
 func BenchmarkHandlerPassThrough(b *testing.B) {
+	for _, accessLog := range []bool{false, true} {
+		b.Run(fmt.Sprintf("access_log=%v", accessLog), func(b *testing.B) { benchHandlerPassThrough(b, accessLog) })
+	}
+}
+
+func benchHandlerPassThrough(b *testing.B, accessLog bool) {
 	cfg := DefaultConfig()
 	cfg.Cache.Backend = "off"
-	cfg.Logging.AccessLog = false
+	cfg.Logging.AccessLog = accessLog
 	cfg.Balancer.HealthInterval = 3600e9
 	cfg.Nodes = []balancer.NodeConfig{{Name: "gpu-a", URL: "http://127.0.0.1:1", Kind: "vllm", Models: []string{"qwen3-8b"}, MaxConcurrency: 10, Weight: 1}}
 	gw, err := New(cfg, Deps{Logger: NewLogger(cfg.Logging, io.Discard), Backends: map[string]adapters.Backend{"gpu-a": &cannedBackend{name: "gpu-a"}}})

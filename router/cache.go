@@ -43,6 +43,53 @@ type cachePlan struct {
 	ttl          time.Duration
 	vec          []float32 // embedding of keys.Query, once computed
 	lookupFailed bool      // the lookup failed: a bypass, but the answer is still written back
+	only         byte      // X-Cache-Only: onlyAny or onlyExact; the request never goes upstream
+	tag          string    // X-Cache-Tag: the stored entry's tag
+}
+
+// Lookup-only requests (X-Cache-Only: 1, or exact for exact hits only) are
+// answered from the cache or with 204 No Content, and never go upstream.
+const (
+	onlyAny   byte = 1
+	onlyExact byte = 2
+)
+
+// planHints are the request headers that shape its cache plan.
+type planHints struct {
+	noStore, noCache bool
+	ttl, threshold   []byte
+	only             byte
+	tag              string
+}
+
+func hintsOf(ctx *fasthttp.RequestCtx) planHints {
+	h := &ctx.Request.Header
+	var ph planHints
+	ph.noStore, ph.noCache = cacheControl(ctx)
+	ph.ttl, ph.threshold = h.Peek("X-Cache-TTL"), h.Peek("X-Cache-Threshold")
+	switch string(h.Peek("X-Cache-Only")) {
+	case "":
+	case "exact":
+		ph.only = onlyExact
+	default:
+		ph.only = onlyAny
+	}
+	ph.tag = validTag(h.Peek("X-Cache-Tag"))
+	return ph
+}
+
+// validTag returns t when it is a usable tag: 1 to 128 bytes of letters,
+// digits and ._:/@+-; else "" (the entry is stored untagged).
+func validTag(t []byte) string {
+	if len(t) == 0 || len(t) > 128 {
+		return ""
+	}
+	for _, c := range t {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._:/@+-", c) >= 0) {
+			return ""
+		}
+	}
+	return string(t)
 }
 
 // cacheControl reads the client's Cache-Control directives.
@@ -66,14 +113,19 @@ func containsToken(list, tok string) bool {
 
 // planCache decides how the cache treats the request.
 func (g *Gateway) planCache(ctx *fasthttp.RequestCtx, x *exchange) *cachePlan {
+	return g.plan(x, hintsOf(ctx))
+}
+
+// plan decides how the cache treats the request x with headers h.
+func (g *Gateway) plan(x *exchange, h planHints) *cachePlan {
 	c := &g.conf().Cache
 	req := x.req
-	p := &cachePlan{namespace: x.tenant.namespace, model: x.model, ttl: c.TTL.D()}
+	p := &cachePlan{namespace: x.tenant.namespace, model: x.model, ttl: c.TTL.D(), only: h.only, tag: h.tag}
 	p.endpoint = "chat"
 	if x.endpoint == adapters.EndpointCompletion {
 		p.endpoint = "completion"
 	}
-	noStore, noCache := cacheControl(ctx)
+	noStore, noCache := h.noStore, h.noCache
 	switch {
 	case g.store == nil:
 		p.reason = "off"
@@ -99,7 +151,7 @@ func (g *Gateway) planCache(ctx *fasthttp.RequestCtx, x *exchange) *cachePlan {
 	if !p.store {
 		return p
 	}
-	if v := ctx.Request.Header.Peek("X-Cache-TTL"); len(v) > 0 {
+	if v := h.ttl; len(v) > 0 {
 		if secs, err := strconv.Atoi(string(v)); err == nil && secs > 0 {
 			maxTTL := c.MaxTTL.D()
 			if maxTTL <= 0 {
@@ -115,7 +167,7 @@ func (g *Gateway) planCache(ctx *fasthttp.RequestCtx, x *exchange) *cachePlan {
 		if t, ok := c.Semantic.ModelThresholds[x.model]; ok {
 			thr = t
 		}
-		if v := ctx.Request.Header.Peek("X-Cache-Threshold"); len(v) > 0 && x.tenant.allowThreshold {
+		if v := h.threshold; len(v) > 0 && x.tenant.allowThreshold {
 			if t, err := strconv.ParseFloat(string(v), 64); err == nil && t > 0 && t <= 1 {
 				thr = t
 			}
@@ -159,7 +211,7 @@ func (g *Gateway) lookupExact(ctx *fasthttp.RequestCtx, x *exchange, p *cachePla
 
 // lookupSemantic answers the request from a similar cached one on a hit.
 func (g *Gateway) lookupSemantic(ctx *fasthttp.RequestCtx, x *exchange, p *cachePlan) bool {
-	if !p.lookup || !g.semanticScope(x, p) {
+	if !p.lookup || p.only == onlyExact || !g.semanticScope(x, p) {
 		return false
 	}
 	vec, err := g.embedder.Embed(context.Background(), p.keys.Query)
@@ -242,6 +294,7 @@ func (g *Gateway) serveEntry(ctx *fasthttp.RequestCtx, x *exchange, e *cache.Ent
 	}
 	g.cm.tokensSaved.Add(e.Usage.TotalTokens)
 	g.metrics.countTokens(x.tenant.name, "cache", e.Usage.PromptTokens, e.Usage.CompletionTokens)
+	g.countHit(ctx, x, e.ID)
 	g.replay(ctx, x, entryAnswer(e))
 }
 
@@ -253,6 +306,7 @@ func (g *Gateway) serveFlightAnswer(ctx *fasthttp.RequestCtx, x *exchange, f *fl
 	ctx.Response.Header.Set("X-Cache-Age", "0")
 	g.cm.tokensSaved.Add(a.Usage.TotalTokens)
 	g.metrics.countTokens(x.tenant.name, "cache", a.Usage.PromptTokens, a.Usage.CompletionTokens)
+	g.countHit(ctx, x, f.entryID)
 	g.replay(ctx, x, a)
 }
 
@@ -315,7 +369,7 @@ func (g *Gateway) cacheWrite(f *flight, p *cachePlan, a *adapters.Answer) (w cac
 	e := &cache.Entry{ID: f.entryID, Namespace: p.namespace, Model: a.Model, Endpoint: p.endpoint,
 		Content: a.Content, Reasoning: a.Reasoning, ToolCalls: a.ToolCalls, Finish: a.Finish,
 		Usage:   cache.Usage{PromptTokens: a.Usage.PromptTokens, CompletionTokens: a.Usage.CompletionTokens, TotalTokens: a.Usage.TotalTokens},
-		Created: time.Now(), ExactKey: p.keys.Exact}
+		Created: time.Now(), ExactKey: p.keys.Exact, Tag: p.tag}
 	if e.Model == "" {
 		e.Model = p.model
 	}
@@ -363,7 +417,7 @@ type cacheMetrics struct {
 
 var (
 	cacheResults = []string{"hit_exact", "hit_semantic", "miss", "bypass"}
-	cacheReasons = []string{"", "off", "no_store", "no_cache", "multimodal", "n", "temperature", "batch_prompt", "disabled", "store_error", "store_down", "coalesced"}
+	cacheReasons = []string{"", "off", "no_store", "no_cache", "multimodal", "n", "temperature", "batch_prompt", "disabled", "store_error", "store_down", "coalesced", "lookup_only"}
 	cacheErrOps  = []string{"get", "put", "search", "embed", "stats"}
 )
 

@@ -140,6 +140,13 @@ type Spillover struct {
 type Warm struct {
 	Files       []string `yaml:"files"`
 	Concurrency int      `yaml:"concurrency"`
+	// Model is the model of plain-text prompts and of requests without one.
+	Model string `yaml:"model"`
+	// Tag tags the entries warm.files store ("": the file's base name).
+	Tag string `yaml:"tag"`
+	// HotEntries is how many entries' hits are counted for
+	// GET /admin/cache/hot (0: none).
+	HotEntries int `yaml:"hot_entries"`
 }
 
 // Config is the whole frontdoor configuration file.
@@ -176,7 +183,7 @@ func DefaultConfig() Config {
 		Admission: Admission{Backend: "local", DefaultMaxTokens: 1024, Replicas: 1},
 		Balancer:  balancer.DefaultConfig(),
 		Spillover: Spillover{Kind: "dashscope", BaseURL: "https://dashscope.aliyuncs.com/compatible-mode/v1", APIKeyEnv: "DASHSCOPE_API_KEY", On: []string{"saturated", "failed"}},
-		Warm:      Warm{Concurrency: 5},
+		Warm:      Warm{Concurrency: 5, HotEntries: 10000},
 		Shutdown:  Shutdown{Grace: units.Duration(30e9)},
 	}
 }
@@ -430,6 +437,12 @@ func (c *Config) Problems() []string {
 				add("%s.targets[%d]: needs a model and a weight >= 0", p, j)
 			}
 		}
+	}
+	if c.Warm.HotEntries < 0 {
+		add("warm.hot_entries: must be >= 0")
+	}
+	if c.Warm.Tag != "" && validTag([]byte(c.Warm.Tag)) == "" {
+		add("warm.tag: 1 to 128 letters, digits or ._:/@+-")
 	}
 	if c.Warm.Concurrency < 1 {
 		add("warm.concurrency: must be >= 1")

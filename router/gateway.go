@@ -78,6 +78,10 @@ type Gateway struct {
 	clients       []io.Closer // Redis clients the gateway built, closed last
 
 	draining atomic.Bool // /readyz says 503; requests are still served
+	hot      *hotTracker // hits per entry, for /admin/cache/hot; nil when off
+	warms    warmJobs    // warm-ups: warm.files and POST /admin/cache/warm
+	addr     atomic.Pointer[string]
+
 	stopping atomic.Bool
 	streams  sync.WaitGroup // live stream pumps
 	live     liveStreams    // for the forced stop after the grace period
@@ -122,6 +126,9 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	g.cm = newCacheMetrics(set)
 	if err := g.buildCache(deps, set); err != nil {
 		return nil, err
+	}
+	if g.store != nil {
+		g.hot = newHotTracker(cfg.Warm.HotEntries)
 	}
 	if err := g.buildAdmission(deps); err != nil {
 		return nil, err
@@ -386,6 +393,8 @@ func (g *Gateway) Serve(ln net.Listener) error {
 	if g.runCancel == nil {
 		g.Start()
 	}
+	addr := ln.Addr().String()
+	g.addr.Store(&addr)
 	err := g.server.Serve(ln)
 	if errors.Is(err, net.ErrClosed) {
 		return nil
@@ -397,6 +406,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 // finish until ctx ends, then cuts the remaining streams.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.stopping.Store(true)
+	g.warms.stop()
 	err := g.server.ShutdownWithContext(ctx)
 	if err != nil {
 		g.live.closeAll()

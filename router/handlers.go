@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"runtime/debug"
@@ -243,6 +242,11 @@ func (g *Gateway) prepare(ctx *fasthttp.RequestCtx, x *exchange) (*adapters.Upst
 		return nil, nil
 	}
 	if p := x.plan; p.lookup && (g.lookupExact(ctx, x, p) || g.lookupSemantic(ctx, x, p)) {
+		return nil, nil
+	}
+	if x.plan.only != 0 { // lookup-only: never upstream
+		ctx.SetStatusCode(fasthttp.StatusNoContent)
+		x.cacheResult, x.cacheReason = cacheMiss, "lookup_only"
 		return nil, nil
 	}
 	return g.prepareMiss(ctx, x)
@@ -950,11 +954,10 @@ func (g *Gateway) finish(ctx *fasthttp.RequestCtx, x *exchange, panicked any) {
 		if model == "" && x.req != nil {
 			model = x.req.Model
 		}
-		g.log.LogAttrs(context.Background(), slog.LevelInfo, "request",
-			slog.String("request_id", x.id), slog.String("path", string(ctx.Path())), slog.Int("status", x.status),
-			slog.String("model", model), slog.Bool("stream", x.req != nil && x.req.Stream),
-			slog.String("upstream", x.upstream), slog.Int("attempts", x.attempts), slog.String("cache", x.cacheResult),
-			slog.Float64("duration_ms", float64(time.Since(x.start).Microseconds())/1000))
+		now := time.Now()
+		logAccess(g.log, now, &accessLine{requestID: x.id, path: string(ctx.Path()), status: x.status,
+			model: model, stream: x.req != nil && x.req.Stream, upstream: x.upstream, attempts: x.attempts,
+			cache: x.cacheResult, duration: now.Sub(x.start)})
 	}
 }
 

@@ -1,11 +1,19 @@
 package router
 
 import (
+	"context"
 	"io"
 	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"frontdoor/adapters"
 )
 
-// NewLogger builds the process logger from logging:.
+// NewLogger builds the process logger from logging:. Its JSON handler also
+// writes the access log line directly (see accessLine), which costs a
+// fraction of a slog record on every request.
 func NewLogger(c Logging, w io.Writer) *slog.Logger {
 	var level slog.Level
 	switch c.Level {
@@ -22,5 +30,84 @@ func NewLogger(c Logging, w io.Writer) *slog.Logger {
 	if c.Format == "text" {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	out := &lockedWriter{w: w}
+	return slog.New(&logHandler{Handler: slog.NewJSONHandler(out, opts), out: out, access: level <= slog.LevelInfo})
+}
+
+// lockedWriter serializes the lines of slog's handler and of the access
+// log, each one Write.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// logHandler is slog's JSON handler plus the access log's direct path.
+type logHandler struct {
+	slog.Handler
+	out    *lockedWriter
+	access bool // info lines are enabled
+}
+
+// accessLine is one access log line, the fields in the order written.
+type accessLine struct {
+	requestID, path, model, upstream, cache string
+	status, attempts                        int
+	stream                                  bool
+	duration                                time.Duration
+}
+
+var lineBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// writeAccess writes the line as slog's JSON handler would: the same
+// keys, order and value encodings.
+func (h *logHandler) writeAccess(now time.Time, a *accessLine) {
+	bp := lineBufs.Get().(*[]byte)
+	b := append((*bp)[:0], `{"time":"`...)
+	b = now.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","level":"INFO","msg":"request","request_id":`...)
+	b = adapters.AppendJSONString(b, a.requestID)
+	b = append(b, `,"path":`...)
+	b = adapters.AppendJSONString(b, a.path)
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(a.status), 10)
+	b = append(b, `,"model":`...)
+	b = adapters.AppendJSONString(b, a.model)
+	b = append(b, `,"stream":`...)
+	b = strconv.AppendBool(b, a.stream)
+	b = append(b, `,"upstream":`...)
+	b = adapters.AppendJSONString(b, a.upstream)
+	b = append(b, `,"attempts":`...)
+	b = strconv.AppendInt(b, int64(a.attempts), 10)
+	b = append(b, `,"cache":`...)
+	b = adapters.AppendJSONString(b, a.cache)
+	b = append(b, `,"duration_ms":`...)
+	b = strconv.AppendFloat(b, durationMS(a.duration), 'g', -1, 64)
+	b = append(b, "}\n"...)
+	_, _ = h.out.Write(b)
+	*bp = b
+	lineBufs.Put(bp)
+}
+
+func durationMS(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// logAccess writes the access line through log's fast path when it has
+// one, or as a slog record.
+func logAccess(log *slog.Logger, now time.Time, a *accessLine) {
+	if h, ok := log.Handler().(*logHandler); ok {
+		if h.access {
+			h.writeAccess(now, a)
+		}
+		return
+	}
+	log.LogAttrs(context.Background(), slog.LevelInfo, "request",
+		slog.String("request_id", a.requestID), slog.String("path", a.path), slog.Int("status", a.status),
+		slog.String("model", a.model), slog.Bool("stream", a.stream),
+		slog.String("upstream", a.upstream), slog.Int("attempts", a.attempts), slog.String("cache", a.cache),
+		slog.Float64("duration_ms", durationMS(a.duration)))
 }

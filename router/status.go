@@ -30,7 +30,8 @@ type Status struct {
 	// last lookup's error while lookups fail.
 	Discovery []balancer.DiscoveryStatus `json:"discovery,omitempty"`
 	Reload    *ReloadStatus              `json:"last_reload,omitempty"`
-	Draining  bool                       `json:"draining"` // shutting down: /readyz says 503
+	Draining  bool                       `json:"draining"`       // shutting down: /readyz says 503
+	Warm      []WarmStatus               `json:"warm,omitempty"` // warm-ups, running and recent (failures left out)
 }
 
 // CacheStatus is the cache part of /status.
@@ -77,6 +78,10 @@ func (g *Gateway) status() Status {
 	st.Admission = g.adm.Status()
 	st.Discovery = g.pool.Discovery()
 	st.Reload = g.reload.status()
+	for _, w := range g.warms.list() {
+		w.Failures = nil
+		st.Warm = append(st.Warm, w)
+	}
 	return st
 }
 

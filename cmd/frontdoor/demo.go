@@ -25,12 +25,13 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", ":8080", "gateway listen address")
 	ttft := fs.Duration("ttft", 150*time.Millisecond, "simulated time to first token")
 	itl := fs.Duration("itl", 25*time.Millisecond, "simulated time between tokens")
+	warmFile := fs.String("warm", "", "warm the cache from this file at start (any frontdoor warm format; plain text uses qwen3-8b)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := runDemo(ctx, *listen, *ttft, *itl, stdout, stderr); err != nil {
+	if err := runDemo(ctx, *listen, *ttft, *itl, *warmFile, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "frontdoor demo:", err)
 		return 1
 	}
@@ -39,7 +40,7 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 
 // runDemo starts two simulated vLLM nodes, a simulated DashScope and the
 // gateway in this process, prints a banner and serves until ctx ends.
-func runDemo(ctx context.Context, listen string, ttft, itl time.Duration, stdout, stderr io.Writer) error {
+func runDemo(ctx context.Context, listen string, ttft, itl time.Duration, warmFile string, stdout, stderr io.Writer) error {
 	var sims []*sim.Server
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -85,6 +86,13 @@ func runDemo(ctx context.Context, listen string, ttft, itl time.Duration, stdout
 	cfg.Spillover.APIKeyEnv = "FRONTDOOR_DEMO_DASHSCOPE_KEY"
 	cfg.Spillover.ModelMap = map[string]string{"qwen3-8b": "qwen-plus"}
 	cfg.Models = []balancer.ModelAlias{{Name: "chat", Targets: []balancer.ModelTarget{{Model: "qwen3-8b", Weight: 1}}}}
+	if warmFile != "" {
+		if _, err := os.Stat(warmFile); err != nil {
+			return fmt.Errorf("--warm: %w", err)
+		}
+		// In the background, as warm.files at serve start: /status shows it.
+		cfg.Warm.Files, cfg.Warm.Model = []string{warmFile}, "qwen3-8b"
+	}
 
 	return serve(ctx, cfg, "", stderr, func(addr string) {
 		fmt.Fprint(stdout, banner(addr, cfg, qwen.URL()))
@@ -111,6 +119,12 @@ Try it (ask twice, or reworded, to see X-Cache: hit-exact / hit-semantic):
 
   curl -sN %[1]s/v1/chat/completions -H 'Content-Type: application/json' \
     -d '{"model":"qwen3-8b","stream":true,"messages":[{"role":"user","content":"Tell me a story"}]}'
+
+Warm the cache (prompts go through the gateway; answered pairs are imported):
+
+  frontdoor warm deploy/examples/hot-prompts.txt --target %[1]s --model qwen3-8b
+  frontdoor warm deploy/examples/faq.jsonl --target %[1]s
+  frontdoor cache export --target %[1]s --top 100 --out hot.jsonl
 
 `, base, cfg.Nodes[0].URL, cfg.Nodes[1].URL, qwenURL)
 }

@@ -1,5 +1,5 @@
 // Command frontdoor is the OpenAI-compatible gateway. Subcommands: serve,
-// demo, check-config, healthcheck, version.
+// demo, check-config, warm, cache export, healthcheck, version.
 package main
 
 import (
@@ -29,11 +29,13 @@ Usage:
   frontdoor serve --config FILE         run the gateway
   frontdoor demo [--listen :8080]       run gateway + simulated GPU nodes + simulated Qwen, no setup
   frontdoor check-config --config FILE  validate a config file and report every problem
+  frontdoor warm FILE... --target URL   warm the cache of a running gateway (see frontdoor warm -h)
+  frontdoor cache export --target URL   write the most-hit entries as a JSONL to warm from
   frontdoor healthcheck [--url URL]     exit 0 if URL (default http://127.0.0.1:8080/healthz) answers 200
+  frontdoor version                     print the version
 
 serve reloads FILE on SIGHUP (and POST /admin/reload); on SIGTERM it drains:
 /readyz answers 503 for shutdown.drain_delay, then streams get shutdown.grace.
-  frontdoor version                     print the version
 `
 
 func main() {
@@ -54,6 +56,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdCheckConfig(args[1:], stdout, stderr)
 	case "healthcheck":
 		return cmdHealthcheck(args[1:], stderr)
+	case "warm":
+		return cmdWarm(args[1:], stdout, stderr)
+	case "cache":
+		return cmdCache(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "frontdoor", buildVersion())
 		return 0
@@ -182,12 +188,10 @@ func serve(ctx context.Context, cfg router.Config, path string, logOut io.Writer
 	go func() { errc <- gw.Serve(ln) }()
 	if len(cfg.Warm.Files) > 0 {
 		go func() {
-			res, err := gw.Warm(ctx, ln.Addr().String())
-			if err != nil {
+			// In the background: readiness doesn't wait, /status shows it.
+			if _, err := gw.Warm(ctx, ln.Addr().String()); err != nil && ctx.Err() == nil {
 				logger.Warn("cache warm-up failed", "error", err.Error())
-				return
 			}
-			logger.Info("cache warmed", "sent", res.Sent, "stored", res.Stored, "already_cached", res.Hits, "failed", res.Failed)
 		}()
 	}
 	hup := make(chan os.Signal, 1)

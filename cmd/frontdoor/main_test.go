@@ -106,7 +106,9 @@ func TestDemoServes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	stdout := &lockedBuffer{}
 	done := make(chan error, 1)
-	go func() { done <- runDemo(ctx, "127.0.0.1:0", time.Millisecond, time.Millisecond, stdout, io.Discard) }()
+	go func() {
+		done <- runDemo(ctx, "127.0.0.1:0", time.Millisecond, time.Millisecond, "", stdout, io.Discard)
+	}()
 	var base string
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		m := regexp.MustCompile(`gateway\s+(http://\S+)/v1`).FindStringSubmatch(stdout.String())
@@ -315,5 +317,51 @@ func TestTwoProcessesShareTheCache(t *testing.T) {
 	}
 	if node.Stats().Received != received {
 		t.Fatal("B's hits reached the node")
+	}
+}
+
+// frontdoor demo --warm FILE warms in the background: /status shows the
+// job, and the file's prompts are then exact hits.
+func TestDemoWarm(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stdout := &lockedBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- runDemo(ctx, "127.0.0.1:0", time.Millisecond, time.Millisecond, "../../deploy/examples/hot-prompts.txt", stdout, io.Discard)
+	}()
+	var base string
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		m := regexp.MustCompile(`gateway\s+(http://\S+)/v1`).FindStringSubmatch(stdout.String())
+		if m != nil {
+			base = m[1]
+		}
+		return m != nil
+	}, "no banner: %s", stdout.String())
+	var status string
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		resp, err := http.Get(base + "/status")
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		status = string(b)
+		return strings.Contains(status, `"source":"warm.files","state":"done"`)
+	}, "no finished warm-up in /status: %s", status)
+	if !strings.Contains(status, `"total":20,"done":20,"warmed":20`) {
+		t.Fatalf("warm-up in /status: %s", status)
+	}
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(userBody("如何重置我的密码？")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if xc := resp.Header.Get("X-Cache"); xc != "hit-exact" {
+		t.Fatalf("a warmed prompt: X-Cache %q", xc)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("demo: %v", err)
 	}
 }
