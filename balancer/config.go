@@ -3,6 +3,7 @@ package balancer
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 
@@ -21,6 +22,11 @@ type NodeConfig struct {
 	MaxModelLen    int      `yaml:"max_model_len"` // 0 = unknown
 	MetricsURL     string   `yaml:"metrics_url"`   // default: <server root>/metrics
 	HealthURL      string   `yaml:"health_url"`    // default: <server root>/health
+	// Discover "dns" makes the entry a template: its URL's host is
+	// resolved every discover_interval and each A/AAAA record becomes a
+	// node named <name>-<address>, with the entry's settings.
+	Discover         string         `yaml:"discover"`
+	DiscoverInterval units.Duration `yaml:"discover_interval"` // default 10s
 }
 
 // Weights are the scorer weights.
@@ -72,6 +78,9 @@ type Config struct {
 	Eject          EjectConfig    `yaml:"eject"`
 	Breaker        BreakerConfig  `yaml:"breaker"`
 	Queue          QueueConfig    `yaml:"queue"`
+	// DNSResolver is the DNS server ("host:port") that discover: dns
+	// entries ask; empty: the system's resolver (/etc/resolv.conf).
+	DNSResolver string `yaml:"dns_resolver"`
 }
 
 // ModelTarget is one weighted target of an alias.
@@ -111,6 +120,9 @@ func DefaultNode(n *NodeConfig) {
 	}
 	if n.Weight == 0 {
 		n.Weight = 1
+	}
+	if n.Discover != "" && n.DiscoverInterval == 0 {
+		n.DiscoverInterval = units.Duration(10e9)
 	}
 }
 
@@ -167,6 +179,11 @@ func (c *Config) Validate() error {
 	if c.Queue.MaxWait < 0 {
 		add("queue.max_wait: must be >= 0")
 	}
+	if c.DNSResolver != "" {
+		if _, _, err := net.SplitHostPort(c.DNSResolver); err != nil {
+			add("dns_resolver: %q is not host:port", c.DNSResolver)
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -211,6 +228,18 @@ func (n *NodeConfig) Validate() error {
 	}
 	if n.MaxModelLen < 0 {
 		add("max_model_len: must be >= 0")
+	}
+	switch n.Discover {
+	case "":
+	case "dns":
+		if n.DiscoverInterval <= 0 {
+			add("discover_interval: must be > 0")
+		}
+		if len(n.Name)+len("-ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff") > 128 {
+			add("name: too long for discovered nodes (<name>-<address>)")
+		}
+	default:
+		add("discover: %q is not one of dns (or leave it out)", n.Discover)
 	}
 	return errors.Join(errs...)
 }

@@ -78,5 +78,16 @@
 // for open_for, then lets half_open_probes trial requests through at a
 // time; half_open_successes successes close it, a failure re-opens it.
 //
+// # Node set
+//
+// Update (a config reload) and discovery change the node set in place; a
+// request keeps the version it picked from. An entry with discover: dns
+// is a template: its host is resolved every discover_interval through a
+// Discoverer (DNSDiscoverer: A and AAAA records, the system's resolver or
+// dns_resolver) and each address becomes a node <name>-<address>. A failed
+// lookup keeps the nodes found before; no record means no node. A node
+// that leaves takes no new request (state "removed"), its requests in
+// flight finish, and once idle its loops stop and its metric series go.
+//
 // All timing uses the pool's clock (WithClock), so tests are deterministic.
 package balancer

@@ -20,10 +20,12 @@ type Node struct {
 	healthURL  string
 	metricsURL string
 	seed       uint64 // rendezvous-hash seed, from the name
+	entry      string // the discover entry it came from, or ""
 
 	inflight  atomic.Int64
 	healthy   atomic.Bool
 	drained   atomic.Bool
+	retired   atomic.Bool // left the node set: drains, then is forgotten
 	ejected   atomic.Bool
 	brState   atomic.Uint32 // breakerClosed, breakerOpen or breakerHalfOpen
 	openUntil atomic.Int64  // unix ns; while open, no request before it
@@ -71,6 +73,9 @@ func (n *Node) Serves(model string) bool { return n.models[model] }
 // requests). Every successful call must be paired with exactly one Release,
 // and should be followed by one Report.
 func (n *Node) TryAcquire() bool {
+	if n.retired.Load() {
+		return false
+	}
 	probe := false
 	if n.brState.Load() != breakerClosed {
 		if !n.takeProbe() {
@@ -195,10 +200,10 @@ func (n *Node) halfOpenIfDueLocked(now int64) {
 // probeFreeLocked reports whether a trial slot is free. A trial whose
 // result never came back frees its slot after open_for.
 func (n *Node) probeFreeLocked(now int64) bool {
-	if n.br.probes > 0 && now-n.br.probeAt >= int64(n.p.cfg.Breaker.OpenFor) {
+	if n.br.probes > 0 && now-n.br.probeAt >= int64(n.p.conf().Breaker.OpenFor) {
 		n.br.probes = 0
 	}
-	return n.br.probes < n.p.halfOpenProbes
+	return n.br.probes < n.p.st.Load().halfOpenProbes
 }
 
 func (n *Node) takeProbe() bool {
@@ -230,7 +235,7 @@ func (n *Node) returnProbe() {
 // recordLocked feeds one outcome to the breaker. Any result that arrives
 // while half-open counts as a trial result.
 func (n *Node) recordLocked(o Outcome, now int64) {
-	cfg := n.p.cfg.Breaker
+	cfg := n.p.conf().Breaker
 	state := n.brState.Load()
 	if state == breakerHalfOpen && n.br.probes > 0 {
 		n.br.probes--
@@ -269,7 +274,7 @@ func (n *Node) openLocked(now int64) {
 	n.br.count, n.br.next, n.br.successes, n.br.probes = 0, 0, 0, 0
 	n.br.opens++
 	n.br.openedAt = now
-	n.openUntil.Store(now + int64(n.p.cfg.Breaker.OpenFor))
+	n.openUntil.Store(now + int64(n.p.conf().Breaker.OpenFor))
 	n.brState.Store(breakerOpen)
 }
 
@@ -301,7 +306,7 @@ const ejectMargin = 0.05
 // evaluateEjection runs once per successful scrape. A scrape without the
 // needed metrics is no evidence either way and changes nothing.
 func (n *Node) evaluateEjection(m *engineMetrics, now int64) {
-	cfg := n.p.cfg.Eject
+	cfg := n.p.conf().Eject
 	kvKnown, qKnown := !math.IsNaN(m.kv), !math.IsNaN(m.waiting) && cfg.QueueAbove > 0
 	if !kvKnown && !qKnown {
 		return

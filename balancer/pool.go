@@ -5,12 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
+	"net/netip"
 	"net/url"
+	"reflect"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 )
 
@@ -42,20 +47,53 @@ const (
 	policyLeastInflight
 )
 
-// Pool holds the nodes and chooses among them.
-type Pool struct {
-	cfg     Config
-	policy  policy
+// settings is the part of the configuration the hot path reads, swapped
+// whole by Update.
+type settings struct {
+	cfg            Config
+	policy         policy
+	halfOpenProbes int
+	disc           Discoverer
+}
+
+// nodeSet is one version of the node set, swapped whole by Update and by
+// discovery; a request keeps the version it picked from.
+type nodeSet struct {
 	nodes   []*Node
 	byName  map[string]*Node
 	byModel map[string][]*Node
 	queues  map[string]*slotQueue
 	aliases map[string][]ModelTarget
-	client  *fasthttp.Client
-	now     func() time.Time
-	rr      atomic.Uint64
+	served  map[string]bool // models some entry serves, with or without nodes now
+}
 
-	halfOpenProbes int
+// Pool holds the nodes and chooses among them. The node set changes on
+// Update (a config reload) and when discovery finds other addresses: a node
+// that leaves drains (its requests finish, it takes no new ones) and is
+// then forgotten.
+type Pool struct {
+	st     atomic.Pointer[settings]
+	set    atomic.Pointer[nodeSet]
+	client *fasthttp.Client
+	now    func() time.Time
+	rr     atomic.Uint64
+	log    *slog.Logger
+	// fixedDisc, set by WithDiscoverer, replaces the DNS discoverer.
+	fixedDisc Discoverer
+	onRemove  func(*Node)
+
+	mu       sync.Mutex // serialises changes to the node set; guards the fields below
+	entries  []NodeConfig
+	aliases  map[string][]ModelTarget
+	queues   map[string]*slotQueue // every model's queue, kept across versions
+	found    map[string][]netip.Addr
+	discErr  map[string]discoveryError
+	retiring map[*Node]struct{}
+	mset     *metrics.Set
+	runCtx   context.Context
+	stopped  bool
+	loops    map[any]context.CancelFunc // *Node or a discovery key
+	wg       sync.WaitGroup
 }
 
 // Option adjusts a pool built by New.
@@ -65,78 +103,260 @@ type Option func(*Pool)
 // cooldowns and breaker timing deterministically.
 func WithClock(now func() time.Time) Option { return func(p *Pool) { p.now = now } }
 
+// WithLogger sets where discovery reports changes and failures.
+func WithLogger(l *slog.Logger) Option { return func(p *Pool) { p.log = l } }
+
+// WithDiscoverer replaces the DNS discoverer built from dns_resolver.
+func WithDiscoverer(d Discoverer) Option { return func(p *Pool) { p.fixedDisc = d } }
+
+// WithOnRemove registers f, called once a node that left the set has
+// drained (no request in flight), so that its owner can drop what it keeps
+// for the node (a connection pool). It runs with the pool's lock held: it
+// must not call the pool.
+func WithOnRemove(f func(*Node)) Option { return func(p *Pool) { p.onRemove = f } }
+
 // New builds a pool. Nodes start healthy until a probe says otherwise, with
-// unknown engine metrics until the first scrape.
+// unknown engine metrics until the first scrape. Entries with discover: dns
+// have no node until Run resolves them.
 func New(cfg Config, nodes []NodeConfig, aliases []ModelAlias, opts ...Option) (*Pool, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	p := &Pool{
-		cfg:     cfg,
-		byName:  map[string]*Node{},
-		byModel: map[string][]*Node{},
-		queues:  map[string]*slotQueue{},
-		aliases: map[string][]ModelTarget{},
 		client: &fasthttp.Client{ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
 			NoDefaultUserAgentHeader: true, MaxResponseBodySize: 16 << 20},
-		now:            time.Now,
-		halfOpenProbes: max(1, cfg.Breaker.HalfOpenProbes),
-	}
-	switch cfg.Policy {
-	case "round_robin":
-		p.policy = policyRoundRobin
-	case "least_inflight":
-		p.policy = policyLeastInflight
+		now:      time.Now,
+		log:      slog.New(slog.DiscardHandler),
+		queues:   map[string]*slotQueue{},
+		found:    map[string][]netip.Addr{},
+		discErr:  map[string]discoveryError{},
+		retiring: map[*Node]struct{}{},
+		loops:    map[any]context.CancelFunc{},
 	}
 	for _, o := range opts {
 		o(p)
 	}
+	p.set.Store(&nodeSet{byName: map[string]*Node{}, byModel: map[string][]*Node{}, queues: map[string]*slotQueue{}, served: map[string]bool{}})
+	if err := p.Update(cfg, nodes, aliases); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Update replaces the balancer settings, the node entries and the aliases
+// in place. Nodes whose entry is unchanged keep their state; a changed
+// entry gives a new node (keeping health, drain and latency averages) and
+// the old one drains, so requests in flight finish on the settings they
+// started with. Nothing changes if the new configuration is invalid.
+func (p *Pool) Update(cfg Config, nodes []NodeConfig, aliases []ModelAlias) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	entries := make([]NodeConfig, 0, len(nodes))
+	seen := map[string]bool{}
 	for i := range nodes {
 		nc := nodes[i]
 		DefaultNode(&nc)
 		if err := nc.Validate(); err != nil {
-			return nil, fmt.Errorf("node %q: %w", nc.Name, err)
+			return fmt.Errorf("node %q: %w", nc.Name, err)
 		}
-		if p.byName[nc.Name] != nil {
-			return nil, fmt.Errorf("node %q: name: is not unique", nc.Name)
+		if seen[nc.Name] {
+			return fmt.Errorf("node %q: name: is not unique", nc.Name)
 		}
-		n := &Node{p: p, cfg: nc, kind: parseKind(nc.Kind), models: map[string]bool{},
-			healthURL: nc.HealthURL, metricsURL: nc.MetricsURL, seed: hash64(nc.Name)}
-		if n.healthURL == "" {
-			n.healthURL = serverRoot(nc.URL) + "/health"
-		}
-		if n.metricsURL == "" {
-			n.metricsURL = serverRoot(nc.URL) + "/metrics"
-		}
-		n.healthy.Store(true)
-		for _, m := range nc.Models {
-			if n.models[m] {
-				continue
-			}
-			n.models[m] = true
-			p.byModel[m] = append(p.byModel[m], n)
-			q := p.queues[m]
-			if q == nil {
-				q = newSlotQueue()
-				p.queues[m] = q
-			}
-			n.queues = append(n.queues, q)
-		}
-		p.nodes = append(p.nodes, n)
-		p.byName[nc.Name] = n
+		seen[nc.Name] = true
+		entries = append(entries, nc)
 	}
+	am := make(map[string][]ModelTarget, len(aliases))
 	for _, a := range aliases {
 		var sum float64
 		for _, t := range a.Targets {
 			sum += t.Weight
 		}
 		if sum <= 0 {
-			return nil, fmt.Errorf("models: alias %q has no positive weight", a.Name)
+			return fmt.Errorf("models: alias %q has no positive weight", a.Name)
 		}
-		p.aliases[a.Name] = a.Targets
+		am[a.Name] = a.Targets
 	}
-	return p, nil
+	st := &settings{cfg: cfg, halfOpenProbes: max(1, cfg.Breaker.HalfOpenProbes), disc: p.fixedDisc}
+	switch cfg.Policy {
+	case "round_robin":
+		st.policy = policyRoundRobin
+	case "least_inflight":
+		st.policy = policyLeastInflight
+	}
+	if st.disc == nil {
+		st.disc = NewDNSDiscoverer(cfg.DNSResolver)
+	}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.st.Store(st)
+	// Forget what was found for entries that are gone or now name another host.
+	for name := range p.found {
+		keep := false
+		for _, e := range entries {
+			if e.Name == name && e.Discover != "" && p.discoveredURL(name) == e.URL {
+				keep = true
+			}
+		}
+		if !keep {
+			delete(p.found, name)
+			delete(p.discErr, name)
+		}
+	}
+	p.entries, p.aliases = entries, am
+	p.rebuildLocked()
+	p.registerDiscoveryLocked()
+	p.reconcileDiscoveryLocked()
+	return nil
 }
+
+// discoveredURL is the URL of the entry called name as last applied.
+func (p *Pool) discoveredURL(name string) string {
+	for _, e := range p.entries {
+		if e.Name == name {
+			return e.URL
+		}
+	}
+	return ""
+}
+
+// rebuildLocked computes the node set from the entries and what discovery
+// found, and swaps it in.
+func (p *Pool) rebuildLocked() {
+	old := p.set.Load()
+	ns := &nodeSet{byName: map[string]*Node{}, byModel: map[string][]*Node{}, queues: map[string]*slotQueue{},
+		aliases: p.aliases, served: map[string]bool{}}
+	var added []*Node
+	for _, e := range p.entries {
+		for _, m := range e.Models {
+			ns.served[m] = true
+			ns.queues[m] = p.queueLocked(m)
+		}
+		want := []NodeConfig{e}
+		if e.Discover != "" {
+			want = expand(e, p.found[e.Name])
+		}
+		for _, nc := range want {
+			if ns.byName[nc.Name] != nil {
+				continue // a static entry named like a discovered node wins
+			}
+			n := old.byName[nc.Name]
+			if n == nil || !reflect.DeepEqual(n.cfg, nc) {
+				nn := p.newNode(nc, e.Name)
+				if n != nil {
+					nn.inherit(n)
+				}
+				n = nn
+				added = append(added, n)
+			}
+			ns.nodes = append(ns.nodes, n)
+			ns.byName[nc.Name] = n
+			for _, m := range nc.Models {
+				ns.byModel[m] = append(ns.byModel[m], n)
+				ns.queues[m] = p.queueLocked(m)
+			}
+		}
+	}
+	for _, n := range added {
+		for m := range n.models {
+			n.queues = append(n.queues, p.queueLocked(m))
+		}
+		p.registerNodeLocked(n)
+	}
+	p.set.Store(ns)
+	for _, n := range old.nodes {
+		if ns.byName[n.cfg.Name] != n {
+			p.retireLocked(n)
+		}
+	}
+	for _, n := range added {
+		p.startNodeLocked(n)
+	}
+	for _, q := range ns.queues {
+		if q.waiters.Load() > 0 {
+			q.signal() // new capacity, perhaps
+		}
+	}
+}
+
+func (p *Pool) queueLocked(model string) *slotQueue {
+	q := p.queues[model]
+	if q == nil {
+		q = newSlotQueue()
+		p.queues[model] = q
+	}
+	return q
+}
+
+func (p *Pool) newNode(nc NodeConfig, entry string) *Node {
+	n := &Node{p: p, cfg: nc, kind: parseKind(nc.Kind), models: map[string]bool{},
+		healthURL: nc.HealthURL, metricsURL: nc.MetricsURL, seed: hash64(nc.Name)}
+	if entry != nc.Name {
+		n.entry = entry
+	}
+	if n.healthURL == "" {
+		n.healthURL = serverRoot(nc.URL) + "/health"
+	}
+	if n.metricsURL == "" {
+		n.metricsURL = serverRoot(nc.URL) + "/metrics"
+	}
+	n.healthy.Store(true)
+	for _, m := range nc.Models {
+		n.models[m] = true
+	}
+	return n
+}
+
+// inherit carries over what stays true of a node whose entry changed: its
+// health, an operator's drain, and its latency averages.
+func (n *Node) inherit(old *Node) {
+	n.healthy.Store(old.healthy.Load())
+	n.drained.Store(old.drained.Load())
+	n.ttft.bits.Store(old.ttft.bits.Load())
+	n.ttft.at.Store(old.ttft.at.Load())
+	n.tpot.bits.Store(old.tpot.bits.Load())
+	n.tpot.at.Store(old.tpot.at.Load())
+	for o := range n.requests {
+		n.requests[o].Store(old.requests[o].Load())
+	}
+}
+
+// retireLocked takes n out of service: it takes no new request, and once
+// its requests in flight have finished its probes stop and it is forgotten.
+func (p *Pool) retireLocked(n *Node) {
+	if n.retired.Swap(true) {
+		return
+	}
+	p.retiring[n] = struct{}{}
+	if n.inflight.Load() == 0 {
+		p.forgetLocked(n)
+		return
+	}
+	go func() {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for n.inflight.Load() > 0 {
+			<-t.C
+		}
+		p.mu.Lock()
+		p.forgetLocked(n)
+		p.mu.Unlock()
+	}()
+}
+
+// forgetLocked drops a retired node: its loops, its metric series (unless
+// another node has its name) and, through onRemove, what its owner keeps.
+func (p *Pool) forgetLocked(n *Node) {
+	delete(p.retiring, n)
+	if cancel := p.loops[n]; cancel != nil {
+		cancel()
+		delete(p.loops, n)
+	}
+	p.unregisterNodeLocked(n.cfg.Name)
+	if p.onRemove != nil {
+		p.onRemove(n)
+	}
+}
+
+func (p *Pool) conf() *Config { return &p.st.Load().cfg }
 
 func (p *Pool) nowNanos() int64 { return p.now().UnixNano() }
 
@@ -156,24 +376,25 @@ func hash64(s string) uint64 {
 	return h.Sum64()
 }
 
-// Nodes returns every node, in configuration order.
-func (p *Pool) Nodes() []*Node { return p.nodes }
+// Nodes returns every node in service, in configuration order
+// (discovered nodes in address order within their entry).
+func (p *Pool) Nodes() []*Node { return p.set.Load().nodes }
 
-// Node returns the node called name, or nil.
-func (p *Pool) Node(name string) *Node { return p.byName[name] }
+// Node returns the node in service called name, or nil.
+func (p *Pool) Node(name string) *Node { return p.set.Load().byName[name] }
 
 // Config returns the balancer configuration.
-func (p *Pool) Config() Config { return p.cfg }
+func (p *Pool) Config() Config { return p.st.Load().cfg }
 
 // Resolve maps a requested model to the model to serve: an alias picks one
 // of its weighted targets, deterministically for a given request id, so a
 // retry keeps its target. ok is false for a model that is neither served nor
 // an alias.
 func (p *Pool) Resolve(model, requestID string) (string, bool) {
-	targets, isAlias := p.aliases[model]
+	ns := p.set.Load()
+	targets, isAlias := ns.aliases[model]
 	if !isAlias {
-		_, served := p.byModel[model]
-		return model, served
+		return model, ns.served[model]
 	}
 	var sum float64
 	for _, t := range targets {
@@ -193,10 +414,11 @@ func (p *Pool) Resolve(model, requestID string) (string, bool) {
 
 // Models returns the served model names and the alias names.
 func (p *Pool) Models() (served, aliases []string) {
-	for m := range p.byModel {
+	ns := p.set.Load()
+	for m := range ns.served {
 		served = append(served, m)
 	}
-	for a := range p.aliases {
+	for a := range ns.aliases {
 		aliases = append(aliases, a)
 	}
 	sort.Strings(served)
@@ -232,7 +454,7 @@ func (n *Node) admit(now int64) verdict {
 	switch {
 	case !n.healthy.Load():
 		return admitUnhealthy
-	case n.drained.Load():
+	case n.drained.Load() || n.retired.Load():
 		return admitDrained
 	case n.inflight.Load() >= int64(n.cfg.MaxConcurrency):
 		return admitFull
@@ -248,7 +470,7 @@ func (n *Node) admit(now int64) verdict {
 // and not cut off by its breaker, whatever its load.
 func (p *Pool) AnyUsable(model string) bool {
 	now := p.nowNanos()
-	for _, n := range p.byModel[model] {
+	for _, n := range p.set.Load().byModel[model] {
 		if v := n.admit(now); v == admitOK || v == admitFull || v == admitEjected {
 			return true
 		}
@@ -258,7 +480,7 @@ func (p *Pool) AnyUsable(model string) bool {
 
 // Ready reports whether at least one node is healthy and not drained.
 func (p *Pool) Ready() bool {
-	for _, n := range p.nodes {
+	for _, n := range p.set.Load().nodes {
 		if n.healthy.Load() && !n.drained.Load() {
 			return true
 		}
@@ -311,7 +533,7 @@ func (p *Pool) ReportTokens(n *Node, tokens int, d time.Duration) {
 // passes or ctx ends. It reports whether a slot looked free; the caller
 // must still Pick and TryAcquire, and may lose the race and wait again.
 func (p *Pool) WaitForSlot(ctx context.Context, model string, maxWait time.Duration) bool {
-	q := p.queues[model]
+	q := p.set.Load().queues[model]
 	if q == nil {
 		return false
 	}
@@ -346,7 +568,7 @@ func (p *Pool) WaitForSlot(ctx context.Context, model string, maxWait time.Durat
 func (p *Pool) hasSlot(model string) bool {
 	now := p.nowNanos()
 	ejected, full := false, false
-	for _, n := range p.byModel[model] {
+	for _, n := range p.set.Load().byModel[model] {
 		switch n.admit(now) {
 		case admitOK:
 			return true
@@ -362,7 +584,7 @@ func (p *Pool) hasSlot(model string) bool {
 // Drain stops new requests to the node called name; its in-flight requests
 // finish.
 func (p *Pool) Drain(name string) error {
-	n := p.byName[name]
+	n := p.Node(name)
 	if n == nil {
 		return fmt.Errorf("drain %q: %w", name, ErrUnknownNode)
 	}
@@ -372,7 +594,7 @@ func (p *Pool) Drain(name string) error {
 
 // Undrain lets the node called name take requests again.
 func (p *Pool) Undrain(name string) error {
-	n := p.byName[name]
+	n := p.Node(name)
 	if n == nil {
 		return fmt.Errorf("undrain %q: %w", name, ErrUnknownNode)
 	}

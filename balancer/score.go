@@ -22,14 +22,16 @@ import (
 // rotating, least_inflight: in-flight ÷ weight. Ties break at random. The
 // returned slice is the only allocation.
 func (p *Pool) Pick(model string, affinity uint64) (out []*Node, served bool) {
-	all := p.byModel[model]
+	st := p.st.Load()
+	ns := p.set.Load()
+	all := ns.byModel[model]
 	if len(all) == 0 {
-		return nil, false
+		return nil, ns.served[model]
 	}
 	now := p.nowNanos()
 	out = make([]*Node, 0, len(all))
 	start := 0
-	if p.policy == policyRoundRobin {
+	if st.policy == policyRoundRobin {
 		start = int(p.rr.Add(1) % uint64(len(all)))
 	}
 	ejected, full := 0, 0
@@ -54,7 +56,7 @@ func (p *Pool) Pick(model string, affinity uint64) (out []*Node, served bool) {
 			}
 		}
 	}
-	if len(out) < 2 || p.policy == policyRoundRobin {
+	if len(out) < 2 || st.policy == policyRoundRobin {
 		return out, true
 	}
 	var buf [16]ranked
@@ -62,7 +64,7 @@ func (p *Pool) Pick(model string, affinity uint64) (out []*Node, served bool) {
 	if len(out) > len(buf) {
 		items = make([]ranked, 0, len(out))
 	}
-	switch p.policy {
+	switch st.policy {
 	case policyLeastInflight:
 		for _, n := range out {
 			items = append(items, ranked{n: n, key: -float64(n.inflight.Load()) / n.cfg.Weight, tie: rand.Uint32()})
@@ -123,7 +125,7 @@ const unknownScore = 0.5
 func (p *Pool) scoreAll(cands []*Node, affinity uint64, now int64, items []ranked) []ranked {
 	best := p.bestTTFT(cands, now)
 	var winner *Node
-	if affinity != 0 && p.cfg.Weights.Affinity > 0 {
+	if affinity != 0 && p.conf().Weights.Affinity > 0 {
 		winner = rendezvous(cands, affinity)
 	}
 	for _, n := range cands {
@@ -150,7 +152,7 @@ const latencyStaleFactor = 10
 
 func (p *Pool) ttftOf(n *Node, now int64) (float64, bool) {
 	v, at, ok := n.ttft.get()
-	if !ok || now-at > latencyStaleFactor*int64(p.cfg.StaleAfter) {
+	if !ok || now-at > latencyStaleFactor*int64(p.conf().StaleAfter) {
 		return 0, false
 	}
 	return v, true
@@ -159,7 +161,7 @@ func (p *Pool) ttftOf(n *Node, now int64) (float64, bool) {
 // fresh returns the node's last scrape if it is younger than stale_after.
 func (p *Pool) fresh(n *Node, now int64) *engineMetrics {
 	m := n.scraped.Load()
-	if m == nil || now-m.at > int64(p.cfg.StaleAfter) {
+	if m == nil || now-m.at > int64(p.conf().StaleAfter) {
 		return nil
 	}
 	return m
@@ -168,7 +170,7 @@ func (p *Pool) fresh(n *Node, now int64) *engineMetrics {
 // score computes one node's score. withAffinity says whether the request
 // has an affinity key (without one the affinity weight is left out).
 func (p *Pool) score(n *Node, now int64, bestTTFT float64, withAffinity, affinityWinner bool) ScoreParts {
-	w := p.cfg.Weights
+	w := p.conf().Weights
 	m := p.fresh(n, now)
 	var s ScoreParts
 	s.Queue = queueScore(n.inflight.Load(), n.cfg.MaxConcurrency, math.Float64frombits(n.slots.Load()), m)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -259,7 +258,7 @@ var errNoMetrics = errors.New("none of the engine's load metrics are present")
 // snapshot and runs the ejection check.
 func (p *Pool) scrape(n *Node) {
 	before := n.inflight.Load()
-	err := p.get(n.metricsURL, p.cfg.ScrapeInterval.D(), func(body []byte) error {
+	err := p.get(n.metricsURL, p.conf().ScrapeInterval.D(), func(body []byte) error {
 		m := parseMetrics(n.kind, body)
 		if math.IsNaN(m.waiting) && math.IsNaN(m.running) && math.IsNaN(m.kv) {
 			return fmt.Errorf("%s: %w", n.cfg.Kind, errNoMetrics)
@@ -291,7 +290,7 @@ func (p *Pool) record(n *Node, m engineMetrics, inflight int64) {
 
 // probe asks the node's health endpoint; 200 is healthy.
 func (p *Pool) probe(n *Node) bool {
-	err := p.get(n.healthURL, p.cfg.HealthInterval.D(), nil)
+	err := p.get(n.healthURL, p.conf().HealthInterval.D(), nil)
 	ok := err == nil
 	n.mu.Lock()
 	n.probeErr = ""
@@ -326,14 +325,14 @@ func (p *Pool) get(url string, interval time.Duration, read func([]byte) error) 
 
 // ProbeAll runs one round of health probes, one node after another.
 func (p *Pool) ProbeAll() {
-	for _, n := range p.nodes {
+	for _, n := range p.Nodes() {
 		p.probe(n)
 	}
 }
 
 // ScrapeAll scrapes every node's engine metrics once (kind openai has none).
 func (p *Pool) ScrapeAll() {
-	for _, n := range p.nodes {
+	for _, n := range p.Nodes() {
 		if n.kind != kindOpenAI {
 			p.scrape(n)
 		}
@@ -342,22 +341,46 @@ func (p *Pool) ScrapeAll() {
 
 // Run probes each node's health every health_interval and scrapes its
 // engine metrics every scrape_interval, each node on its own goroutines so
-// a slow node delays no other, until ctx ends. It returns once they have
-// all stopped.
+// a slow node delays no other, and re-resolves discover entries every
+// discover_interval, until ctx ends. Nodes that join later get their
+// goroutines when they join. It returns once they have all stopped.
 func (p *Pool) Run(ctx context.Context) {
-	var wg sync.WaitGroup
-	for _, n := range p.nodes {
-		wg.Go(func() { every(ctx, p.cfg.HealthInterval.D(), func() { p.probe(n) }) })
-		if n.kind != kindOpenAI {
-			wg.Go(func() { every(ctx, p.cfg.ScrapeInterval.D(), func() { p.scrape(n) }) })
-		}
+	p.mu.Lock()
+	p.runCtx = ctx
+	for _, n := range p.set.Load().nodes {
+		p.startNodeLocked(n)
 	}
-	wg.Wait()
+	p.reconcileDiscoveryLocked()
+	p.mu.Unlock()
+	<-ctx.Done()
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
+	p.wg.Wait()
 }
 
-// every runs f now and then every d until ctx ends.
-func every(ctx context.Context, d time.Duration, f func()) {
-	t := time.NewTicker(d)
+// running reports whether Run is active, so goroutines may be started.
+func (p *Pool) runningLocked() bool { return p.runCtx != nil && !p.stopped && p.runCtx.Err() == nil }
+
+// startNodeLocked starts n's probe and scrape loops if Run is active.
+func (p *Pool) startNodeLocked(n *Node) {
+	if !p.runningLocked() || p.loops[n] != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(p.runCtx)
+	p.loops[n] = cancel
+	p.wg.Go(func() { every(ctx, func() time.Duration { return p.conf().HealthInterval.D() }, func() { p.probe(n) }) })
+	if n.kind != kindOpenAI {
+		p.wg.Go(func() {
+			every(ctx, func() time.Duration { return p.conf().ScrapeInterval.D() }, func() { p.scrape(n) })
+		})
+	}
+}
+
+// every runs f now and then every d() (read again each time, so a reload
+// takes effect) until ctx ends.
+func every(ctx context.Context, d func() time.Duration, f func()) {
+	t := time.NewTimer(d())
 	defer t.Stop()
 	for {
 		f()
@@ -365,6 +388,7 @@ func every(ctx context.Context, d time.Duration, f func()) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			t.Reset(d())
 		}
 	}
 }

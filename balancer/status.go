@@ -14,10 +14,13 @@ const (
 	StateHalfOpen  = "half_open"
 	StateEjected   = "ejected"
 	StateHealthy   = "healthy"
+	// StateRemoved is a node that left the node set (a reload or
+	// discovery) and still has requests in flight.
+	StateRemoved = "removed"
 )
 
 // States lists every node state.
-var States = [...]string{StateHealthy, StateUnhealthy, StateEjected, StateOpen, StateHalfOpen, StateDrained}
+var States = [...]string{StateHealthy, StateUnhealthy, StateEjected, StateOpen, StateHalfOpen, StateDrained, StateRemoved}
 
 // NodeStatus is one node as the admin API shows it.
 type NodeStatus struct {
@@ -38,6 +41,7 @@ type NodeStatus struct {
 	Ejection       EjectionStatus    `json:"ejection"`
 	Requests       map[string]uint64 `json:"requests"` // by outcome
 	ProbeError     string            `json:"probe_error,omitempty"`
+	DiscoveredBy   string            `json:"discovered_by,omitempty"` // the discover entry it came from
 }
 
 // MetricsStatus is the last scrape of a node's engine metrics. A null
@@ -69,6 +73,8 @@ type EjectionStatus struct {
 // state returns the node's state name as of now.
 func (n *Node) state(now int64) string {
 	switch {
+	case n.retired.Load():
+		return StateRemoved
 	case n.drained.Load():
 		return StateDrained
 	case !n.healthy.Load():
@@ -91,12 +97,18 @@ func (n *Node) state(now int64) string {
 // peers serving its first model.
 func (p *Pool) Status() []NodeStatus {
 	now := p.nowNanos()
-	out := make([]NodeStatus, 0, len(p.nodes))
-	for _, n := range p.nodes {
+	nodes := p.Nodes()
+	p.mu.Lock()
+	for n := range p.retiring {
+		nodes = append(nodes, n)
+	}
+	p.mu.Unlock()
+	out := make([]NodeStatus, 0, len(nodes))
+	for _, n := range nodes {
 		st := NodeStatus{
 			Name: n.cfg.Name, URL: n.cfg.URL, Kind: n.cfg.Kind, Models: append([]string(nil), n.cfg.Models...),
 			State: n.state(now), Inflight: n.inflight.Load(), MaxConcurrency: n.cfg.MaxConcurrency, Weight: n.cfg.Weight,
-			Requests: map[string]uint64{},
+			Requests: map[string]uint64{}, DiscoveredBy: n.entry,
 		}
 		for o := range n.requests {
 			st.Requests[Outcome(o).String()] = n.requests[o].Load()
@@ -119,7 +131,7 @@ func (p *Pool) Status() []NodeStatus {
 			if m != nil {
 				ms.Waiting, ms.Running, ms.KVUsage = optional(m.waiting), optional(m.running), optional(m.kv)
 				ms.AgeSeconds = time.Duration(now - m.at).Seconds()
-				ms.Stale = now-m.at > int64(p.cfg.StaleAfter)
+				ms.Stale = now-m.at > int64(p.conf().StaleAfter)
 			}
 			st.Metrics = ms
 		}
@@ -142,7 +154,7 @@ func (p *Pool) Status() []NodeStatus {
 // nodeScore is the node's score without an affinity key, with latency
 // normalised against every node sharing its first model.
 func (p *Pool) nodeScore(n *Node, now int64) ScoreParts {
-	peers := p.byModel[n.cfg.Models[0]]
+	peers := p.set.Load().byModel[n.cfg.Models[0]]
 	return p.score(n, now, p.bestTTFT(peers, now), false, false)
 }
 

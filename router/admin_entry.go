@@ -65,7 +65,7 @@ func (g *Gateway) adminGetEntry(ctx *fasthttp.RequestCtx, id string) {
 	}
 	v := EntryView{ID: e.ID, Namespace: e.Namespace, Model: e.Model, Endpoint: e.Endpoint, Created: e.Created,
 		Finish: e.Finish, Usage: e.Usage, Semantic: e.Scope != "", Exact: e.ExactKey != ""}
-	if g.cfg.Logging.LogPrompts || g.cfg.Admin.ShowCachedQuestions {
+	if c := g.conf(); c.Logging.LogPrompts || c.Admin.ShowCachedQuestions {
 		v.Question, v.Answer = &e.Query, &e.Content
 	} else {
 		v.Hidden = "question and answer are shown only with logging.log_prompts or admin.show_cached_questions"

@@ -18,7 +18,7 @@ import (
 // serveAdmin routes /admin/*. Every route needs the admin token or an
 // allowed client address.
 func (g *Gateway) serveAdmin(ctx *fasthttp.RequestCtx) {
-	if !g.admin.allow(ctx, g.writeError) {
+	if !g.rt.Load().admin.allow(ctx, g.writeError) {
 		return
 	}
 	path := string(ctx.Path())
@@ -61,6 +61,8 @@ func (g *Gateway) serveAdmin(ctx *fasthttp.RequestCtx) {
 		if g.onlyMethod(ctx, fasthttp.MethodDelete) {
 			g.adminPurge(ctx)
 		}
+	case path == "/admin/reload":
+		g.adminReload(ctx)
 	case ctx.IsGet() && isEntryPath(path):
 		g.adminGetEntry(ctx, strings.TrimPrefix(path, "/admin/cache/"))
 	default:
@@ -94,7 +96,7 @@ func (g *Gateway) adminCacheStats(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	writeJSON(ctx, 200, map[string]any{
-		"backend":   g.cfg.Cache.Backend,
+		"backend":   g.conf().Cache.Backend,
 		"store":     st,
 		"health":    g.backend.Health(),
 		"requests":  g.cm.totals(),

@@ -119,7 +119,7 @@ func (g *Gateway) planCache(ctx *fasthttp.RequestCtx, x *exchange) *cachePlan {
 
 // plan decides how the cache treats the request x with headers h.
 func (g *Gateway) plan(x *exchange, h planHints) *cachePlan {
-	c := &g.cfg.Cache
+	c := &g.conf().Cache
 	req := x.req
 	p := &cachePlan{namespace: x.tenant.namespace, model: x.model, ttl: c.TTL.D(), only: h.only, tag: h.tag}
 	p.endpoint = "chat"
@@ -193,7 +193,7 @@ func semanticThreshold(c cache.SemanticConfig, t Tenant, model string) float64 {
 
 // lookupExact answers the request from the exact cache on a hit.
 func (g *Gateway) lookupExact(ctx *fasthttp.RequestCtx, x *exchange, p *cachePlan) bool {
-	if g.cfg.Cache.Exact.Enabled {
+	if g.conf().Cache.Exact.Enabled {
 		// An identical request may have just been answered, with its
 		// write-back still under way: that answer is the exact hit. Look
 		// before the store: a flight leaves only once its answer is stored,
@@ -249,7 +249,7 @@ func (g *Gateway) lookupSemantic(ctx *fasthttp.RequestCtx, x *exchange, p *cache
 		if m.Entry.Namespace != p.namespace {
 			continue // the scope hash covers the namespace; this is defence in depth
 		}
-		if ok, reason := cache.GuardsAllow(g.cfg.Cache.Semantic.Guards, p.keys.Query, m.Entry.Query); !ok {
+		if ok, reason := cache.GuardsAllow(g.conf().Cache.Semantic.Guards, p.keys.Query, m.Entry.Query); !ok {
 			g.cm.guardRejects(reason).Inc()
 			g.log.Debug("cache: semantic candidate rejected", "request_id", x.id, "reason", reason,
 				"entry", m.Entry.ID, "similarity", m.Similarity)
@@ -335,8 +335,8 @@ func (g *Gateway) replay(ctx *fasthttp.RequestCtx, x *exchange, a *adapters.Answ
 		ctx.Response.SetBodyRaw(adapters.AppendCompletionJSON(make([]byte, 0, 256+len(a.Content)), x.endpoint, id, now, a))
 		return
 	}
-	events := adapters.StreamEvents(x.endpoint, id, now, a, g.cfg.Cache.StreamReplay.ChunkTokens, x.req.IncludeUsage)
-	pace := g.cfg.Cache.StreamReplay.Pace.D()
+	events := adapters.StreamEvents(x.endpoint, id, now, a, g.conf().Cache.StreamReplay.ChunkTokens, x.req.IncludeUsage)
+	pace := g.conf().Cache.StreamReplay.Pace.D()
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
 	done := x.handOff()
@@ -372,7 +372,7 @@ func (g *Gateway) writeBack(f *flight, p *cachePlan, a *adapters.Answer) {
 // cacheWrite builds the write for an answer, embedding the query when the
 // lookup did not. ok is false when there is nothing to store.
 func (g *Gateway) cacheWrite(f *flight, p *cachePlan, a *adapters.Answer) (w cache.Write, ok bool) {
-	if a == nil || !p.store || (len(a.ToolCalls) > 0 && !g.cfg.Cache.Eligibility.CacheToolCalls) {
+	if a == nil || !p.store || (len(a.ToolCalls) > 0 && !g.conf().Cache.Eligibility.CacheToolCalls) {
 		return w, false
 	}
 	vec := p.vec
@@ -386,7 +386,7 @@ func (g *Gateway) cacheWrite(f *flight, p *cachePlan, a *adapters.Answer) (w cac
 	if e.Model == "" {
 		e.Model = p.model
 	}
-	if !g.cfg.Cache.Exact.Enabled {
+	if !g.conf().Cache.Exact.Enabled {
 		e.ExactKey = ""
 	}
 	if p.semantic && vec != nil {

@@ -56,11 +56,21 @@ type Timeouts struct {
 	FirstByte units.Duration `yaml:"first_byte"`
 	Idle      units.Duration `yaml:"idle"`
 	Total     units.Duration `yaml:"total"`
-	// Shutdown is the grace period for in-flight streams on SIGTERM.
+	// Shutdown moved to shutdown.grace; read only so Problems can say so.
 	Shutdown units.Duration `yaml:"shutdown"`
 	// Client bounds the wait for a client's request: its bytes once it
 	// has begun, and the next one on a kept-alive connection.
 	Client units.Duration `yaml:"client"`
+}
+
+// Shutdown is the shutdown: section: what SIGTERM (or SIGINT) does.
+type Shutdown struct {
+	// DrainDelay: /readyz answers 503 at once and requests are still
+	// served this long, while load balancers notice.
+	DrainDelay units.Duration `yaml:"drain_delay"`
+	// Grace: then the listener closes and requests and streams in flight
+	// have this long to finish; the rest are cut.
+	Grace units.Duration `yaml:"grace"`
 }
 
 // Admin is the admin: section.
@@ -169,6 +179,7 @@ type Config struct {
 	Models    []balancer.ModelAlias `yaml:"models"`
 	Warm      Warm                  `yaml:"warm"`
 	Tracing   Tracing               `yaml:"tracing"`
+	Shutdown  Shutdown              `yaml:"shutdown"`
 }
 
 // DefaultConfig returns the defaults of every key.
@@ -176,7 +187,7 @@ func DefaultConfig() Config {
 	return Config{
 		Listen:    ":8080",
 		Limits:    Limits{MaxBodyBytes: 8 << 20},
-		Timeouts:  Timeouts{Connect: units.Duration(2e9), FirstByte: units.Duration(60e9), Idle: units.Duration(30e9), Total: units.Duration(600e9), Shutdown: units.Duration(30e9), Client: units.Duration(120e9)},
+		Timeouts:  Timeouts{Connect: units.Duration(2e9), FirstByte: units.Duration(60e9), Idle: units.Duration(30e9), Total: units.Duration(600e9), Client: units.Duration(120e9)},
 		Admin:     Admin{TokenEnv: "FRONTDOOR_ADMIN_TOKEN", AllowCIDRs: []string{"127.0.0.1/32", "::1/128"}},
 		Logging:   Logging{Level: "info", Format: "json", AccessLog: true, FlushInterval: units.Duration(100 * time.Millisecond)},
 		Redis:     redisconn.DefaultConfig(),
@@ -186,6 +197,7 @@ func DefaultConfig() Config {
 		Spillover: Spillover{Kind: "dashscope", BaseURL: "https://dashscope.aliyuncs.com/compatible-mode/v1", APIKeyEnv: "DASHSCOPE_API_KEY", On: []string{"saturated", "failed"}},
 		Warm:      Warm{Concurrency: 5, HotEntries: 10000},
 		Tracing:   Tracing{SampleRatio: 1, ServiceName: "frontdoor"},
+		Shutdown:  Shutdown{Grace: units.Duration(30e9)},
 	}
 }
 
@@ -487,8 +499,11 @@ func (c *Config) Problems() []string {
 	if c.Timeouts.Connect <= 0 || c.Timeouts.FirstByte <= 0 || c.Timeouts.Idle <= 0 || c.Timeouts.Total <= 0 {
 		add("timeouts: connect, first_byte, idle and total must all be > 0")
 	}
-	if c.Timeouts.Shutdown < 0 {
-		add("timeouts.shutdown: must be >= 0")
+	if c.Timeouts.Shutdown != 0 {
+		add("timeouts.shutdown: moved to shutdown.grace (with shutdown.drain_delay before it); rename the key")
+	}
+	if c.Shutdown.DrainDelay < 0 || c.Shutdown.Grace < 0 {
+		add("shutdown: drain_delay and grace must be >= 0")
 	}
 	if c.Timeouts.Client <= 0 {
 		add("timeouts.client: must be > 0")

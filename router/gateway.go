@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,38 +37,52 @@ type Deps struct {
 	Embedder embed.Embedder // nil: built from cache.embedder
 	Redis    redis.UniversalClient
 	Admitter *admission.Admitter // nil: built from admission: and tenants:
+	// ConfigPath is the file ReloadFile (SIGHUP, POST /admin/reload)
+	// reads; empty: reloading is off.
+	ConfigPath string
+}
+
+// liveConfig is what a reload replaces, swapped whole. A request reads the
+// version current when it starts each step; the tenant and node it has
+// chosen stay as they were.
+type liveConfig struct {
+	cfg         Config
+	tenants     *tenantSet
+	admin       *adminGuard
+	spill       *spillover
+	maxModelLen map[string]int // model -> smallest declared context window
+	models      []byte         // GET /v1/models body
 }
 
 // Gateway is the frontdoor server.
 type Gateway struct {
-	cfg      Config
+	rt       atomic.Pointer[liveConfig]
 	log      *slog.Logger
 	pool     *balancer.Pool
-	backends map[string]adapters.Backend
+	fixed    map[string]adapters.Backend // Deps.Backends, by node name
+	backends sync.Map                    // *balancer.Node -> adapters.Backend, built on first use
 	metrics  *gatewayMetrics
-	admin    *adminGuard
 	server   *fasthttp.Server
-	tenants  *tenantSet
+	set      *metrics.Set
+	reload   reloader
 
-	store       cache.Store    // for admin calls and stats
-	backend     *cache.Backend // lookups and write-back, behind breakers
-	ownStore    bool
-	embedder    embed.Embedder
-	embedWatch  *embedWatch // the embedder on the request path; nil without one
-	flights     flightGroup
-	cm          *cacheMetrics
-	spill       *spillover
-	adm         *admission.Admitter
-	ownAdm      bool
-	maxModelLen map[string]int // model -> smallest declared context window
-	clients     []io.Closer    // Redis clients the gateway built, closed last
+	store         cache.Store    // for admin calls and stats
+	backend       *cache.Backend // lookups and write-back, behind breakers
+	ownStore      bool
+	embedder      embed.Embedder
+	embedWatch    *embedWatch // the embedder on the request path; nil without one
+	flights       flightGroup
+	cm            *cacheMetrics
+	spillInflight atomic.Int64
+	adm           *admission.Admitter
+	ownAdm        bool
+	clients       []io.Closer // Redis clients the gateway built, closed last
 
-	models []byte // cached GET /v1/models body
-
-	hot     *hotTracker // hits per entry, for /admin/cache/hot; nil when off
-	warms   warmJobs    // warm-ups: warm.files and POST /admin/cache/warm
-	addr    atomic.Pointer[string]
-	tracing *tracing // nil: tracing is off
+	draining atomic.Bool // /readyz says 503; requests are still served
+	hot      *hotTracker // hits per entry, for /admin/cache/hot; nil when off
+	warms    warmJobs    // warm-ups: warm.files and POST /admin/cache/warm
+	addr     atomic.Pointer[string]
+	tracing  *tracing // nil: tracing is off
 
 	stopping atomic.Bool
 	streams  sync.WaitGroup // live stream pumps
@@ -82,7 +97,8 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	if problems := cfg.Problems(); len(problems) > 0 {
 		return nil, &ConfigError{Problems: problems}
 	}
-	g := &Gateway{cfg: cfg, log: deps.Logger, pool: deps.Pool, backends: deps.Backends}
+	g := &Gateway{log: deps.Logger, pool: deps.Pool, fixed: deps.Backends}
+	g.reload.path = deps.ConfigPath
 	if g.log == nil {
 		g.log = NewLogger(cfg.Logging, os.Stderr)
 	}
@@ -90,32 +106,24 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	if set == nil {
 		set = metrics.NewSet()
 	}
+	g.set = set
 	if g.pool == nil {
-		pool, err := balancer.New(cfg.Balancer, cfg.Nodes, cfg.Models)
+		pool, err := balancer.New(cfg.Balancer, cfg.Nodes, cfg.Models,
+			balancer.WithLogger(g.log), balancer.WithOnRemove(func(n *balancer.Node) { g.backends.Delete(n) }))
 		if err != nil {
 			return nil, fmt.Errorf("balancer: %w", err)
 		}
 		g.pool = pool
 	}
-	if g.backends == nil {
-		backends, err := NodeBackends(cfg)
-		if err != nil {
-			return nil, err
-		}
-		g.backends = backends
-	}
-	for _, n := range g.pool.Nodes() {
-		if g.backends[n.Name()] == nil {
-			return nil, fmt.Errorf("node %q has no backend", n.Name())
-		}
-	}
-	admin, err := newAdminGuard(cfg.Admin)
+	rt, err := g.newRuntime(cfg, nil)
 	if err != nil {
 		return nil, err
 	}
-	g.admin = admin
-	if g.tenants, err = newTenantSet(cfg); err != nil {
-		return nil, err
+	g.rt.Store(rt)
+	for _, n := range g.pool.Nodes() {
+		if _, err := g.buildBackend(n); err != nil {
+			return nil, err
+		}
 	}
 	g.cm = newCacheMetrics(set)
 	if err := g.buildCache(deps, set); err != nil {
@@ -129,10 +137,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	}
 	g.metrics = newGatewayMetrics(set, g)
 	g.adm.RegisterMetrics(set)
-	if g.spill, err = newSpillover(cfg, set); err != nil {
-		return nil, err
-	}
-	g.models = g.modelsBody()
+	g.reload.register(set)
 	if g.tracing, err = newTracing(context.Background(), cfg.Tracing); err != nil {
 		return nil, err
 	}
@@ -164,24 +169,78 @@ func UpstreamConfig(cfg Config) adapters.Config {
 }
 
 // NodeBackends builds one OpenAI-compatible backend per configured node,
-// reading each node's key from its api_key_env.
+// reading each node's key from its api_key_env. (The gateway builds its
+// own, per node in service, discovered ones included.)
 func NodeBackends(cfg Config) (map[string]adapters.Backend, error) {
 	out := make(map[string]adapters.Backend, len(cfg.Nodes))
-	ac := UpstreamConfig(cfg)
 	for _, n := range cfg.Nodes {
-		t := adapters.Target{Name: n.Name, URL: n.URL, Kind: adapters.Kind(n.Kind)}
-		if n.APIKeyEnv != "" {
-			t.APIKey = os.Getenv(n.APIKeyEnv)
-		}
-		ac.MaxConns = max(64, 4*n.MaxConcurrency)
-		b, err := adapters.NewHTTPBackend(t, ac)
+		b, err := nodeBackend(n, cfg)
 		if err != nil {
-			return nil, fmt.Errorf("nodes: %w", err)
+			return nil, err
 		}
 		out[n.Name] = b
 	}
 	return out, nil
 }
+
+func nodeBackend(n balancer.NodeConfig, cfg Config) (adapters.Backend, error) {
+	t := adapters.Target{Name: n.Name, URL: n.URL, Kind: adapters.Kind(n.Kind)}
+	if n.APIKeyEnv != "" {
+		t.APIKey = os.Getenv(n.APIKeyEnv)
+	}
+	ac := UpstreamConfig(cfg)
+	ac.MaxConns = max(64, 4*n.MaxConcurrency)
+	b, err := adapters.NewHTTPBackend(t, ac)
+	if err != nil {
+		return nil, fmt.Errorf("nodes: %w", err)
+	}
+	return b, nil
+}
+
+// conf returns the configuration in force.
+func (g *Gateway) conf() *Config { return &g.rt.Load().cfg }
+
+// backendFor returns the backend of a node in service, building it on
+// first use (a node discovered or added by a reload).
+func (g *Gateway) backendFor(n *balancer.Node) adapters.Backend {
+	if b, ok := g.backends.Load(n); ok {
+		return b.(adapters.Backend)
+	}
+	b, err := g.buildBackend(n)
+	if err != nil {
+		return brokenBackend{name: n.Name(), err: err}
+	}
+	return b
+}
+
+func (g *Gateway) buildBackend(n *balancer.Node) (adapters.Backend, error) {
+	b := g.fixed[n.Name()]
+	if b == nil {
+		var err error
+		if b, err = nodeBackend(n.Config(), *g.conf()); err != nil {
+			return nil, err
+		}
+	}
+	actual, _ := g.backends.LoadOrStore(n, b)
+	return actual.(adapters.Backend), nil
+}
+
+// brokenBackend stands for a node whose backend could not be built: every
+// attempt on it fails like a refused connection.
+type brokenBackend struct {
+	name string
+	err  error
+}
+
+var _ adapters.Backend = brokenBackend{}
+
+func (b brokenBackend) Send(context.Context, *adapters.UpstreamRequest) (*adapters.UpstreamResponse, error) {
+	return nil, b.err
+}
+func (b brokenBackend) MapError(status int, _ []byte) *adapters.APIError {
+	return adapters.UpstreamError("upstream status " + strconv.Itoa(status))
+}
+func (b brokenBackend) Name() string { return b.name }
 
 // Pool returns the node pool.
 func (g *Gateway) Pool() *balancer.Pool { return g.pool }
@@ -203,7 +262,7 @@ func (g *Gateway) Start() {
 // buildCache sets up the store, the embedder and the backend that guards
 // the store (breakers, timeouts, the write-back queue).
 func (g *Gateway) buildCache(deps Deps, set *metrics.Set) error {
-	c := g.cfg.Cache
+	c := g.conf().Cache
 	g.embedder = deps.Embedder
 	if g.embedder == nil && c.Semantic.Enabled && c.Backend != "off" {
 		e, err := embed.New(c.Embedder)
@@ -248,7 +307,7 @@ func (g *Gateway) buildCache(deps Deps, set *metrics.Set) error {
 // buildStore builds the configured store. A Redis store connects in the
 // background: a gateway whose Redis is down at start serves uncached.
 func (g *Gateway) buildStore(deps Deps) error {
-	c := g.cfg.Cache
+	c := g.conf().Cache
 	dims, name := c.Embedder.Dims, "none"
 	if g.embedder != nil {
 		dims, name = g.embedder.Dims(), g.embedder.Name()
@@ -262,7 +321,7 @@ func (g *Gateway) buildStore(deps Deps) error {
 			// Two clients: lookups keep their short timeout and their own
 			// connections; writes and the index's sync take longer ones.
 			var err error
-			rc, wc := g.cfg.Redis, g.cfg.Redis
+			rc, wc := g.conf().Redis, g.conf().Redis
 			rc.Timeout, wc.Timeout = c.Reads.Timeout, c.Writes.Timeout
 			if reads, err = redisconn.New(rc, redisPassword(rc)); err != nil {
 				return err
@@ -273,7 +332,7 @@ func (g *Gateway) buildStore(deps Deps) error {
 			g.clients = append(g.clients, reads, writes)
 		}
 		// The cache's keys live under <key_prefix>c:, apart from admission's.
-		opts := cache.RedisOptions{Prefix: g.cfg.Redis.KeyPrefix + "c:", Dims: dims, Embedder: name,
+		opts := cache.RedisOptions{Prefix: g.conf().Redis.KeyPrefix + "c:", Dims: dims, Embedder: name,
 			VectorSearch: c.VectorSearch, Index: c.RedisIndex, LocalIndex: c.LocalIndex,
 			ReadTimeout: c.Reads.Timeout.D(), WriteTimeout: c.Writes.Timeout.D(), Writer: writes}
 		g.store = cache.NewLazyStore(func(ctx context.Context) (cache.Store, error) {
@@ -303,36 +362,25 @@ func (g *Gateway) buildStore(deps Deps) error {
 // buildAdmission sets up the tenants' and the global limits, sharing the
 // cache's Redis client when both use Redis.
 func (g *Gateway) buildAdmission(deps Deps) error {
-	g.maxModelLen = map[string]int{}
-	for _, n := range g.cfg.Nodes {
-		for _, m := range n.Models {
-			if l := n.MaxModelLen; l > 0 && (g.maxModelLen[m] == 0 || l < g.maxModelLen[m]) {
-				g.maxModelLen[m] = l
-			}
-		}
-	}
 	if deps.Admitter != nil {
 		g.adm = deps.Admitter
 		return nil
 	}
-	a := g.cfg.Admission
-	limits := map[string]admission.Limits{}
-	for _, t := range g.cfg.Tenants {
-		limits[t.Name] = admission.Limits{RPS: t.RPS, Burst: t.Burst, TokensPerMinute: t.TokensPerMinute, MaxConcurrency: t.MaxConcurrency}
-	}
+	a := g.conf().Admission
+	limits := tenantLimits(*g.conf())
 	var client redis.UniversalClient
 	if a.Backend == "redis" {
 		client = deps.Redis
 		if client == nil {
 			var err error
-			if client, err = redisconn.New(g.cfg.Redis, redisPassword(g.cfg.Redis)); err != nil {
+			if client, err = redisconn.New(g.conf().Redis, redisPassword(g.conf().Redis)); err != nil {
 				return err
 			}
 			g.clients = append(g.clients, client)
 		}
 	}
 	adm, err := admission.New(admission.Config{Backend: a.Backend, MaxWait: a.MaxWait.D(), Replicas: a.Replicas,
-		KeyPrefix: g.cfg.Redis.KeyPrefix, DefaultMaxTokens: a.DefaultMaxTokens,
+		KeyPrefix: g.conf().Redis.KeyPrefix, DefaultMaxTokens: a.DefaultMaxTokens,
 		Global: admission.Limits{RPS: a.Global.RPS, Burst: a.Global.Burst, TokensPerMinute: a.Global.TokensPerMinute}}, limits, client)
 	if err != nil {
 		return fmt.Errorf("admission: %w", err)

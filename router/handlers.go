@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"runtime/debug"
+	"sort"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -51,7 +52,7 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	case "/v1/models":
 		if g.onlyMethod(ctx, fasthttp.MethodGet) {
 			ctx.SetContentType("application/json")
-			ctx.SetBody(g.models)
+			ctx.SetBody(g.rt.Load().models)
 		}
 	case "/healthz":
 		if g.onlyMethod(ctx, fasthttp.MethodGet) {
@@ -77,7 +78,7 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		if bytes.HasPrefix(ctx.Path(), []byte("/debug/pprof/")) {
-			if g.admin.allow(ctx, g.writeError) {
+			if g.rt.Load().admin.allow(ctx, g.writeError) {
 				pprofhandler.PprofHandler(ctx)
 			}
 			return
@@ -123,12 +124,12 @@ func (g *Gateway) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
 
 func (g *Gateway) tooLarge() *adapters.APIError {
 	return &adapters.APIError{Status: 413, Type: adapters.TypeInvalidRequest, Code: "request_too_large",
-		Message: "request body exceeds limits.max_body_bytes (" + strconv.FormatInt(int64(g.cfg.Limits.MaxBodyBytes), 10) + " bytes)"}
+		Message: "request body exceeds limits.max_body_bytes (" + strconv.FormatInt(int64(g.conf().Limits.MaxBodyBytes), 10) + " bytes)"}
 }
 
 func (g *Gateway) serveReady(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType("application/json")
-	if g.stopping.Load() {
+	if g.stopping.Load() || g.draining.Load() {
 		ctx.SetStatusCode(503)
 		ctx.SetBodyString(`{"status":"stopping"}`)
 		return
@@ -267,7 +268,7 @@ func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
 		g.onlyMethod(ctx, fasthttp.MethodPost)
 		return false
 	}
-	t, apiErr := g.tenants.resolve(ctx)
+	t, apiErr := g.rt.Load().tenants.resolve(ctx)
 	if apiErr != nil {
 		g.writeError(ctx, apiErr)
 		return false
@@ -286,7 +287,7 @@ func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
 			Message: "Content-Type must be application/json, got " + strconv.Quote(string(ctx.Request.Header.ContentType()))})
 		return false
 	}
-	if len(ctx.PostBody()) > int(g.cfg.Limits.MaxBodyBytes) {
+	if len(ctx.PostBody()) > int(g.conf().Limits.MaxBodyBytes) {
 		g.writeError(ctx, g.tooLarge())
 		return false
 	}
@@ -322,7 +323,7 @@ func (g *Gateway) prepareMiss(ctx *fasthttp.RequestCtx, x *exchange) (*adapters.
 		if !p.lookupFailed {
 			x.cacheResult = cacheMiss // else a bypass whose answer is still written back
 		}
-		if g.cfg.Cache.Coalesce && p.lookup { // no-cache wants a fresh answer of its own
+		if g.conf().Cache.Coalesce && p.lookup { // no-cache wants a fresh answer of its own
 			f, leader := g.flights.join(p.keys.Exact)
 			if !leader {
 				return nil, f
@@ -381,7 +382,7 @@ func rejection(r *admission.Rejection) *adapters.APIError {
 // writes the error and returns false when the request may not go on.
 func (g *Gateway) admitMiss(ctx *fasthttp.RequestCtx, x *exchange) bool {
 	req := x.req
-	maxLen := g.maxModelLen[x.model]
+	maxLen := g.rt.Load().maxModelLen[x.model]
 	promptTokens := 0
 	if maxLen > 0 || g.adm.CountsTokens(x.tenant.name) {
 		promptTokens = admission.CountTokens(req.PromptText())
@@ -438,7 +439,7 @@ type attempts struct {
 // before the first byte move on to the next (different) node.
 func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.UpstreamRequest) {
 	st := g.candidates(x)
-	if maxWait := g.cfg.Balancer.Queue.MaxWait.D(); maxWait > 0 && !anyFree(st.cands) && g.pool.AnyUsable(x.model) {
+	if maxWait := g.conf().Balancer.Queue.MaxWait.D(); maxWait > 0 && !anyFree(st.cands) && g.pool.AnyUsable(x.model) {
 		// Every node is full: wait for a slot before spilling over or
 		// answering 503.
 		deadline := time.Now().Add(maxWait)
@@ -470,7 +471,7 @@ func (g *Gateway) forwardFrom(ctx *fasthttp.RequestCtx, x *exchange, ur *adapter
 			time.Sleep(g.backoff(x.attempts))
 		}
 		x.attempts++
-		be := g.backends[n.Name()]
+		be := g.backendFor(n)
 		var sent time.Time
 		if ur.Stream { // the time to the first token is only known for streams
 			sent = time.Now()
@@ -495,7 +496,7 @@ func (g *Gateway) forwardFrom(ctx *fasthttp.RequestCtx, x *exchange, ur *adapter
 // returns nil when none is left or the attempts are used up. The slot is
 // released on every path (finish releases it too, panics included).
 func (g *Gateway) nextNode(x *exchange, st *attempts) *balancer.Node {
-	for st.next < len(st.cands) && x.attempts < 1+g.cfg.Balancer.Retries {
+	for st.next < len(st.cands) && x.attempts < 1+g.conf().Balancer.Retries {
 		n := st.cands[st.next]
 		st.next++
 		if n.TryAcquire() {
@@ -597,7 +598,7 @@ func (g *Gateway) failFlight(x *exchange) {
 // and reports whether it answered the client (with the hosted answer or an
 // error of its own).
 func (g *Gateway) trySpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.UpstreamRequest, reason string) bool {
-	s := g.spill
+	s := g.rt.Load().spill
 	if s == nil || (reason == "saturated" && !s.onSat) || (reason == "failed" && !s.onFail) {
 		return false
 	}
@@ -607,7 +608,7 @@ func (g *Gateway) trySpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.U
 	}
 	maxTokens := x.req.MaxTokens
 	if maxTokens == 0 {
-		maxTokens = g.cfg.Admission.DefaultMaxTokens
+		maxTokens = g.conf().Admission.DefaultMaxTokens
 	}
 	if wait, limit := s.take(len(ur.Body)/4 + maxTokens); wait > 0 {
 		g.failFlight(x)
@@ -616,7 +617,7 @@ func (g *Gateway) trySpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.U
 		return true
 	}
 	s.inflight.Add(1)
-	x.slot.hold(nil, &s.inflight)
+	x.slot.hold(nil, s.inflight)
 	x.attempts++
 	var span trace.Span
 	if x.trc != nil {
@@ -660,7 +661,7 @@ func ceilSeconds(d time.Duration) int {
 }
 
 func (g *Gateway) backoff(attempt int) time.Duration {
-	base, maxD := g.cfg.Balancer.Backoff.Base.D(), g.cfg.Balancer.Backoff.Max.D()
+	base, maxD := g.conf().Balancer.Backoff.Base.D(), g.conf().Balancer.Backoff.Max.D()
 	if base <= 0 {
 		return 0
 	}
@@ -881,7 +882,7 @@ func (g *Gateway) pump(w *bufio.Writer, id string, resp *adapters.UpstreamRespon
 func (g *Gateway) follow(ctx *fasthttp.RequestCtx, x *exchange, f *flight) bool {
 	select {
 	case <-f.ready:
-	case <-time.After(g.cfg.Timeouts.Total.D()):
+	case <-time.After(g.conf().Timeouts.Total.D()):
 		return false
 	}
 	if f.failed {
@@ -980,7 +981,7 @@ func (g *Gateway) finish(ctx *fasthttp.RequestCtx, x *exchange, panicked any) {
 		ctx.Response.Header.SetCanonical(headerCache, []byte(x.cacheResult))
 		g.cm.request(x.cacheResult, x.cacheReason)
 	}
-	if g.cfg.Logging.AccessLog {
+	if g.conf().Logging.AccessLog {
 		model := x.model
 		if model == "" && x.req != nil {
 			model = x.req.Model
@@ -992,8 +993,24 @@ func (g *Gateway) finish(ctx *fasthttp.RequestCtx, x *exchange, panicked any) {
 	}
 }
 
-func (g *Gateway) modelsBody() []byte {
-	served, aliases := g.pool.Models()
+// modelsBody lists the models the node entries serve (discovered or not)
+// and the aliases.
+func modelsBody(cfg *Config) []byte {
+	seen := map[string]bool{}
+	var served, aliases []string
+	for _, n := range cfg.Nodes {
+		for _, m := range n.Models {
+			if !seen[m] {
+				seen[m] = true
+				served = append(served, m)
+			}
+		}
+	}
+	for _, a := range cfg.Models {
+		aliases = append(aliases, a.Name)
+	}
+	sort.Strings(served)
+	sort.Strings(aliases)
 	list := adapters.ModelList{Object: "list", Data: []adapters.Model{}}
 	now := time.Now().Unix()
 	for _, m := range served {

@@ -38,7 +38,7 @@ func (g *Gateway) ImportAnswer(ctx context.Context, in warm.ImportRequest) (warm
 	if name == "" {
 		name = DefaultTenant
 	}
-	t := g.tenants.byName[name]
+	t := g.rt.Load().tenants.byName[name]
 	if t == nil {
 		return warm.ImportResponse{}, fmt.Errorf("%w: unknown tenant %q", errImport, name)
 	}
@@ -62,7 +62,7 @@ func (g *Gateway) ImportAnswer(ctx context.Context, in warm.ImportRequest) (warm
 	if !p.store {
 		return warm.ImportResponse{}, fmt.Errorf("%w: the request is not cacheable (%s)", errImport, p.reason)
 	}
-	if !g.cfg.Cache.Exact.Enabled {
+	if !g.conf().Cache.Exact.Enabled {
 		return warm.ImportResponse{}, fmt.Errorf("%w: imports need cache.exact", errImport)
 	}
 	e, err := g.store.Get(ctx, p.keys.Exact)

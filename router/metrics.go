@@ -26,7 +26,7 @@ type gatewayMetrics struct {
 	ttft                               ttftWindow
 
 	// tokens[tenant] = prompt/upstream, completion/upstream, prompt/cache, completion/cache
-	tokens map[string]*[4]*metrics.Counter
+	tokens atomic.Pointer[map[string]*[4]*metrics.Counter]
 
 	mu        sync.Mutex
 	requests  [2][600]atomic.Pointer[metrics.Counter]
@@ -40,7 +40,6 @@ var retryReasons = []string{"connect", "timeout", "closed", "status_429", "statu
 
 func newGatewayMetrics(set *metrics.Set, g *Gateway) *gatewayMetrics {
 	m := &gatewayMetrics{
-		tokens:       map[string]*[4]*metrics.Counter{},
 		set:          set,
 		retries:      map[string]*metrics.Counter{},
 		clientAborts: set.NewCounter(`frontdoor_client_aborts_total`),
@@ -52,21 +51,7 @@ func newGatewayMetrics(set *metrics.Set, g *Gateway) *gatewayMetrics {
 	for _, r := range retryReasons {
 		m.retries[r] = set.NewCounter(`frontdoor_retries_total{reason="` + r + `"}`)
 	}
-	names := []string{DefaultTenant}
-	for _, t := range g.cfg.Tenants {
-		names = append(names, t.Name)
-	}
-	for _, name := range names {
-		var cs [4]*metrics.Counter
-		for i, kind := range []string{"prompt", "completion", "prompt", "completion"} {
-			source := "upstream"
-			if i >= 2 {
-				source = "cache"
-			}
-			cs[i] = set.GetOrCreateCounter(`frontdoor_tokens_total{tenant="` + name + `",kind="` + kind + `",source="` + source + `"}`)
-		}
-		m.tokens[name] = &cs
-	}
+	m.setTenants(g.conf().Tenants)
 	set.NewGauge(`frontdoor_streams_active`, func() float64 { return float64(m.streams.Load()) })
 	g.pool.RegisterMetrics(set)
 	registerBuildInfo(set)
@@ -113,9 +98,10 @@ func (m *gatewayMetrics) observe(x *exchange) {
 
 // countTokens adds an answer's tokens; source is "upstream" or "cache".
 func (m *gatewayMetrics) countTokens(tenant, source string, prompt, completion int) {
-	cs := m.tokens[tenant]
+	tokens := *m.tokens.Load()
+	cs := tokens[tenant]
 	if cs == nil {
-		cs = m.tokens[DefaultTenant]
+		cs = tokens[DefaultTenant]
 	}
 	i := 0
 	if source == "cache" {

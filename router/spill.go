@@ -20,8 +20,8 @@ type spillover struct {
 	backend  *adapters.DashScope
 	onSat    bool
 	onFail   bool
-	rpm, tpm *bucket // the account's quota mirrored locally; nil = unlimited
-	inflight atomic.Int64
+	rpm, tpm *bucket       // the account's quota mirrored locally; nil = unlimited
+	inflight *atomic.Int64 // the gateway's, kept across reloads
 	spilled  atomic.Int64
 
 	mu       sync.Mutex
@@ -29,7 +29,7 @@ type spillover struct {
 	set      *metrics.Set
 }
 
-func newSpillover(cfg Config, set *metrics.Set) (*spillover, error) {
+func newSpillover(cfg Config, set *metrics.Set, inflight *atomic.Int64) (*spillover, error) {
 	sc := cfg.Spillover
 	if !sc.Enabled {
 		return nil, nil
@@ -51,7 +51,7 @@ func newSpillover(cfg Config, set *metrics.Set) (*spillover, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spillover: %w", err)
 	}
-	s := &spillover{name: t.Name, backend: be, counters: map[string]*metrics.Counter{}, set: set}
+	s := &spillover{name: t.Name, backend: be, counters: map[string]*metrics.Counter{}, set: set, inflight: inflight}
 	for _, on := range sc.On {
 		s.onSat = s.onSat || on == "saturated"
 		s.onFail = s.onFail || on == "failed"
@@ -62,7 +62,7 @@ func newSpillover(cfg Config, set *metrics.Set) (*spillover, error) {
 	if sc.TPM > 0 {
 		s.tpm = newBucket(float64(sc.TPM)/60, float64(sc.TPM))
 	}
-	set.NewGauge(`frontdoor_spillover_inflight`, func() float64 { return float64(s.inflight.Load()) })
+	set.GetOrCreateGauge(`frontdoor_spillover_inflight`, func() float64 { return float64(inflight.Load()) })
 	return s, nil
 }
 

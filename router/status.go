@@ -34,7 +34,12 @@ type Status struct {
 	Spill     *SpillStatus          `json:"spillover,omitempty"`
 	Nodes     []balancer.NodeStatus `json:"nodes"`
 	Admission admission.Status      `json:"admission"`
-	Warm      []WarmStatus          `json:"warm,omitempty"` // warm-ups, running and recent (failures left out)
+	// Discovery lists the discover: dns entries: addresses found, and the
+	// last lookup's error while lookups fail.
+	Discovery []balancer.DiscoveryStatus `json:"discovery,omitempty"`
+	Reload    *ReloadStatus              `json:"last_reload,omitempty"`
+	Draining  bool                       `json:"draining"`       // shutting down: /readyz says 503
+	Warm      []WarmStatus               `json:"warm,omitempty"` // warm-ups, running and recent (failures left out)
 }
 
 // TTFTStatus is the time to first token of recent streamed answers.
@@ -69,8 +74,9 @@ type SpillStatus struct {
 }
 
 func (g *Gateway) status() Status {
-	st := Status{Uptime: time.Since(startTime).Round(time.Second).String(), Ready: g.pool.Ready() && !g.stopping.Load(),
-		Streams: g.metrics.streams.Load(), Requests: g.metrics.classes()}
+	st := Status{Uptime: time.Since(startTime).Round(time.Second).String(), Ready: g.pool.Ready() && !g.stopping.Load() && !g.draining.Load(),
+		Draining: g.draining.Load() || g.stopping.Load(),
+		Streams:  g.metrics.streams.Load(), Requests: g.metrics.classes()}
 	st.Nodes = g.pool.Status()
 	bi := buildinfo.Get()
 	st.Version, st.Revision = bi.Version, bi.Revision
@@ -80,11 +86,11 @@ func (g *Gateway) status() Status {
 		r := g.cm.totals()
 		st.Outcomes["hit"] = r["hit_exact"] + r["hit_semantic"]
 	}
-	if g.spill != nil {
-		st.Outcomes["spilled"] = g.spill.spilled.Load()
+	if sp := g.rt.Load().spill; sp != nil {
+		st.Outcomes["spilled"] = sp.spilled.Load()
 	}
 	if g.store != nil {
-		st.Cache = &CacheStatus{Backend: g.cfg.Cache.Backend, Results: g.cm.totals(), HitRatio: g.cm.hitRatio(),
+		st.Cache = &CacheStatus{Backend: g.conf().Cache.Backend, Results: g.cm.totals(), HitRatio: g.cm.hitRatio(),
 			Entries: g.cm.entries.Load(), Vectors: g.cm.vectors.Load(), Bytes: g.cm.bytes.Load(),
 			Saved: g.cm.tokensSaved.Get(), Health: g.backend.Health(), Dropped: g.cm.dropped()}
 		if g.embedWatch != nil {
@@ -92,7 +98,7 @@ func (g *Gateway) status() Status {
 			st.Cache.Embedder = &es
 		}
 	}
-	if s := g.spill; s != nil {
+	if s := g.rt.Load().spill; s != nil {
 		spilled := s.spilled.Load()
 		ss := &SpillStatus{Upstream: s.name, Inflight: s.inflight.Load(), Spilled: spilled}
 		if answered := g.metrics.upstreamAnswers.Load() + spilled; answered > 0 {
@@ -101,6 +107,8 @@ func (g *Gateway) status() Status {
 		st.Spill = ss
 	}
 	st.Admission = g.adm.Status()
+	st.Discovery = g.pool.Discovery()
+	st.Reload = g.reload.status()
 	for _, w := range g.warms.list() {
 		w.Failures = nil
 		st.Warm = append(st.Warm, w)
@@ -109,14 +117,14 @@ func (g *Gateway) status() Status {
 }
 
 func (g *Gateway) serveStatus(ctx *fasthttp.RequestCtx) {
-	if !g.admin.allow(ctx, g.writeError) || !g.onlyMethod(ctx, fasthttp.MethodGet) {
+	if !g.rt.Load().admin.allow(ctx, g.writeError) || !g.onlyMethod(ctx, fasthttp.MethodGet) {
 		return
 	}
 	writeJSON(ctx, 200, g.status())
 }
 
 func (g *Gateway) serveDashboard(ctx *fasthttp.RequestCtx) {
-	if !g.admin.allow(ctx, g.writeError) || !g.onlyMethod(ctx, fasthttp.MethodGet) {
+	if !g.rt.Load().admin.allow(ctx, g.writeError) || !g.onlyMethod(ctx, fasthttp.MethodGet) {
 		return
 	}
 	ctx.SetContentType("text/html; charset=utf-8")

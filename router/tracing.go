@@ -267,8 +267,9 @@ func (g *Gateway) lookup(ctx *fasthttp.RequestCtx, x *exchange, p *cachePlan) bo
 }
 
 func (g *Gateway) spillName() string {
-	if g.spill == nil {
+	sp := g.rt.Load().spill
+	if sp == nil {
 		return ""
 	}
-	return g.spill.name
+	return sp.name
 }

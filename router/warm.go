@@ -128,11 +128,11 @@ func (g *Gateway) startWarm(source, tag, addr string, items []warm.Item) *warmJo
 			Progress: warm.Progress{Total: int64(len(items)), Started: time.Now()}}}
 	g.warms.add(j)
 	t := &selfTarget{g: g, addr: addr, tag: tag,
-		client: &fasthttp.HostClient{Addr: addr, MaxConns: g.cfg.Warm.Concurrency}}
+		client: &fasthttp.HostClient{Addr: addr, MaxConns: g.conf().Warm.Concurrency}}
 	go func() {
 		defer close(j.done)
 		defer cancel()
-		sum := warm.Run(ctx, items, t, warm.Options{Concurrency: g.cfg.Warm.Concurrency, OnProgress: func(p warm.Progress) {
+		sum := warm.Run(ctx, items, t, warm.Options{Concurrency: g.conf().Warm.Concurrency, OnProgress: func(p warm.Progress) {
 			j.mu.Lock()
 			j.st.Progress = p
 			j.mu.Unlock()
@@ -164,18 +164,18 @@ func (g *Gateway) Warm(ctx context.Context, addr string) (warm.Summary, error) {
 		return warm.Summary{}, errors.New("warm: the cache is off (cache.backend: off): warm.files ignored")
 	}
 	var items []warm.Item
-	for _, path := range g.cfg.Warm.Files {
+	for _, path := range g.conf().Warm.Files {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return warm.Summary{}, fmt.Errorf("warm: %w", err)
 		}
-		its, _, err := warm.Parse(filepath.Base(path), data, warm.Defaults{Model: g.cfg.Warm.Model})
+		its, _, err := warm.Parse(filepath.Base(path), data, warm.Defaults{Model: g.conf().Warm.Model})
 		if err != nil {
 			return warm.Summary{}, fmt.Errorf("warm: %w", err)
 		}
 		items = append(items, its...)
 	}
-	j := g.startWarm("warm.files", g.cfg.Warm.Tag, addr, items)
+	j := g.startWarm("warm.files", g.conf().Warm.Tag, addr, items)
 	select {
 	case <-j.done:
 	case <-ctx.Done():
@@ -261,7 +261,7 @@ func (s *selfTarget) send(ctx context.Context, it *warm.Item, lookup bool) (int,
 		req.Header.Set(warm.HeaderCacheTag, s.tagOf(it))
 	}
 	req.SetBody(it.Request)
-	timeout := s.g.cfg.Timeouts.Total.D()
+	timeout := s.g.conf().Timeouts.Total.D()
 	if d, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(d))
 	}

@@ -71,7 +71,7 @@ func runDemo(ctx context.Context, listen string, ttft, itl time.Duration, warmFi
 	cfg.Listen = listen
 	cfg.Logging.Format = "text"
 	cfg.Logging.AccessLog = false
-	cfg.Timeouts.Shutdown = 10_000_000_000
+	cfg.Shutdown.Grace = 10_000_000_000
 	for _, name := range []string{"gpu-a", "gpu-b"} {
 		c := sim.DefaultConfig()
 		c.Listen, c.Models, c.MaxNumSeqs, c.TTFT, c.ITL, c.OutputTokens, c.Jitter = "127.0.0.1:0", []string{"qwen3-8b"}, 10, ttft, itl, 48, 0.2
@@ -116,7 +116,7 @@ func runDemo(ctx context.Context, listen string, ttft, itl time.Duration, warmFi
 		embedderLine = es.URL() + "/v1/embeddings (simulated, OpenAI-compatible, " + fmt.Sprint(sim.DefaultEmbeddingDims) + " dims)"
 	}
 
-	return serve(ctx, cfg, stderr, func(addr string) {
+	return serve(ctx, cfg, "", stderr, func(addr string) {
 		fmt.Fprint(stdout, banner(addr, cfg, qwen.URL(), embedderLine))
 	})
 }

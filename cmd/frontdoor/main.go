@@ -1,5 +1,5 @@
 // Command frontdoor is the OpenAI-compatible gateway. Subcommands: serve,
-// demo, check-config, calibrate, warm, cache export, version.
+// demo, check-config, calibrate, warm, cache export, healthcheck, version.
 package main
 
 import (
@@ -12,8 +12,10 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
-	"frontdoor/balancer"
+	"github.com/valyala/fasthttp"
+
 	"frontdoor/internal/buildinfo"
 	"frontdoor/router"
 )
@@ -31,7 +33,11 @@ Usage:
   frontdoor calibrate --pairs FILE [--config FILE] [--max-false 0.01]
                                         hit and false-hit rates of the semantic cache per threshold,
                                         on your own labelled pairs, with your embedder and guards
+  frontdoor healthcheck [--url URL]     exit 0 if URL (default http://127.0.0.1:8080/healthz) answers 200
   frontdoor version                     print the version
+
+serve reloads FILE on SIGHUP (and POST /admin/reload); on SIGTERM it drains:
+/readyz answers 503 for shutdown.drain_delay, then streams get shutdown.grace.
 `
 
 func main() {
@@ -50,6 +56,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdDemo(args[1:], stdout, stderr)
 	case "check-config":
 		return cmdCheckConfig(args[1:], stdout, stderr)
+	case "healthcheck":
+		return cmdHealthcheck(args[1:], stderr)
 	case "warm":
 		return cmdWarm(args[1:], stdout, stderr)
 	case "cache":
@@ -147,31 +155,44 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := serve(ctx, cfg, stderr, nil); err != nil {
+	if err := serve(ctx, cfg, path, stderr, nil); err != nil {
 		fmt.Fprintln(stderr, "frontdoor:", err)
 		return 1
 	}
 	return 0
 }
 
-// serve wires the gateway from cfg and runs it until ctx ends, then shuts
-// down gracefully. ready, if set, receives the listening address.
-func serve(ctx context.Context, cfg router.Config, logOut io.Writer, ready func(addr string)) error {
+// cmdHealthcheck is the container's health check (distroless has no curl).
+func cmdHealthcheck(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("url", "http://127.0.0.1:8080/healthz", "URL that must answer 200")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	status, _, err := fasthttp.GetTimeout(nil, *url, 2*time.Second)
+	if err != nil {
+		fmt.Fprintf(stderr, "healthcheck %s: %v\n", *url, err)
+		return 1
+	}
+	if status != fasthttp.StatusOK {
+		fmt.Fprintf(stderr, "healthcheck %s: status %d\n", *url, status)
+		return 1
+	}
+	return 0
+}
+
+// serve wires the gateway from cfg and runs it until ctx ends, then drains
+// and shuts down gracefully. path, if set, is reloaded on SIGHUP. ready,
+// if set, receives the listening address.
+func serve(ctx context.Context, cfg router.Config, path string, logOut io.Writer, ready func(addr string)) error {
 	if every := cfg.Logging.FlushInterval.D(); every > 0 {
 		lb := router.NewLogBuffer(logOut, every)
 		defer lb.Close()
 		logOut = lb
 	}
 	logger := router.NewLogger(cfg.Logging, logOut)
-	pool, err := balancer.New(cfg.Balancer, cfg.Nodes, cfg.Models)
-	if err != nil {
-		return fmt.Errorf("balancer: %w", err)
-	}
-	backends, err := router.NodeBackends(cfg)
-	if err != nil {
-		return err
-	}
-	gw, err := router.New(cfg, router.Deps{Logger: logger, Pool: pool, Backends: backends})
+	gw, err := router.New(cfg, router.Deps{Logger: logger, ConfigPath: path})
 	if err != nil {
 		return err
 	}
@@ -193,13 +214,33 @@ func serve(ctx context.Context, cfg router.Config, logOut io.Writer, ready func(
 			}
 		}()
 	}
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
+	hup := make(chan os.Signal, 1)
+	if path != "" {
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
 	}
-	logger.Info("shutting down: refusing new requests, letting in-flight ones finish", "grace", cfg.Timeouts.Shutdown.String())
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.Timeouts.Shutdown.D())
+	for done := false; !done; {
+		select {
+		case err := <-errc:
+			return err
+		case <-hup:
+			_ = gw.ReloadFile("SIGHUP") // logs the outcome
+		case <-ctx.Done():
+			done = true
+		}
+	}
+	sd := gw.Config().Shutdown // as reloaded
+	gw.BeginDrain()
+	if d := sd.DrainDelay.D(); d > 0 {
+		logger.Info("draining: /readyz answers 503, requests still served", "drain_delay", sd.DrainDelay.String())
+		select {
+		case err := <-errc:
+			return err
+		case <-time.After(d):
+		}
+	}
+	logger.Info("shutting down: refusing new requests, letting in-flight ones finish", "grace", sd.Grace.String())
+	sctx, cancel := context.WithTimeout(context.Background(), sd.Grace.D())
 	defer cancel()
 	if err := gw.Shutdown(sctx); err != nil {
 		logger.Warn("grace period over; remaining streams were cut", "error", err.Error())

@@ -302,7 +302,7 @@ func TestSIGTERMDrainsStreams(t *testing.T) {
 	node := testenv.GPUSim(t, func(c *sim.Config) { c.ITL, c.OutputTokens = 40*time.Millisecond, 40 })
 	// Log lines wait a minute, far longer than the test: only the flush
 	// at exit can write the stream's access-log line.
-	base, cmd, logs := startServe(t, fmt.Sprintf("timeouts: {shutdown: 10s}\nlogging: {flush_interval: 1m}\nnodes:\n  - {name: a, url: %s, models: [qwen3-8b]}\n", node.URL()))
+	base, cmd, logs := startServe(t, fmt.Sprintf("shutdown: {grace: 10s}\nlogging: {flush_interval: 1m}\nnodes:\n  - {name: a, url: %s, models: [qwen3-8b]}\n", node.URL()))
 	addr := strings.TrimPrefix(base, "http://")
 
 	resp, err := http.Post(base+"/v1/chat/completions", "application/json",
@@ -390,12 +390,21 @@ func buildBinary(t *testing.T) string {
 // and waits until it answers.
 func startServe(t *testing.T, cfg string) (base string, cmd *exec.Cmd, logs *lockedBuffer) {
 	t.Helper()
+	base, cmd, logs, _ = startServeEnv(t, cfg, nil)
+	return base, cmd, logs
+}
+
+// startServeEnv is startServe with extra environment variables; it also
+// returns the config file's path, for reload tests.
+func startServeEnv(t *testing.T, cfg string, env []string) (base string, cmd *exec.Cmd, logs *lockedBuffer, path string) {
+	t.Helper()
 	port := testenv.FreePort(t)
-	path := filepath.Join(t.TempDir(), "fd.yaml")
+	path = filepath.Join(t.TempDir(), "fd.yaml")
 	if err := os.WriteFile(path, []byte(fmt.Sprintf("listen: 127.0.0.1:%d\n%s", port, cfg)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cmd = exec.Command(buildBinary(t), "serve", "--config", path)
+	cmd.Env = append(os.Environ(), env...)
 	logs = &lockedBuffer{}
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
@@ -410,7 +419,7 @@ func startServe(t *testing.T, cfg string) (base string, cmd *exec.Cmd, logs *loc
 		}
 		return err == nil
 	}, "frontdoor did not start: %s", logs.String())
-	return base, cmd, logs
+	return base, cmd, logs, path
 }
 
 // Two gateway processes share one plain Redis: an answer cached through

@@ -40,7 +40,7 @@ func warmGateway(t *testing.T, node *sim.Server, mutate func(*router.Config)) st
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, cfg, &lockedBuffer{}, func(a string) { addr <- a }) }()
+	go func() { done <- serve(ctx, cfg, "", &lockedBuffer{}, func(a string) { addr <- a }) }()
 	t.Cleanup(func() { cancel(); <-done })
 	select {
 	case a := <-addr:

@@ -127,8 +127,8 @@ type Admitter struct {
 	global   Limits
 	gLimited bool // global rps or tokens limited
 
-	tenants map[string]*tenantState // configured; read-only after New
-	extra   sync.Map                // unconfigured names -> *tenantState (no limits)
+	tenants atomic.Pointer[map[string]*tenantState] // configured; replaced whole by SetTenants
+	extra   sync.Map                                // unconfigured names -> *tenantState (no limits)
 
 	local *localSet     // the local backend, or the Redis fallback (quota ÷ replicas)
 	rs    *redisBackend // nil with the local backend
@@ -192,41 +192,68 @@ func New(cfg Config, tenants map[string]Limits, client redis.UniversalClient) (*
 		return nil, err
 	}
 	a := &Admitter{
-		cfg:     cfg,
-		epoch:   time.Now(),
-		global:  Limits{RPS: cfg.Global.RPS, Burst: cfg.Global.Burst, TokensPerMinute: cfg.Global.TokensPerMinute},
-		tenants: make(map[string]*tenantState, len(tenants)),
-		stop:    make(chan struct{}),
-		sleep:   sleepCtx,
+		cfg:    cfg,
+		epoch:  time.Now(),
+		global: Limits{RPS: cfg.Global.RPS, Burst: cfg.Global.Burst, TokensPerMinute: cfg.Global.TokensPerMinute},
+		stop:   make(chan struct{}),
+		sleep:  sleepCtx,
 	}
 	if cfg.Clock != nil {
 		a.epoch = cfg.Clock()
 	}
 	a.gLimited = a.global.RPS > 0 || a.global.TokensPerMinute > 0
-	divisor := 1
-	if cfg.Backend == BackendRedis {
-		divisor = cfg.Replicas
-	}
-	a.local = newLocalSet(a.global.divide(divisor))
-	prefix := cfg.KeyPrefix + "a:"
-	for name, lim := range tenants {
-		if err := checkLimits("tenant "+strconv.Quote(name), lim); err != nil {
-			return nil, err
-		}
-		ts := newTenantState(name, lim, prefix)
-		if ts.enterLimited || ts.missLimited {
-			ts.local = newLocalTenant(lim.divide(divisor))
-		}
-		a.tenants[name] = ts
+	a.local = newLocalSet(a.global.divide(a.divisor()))
+	empty := map[string]*tenantState{}
+	a.tenants.Store(&empty)
+	if err := a.SetTenants(tenants); err != nil {
+		return nil, err
 	}
 	warmTokenizer()
 	if cfg.Backend == BackendRedis {
-		a.rs = newRedisBackend(client, prefix, cfg)
+		a.rs = newRedisBackend(client, cfg.KeyPrefix+"a:", cfg)
 		a.rs.loadScripts()
 		a.wg.Add(1)
 		go a.renewLoop()
 	}
 	return a, nil
+}
+
+func (a *Admitter) divisor() int {
+	if a.cfg.Backend == BackendRedis {
+		return a.cfg.Replicas
+	}
+	return 1
+}
+
+// SetTenants replaces the tenants' limits (a config reload). A tenant whose
+// limits are unchanged keeps its state; a changed one starts afresh, and
+// the requests it has in flight finish on the old limits. Nothing changes
+// if a limit is invalid.
+func (a *Admitter) SetTenants(tenants map[string]Limits) error {
+	for name, lim := range tenants {
+		if err := checkLimits("tenant "+strconv.Quote(name), lim); err != nil {
+			return err
+		}
+	}
+	old := *a.tenants.Load()
+	next := make(map[string]*tenantState, len(tenants))
+	prefix := a.cfg.KeyPrefix + "a:"
+	for name, lim := range tenants {
+		if ts, ok := old[name]; ok && ts.lim == lim {
+			next[name] = ts
+			continue
+		}
+		ts := newTenantState(name, lim, prefix)
+		if ts.enterLimited || ts.missLimited {
+			ts.local = newLocalTenant(lim.divide(a.divisor()))
+		}
+		next[name] = ts
+	}
+	a.tenants.Store(&next)
+	for _, ts := range next {
+		a.m.addTenant(ts)
+	}
+	return nil
 }
 
 func checkLimits(what string, l Limits) error {
@@ -273,7 +300,7 @@ func (a *Admitter) Close() error {
 // state of their own, made once, so that their in-flight requests count.
 // The router passes configured names or "default" only, so these stay few.
 func (a *Admitter) tenant(name string) *tenantState {
-	if ts, ok := a.tenants[name]; ok {
+	if ts, ok := (*a.tenants.Load())[name]; ok {
 		return ts
 	}
 	if v, ok := a.extra.Load(name); ok {
@@ -585,7 +612,7 @@ func (a *Admitter) UpfrontTokens(promptTokens, maxTokens, n int) int {
 // Inflight is the number of the tenant's requests in flight in this
 // process (passes not yet released).
 func (a *Admitter) Inflight(tenant string) int64 {
-	if ts, ok := a.tenants[tenant]; ok {
+	if ts, ok := (*a.tenants.Load())[tenant]; ok {
 		return ts.inflight.Load()
 	}
 	if v, ok := a.extra.Load(tenant); ok {
@@ -611,7 +638,7 @@ func (a *Admitter) Status() Status {
 			s.Redis = "down"
 		}
 	}
-	for name, ts := range a.tenants {
+	for name, ts := range *a.tenants.Load() {
 		s.Inflight[name] = ts.inflight.Load()
 	}
 	a.extra.Range(func(k, v any) bool {
@@ -713,6 +740,6 @@ func (a *Admitter) CountsTokens(tenant string) bool {
 	if a.global.TokensPerMinute > 0 {
 		return true
 	}
-	ts, ok := a.tenants[tenant]
+	ts, ok := (*a.tenants.Load())[tenant]
 	return ok && ts.lim.TokensPerMinute > 0
 }

@@ -283,7 +283,7 @@ func TestLocalConcurrencyStress(t *testing.T) {
 	a := mustNew(t, Config{MaxWait: 20 * time.Millisecond}, map[string]Limits{"acme": {MaxConcurrency: 5}}, nil)
 	adm, rej := stressConcurrency(t, a, 5)
 	t.Logf("admitted %d, rejected %d", adm, rej)
-	lt := a.tenants["acme"].local
+	lt := (*a.tenants.Load())["acme"].local
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
 	if lt.conc != 0 {

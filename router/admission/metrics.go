@@ -16,6 +16,7 @@ type metricsState struct {
 	fallback  atomic.Pointer[metrics.Counter]
 	fallbacks atomic.Uint64 // always counted, for Status
 	rejects   sync.Map      // limit + "\x00" + tenant -> *metrics.Counter
+	inflight  sync.Map      // tenant -> *atomic.Pointer[tenantState], what its gauge reads
 }
 
 // RegisterMetrics exposes, in set:
@@ -40,7 +41,7 @@ func (a *Admitter) RegisterMetrics(set *metrics.Set) {
 			return 1
 		})
 	}
-	for _, ts := range a.tenants {
+	for _, ts := range *a.tenants.Load() {
 		a.m.addTenant(ts)
 	}
 	a.extra.Range(func(_, v any) bool {
@@ -49,13 +50,18 @@ func (a *Admitter) RegisterMetrics(set *metrics.Set) {
 	})
 }
 
+// addTenant exposes the tenant's in-flight gauge. A tenant replaced by
+// SetTenants keeps its series, which follows the current state.
 func (m *metricsState) addTenant(ts *tenantState) {
 	set := m.set.Load()
 	if set == nil {
 		return
 	}
+	cur, _ := m.inflight.LoadOrStore(ts.name, &atomic.Pointer[tenantState]{})
+	p := cur.(*atomic.Pointer[tenantState])
+	p.Store(ts)
 	set.GetOrCreateGauge(`frontdoor_tenant_inflight{tenant="`+labelValue(ts.name)+`"}`,
-		func() float64 { return float64(ts.inflight.Load()) })
+		func() float64 { return float64(p.Load().inflight.Load()) })
 }
 
 func (m *metricsState) rejected(tenant, limit string) {

@@ -178,7 +178,7 @@ func TestRedisCluster(t *testing.T) {
 		adm, rej := stressConcurrency(t, a, 5)
 		t.Logf("admitted %d, rejected %d", adm, rej)
 		redisOnly(t, a)
-		if n := c.ZCard(ctx, a.tenants["acme"].concKey).Val(); n != 0 {
+		if n := c.ZCard(ctx, (*a.tenants.Load())["acme"].concKey).Val(); n != 0 {
 			t.Fatalf("%d leases left in Redis, want 0", n)
 		}
 	})

@@ -210,7 +210,7 @@ func TestRedisConcurrencyStress(t *testing.T) {
 	if f := a.Status().Fallbacks; f != 0 {
 		t.Fatalf("%d fallback decisions with Redis up", f)
 	}
-	if n := c.ZCard(context.Background(), a.tenants["acme"].concKey).Val(); n != 0 {
+	if n := c.ZCard(context.Background(), (*a.tenants.Load())["acme"].concKey).Val(); n != 0 {
 		t.Fatalf("%d leases left in Redis, want 0", n)
 	}
 	n := 0
@@ -342,7 +342,7 @@ func TestRedisOutageFallback(t *testing.T) {
 		if rej == nil {
 			p.Release()
 		}
-		if n, _ := c.Exists(ctx, a.tenants["acme"].rpsKey).Result(); n == 1 {
+		if n, _ := c.Exists(ctx, (*a.tenants.Load())["acme"].rpsKey).Result(); n == 1 {
 			break // a decision reached the restarted (empty) Redis
 		}
 		if time.Now().After(deadline) {
