@@ -119,10 +119,13 @@ func TestVectorIndexEdgeCases(t *testing.T) {
 func TestVectorIndexRecall(t *testing.T) {
 	const (
 		dims    = 512
-		n       = 20000
 		queries = 200
 		decoys  = 7
 	)
+	n := 20000
+	if raceEnabled {
+		n = 4000
+	}
 	if testing.Short() {
 		t.Skip("large index")
 	}
@@ -279,7 +282,11 @@ func TestVectorIndexSweep(t *testing.T) {
 // graph: expired vectors are never returned, Sweep removes exactly them,
 // and their slots, reused, still find themselves.
 func TestVectorIndexGraphExpiry(t *testing.T) {
-	const dims, n = 128, 3000
+	const dims = 128
+	n := 3000
+	if raceEnabled {
+		n = 1400
+	}
 	rng := rand.New(rand.NewPCG(41, 42))
 	x := NewVectorIndex(dims)
 	now := time.Now()
@@ -347,7 +354,11 @@ func TestVectorIndexRecallUnderChurn(t *testing.T) {
 	if testing.Short() {
 		t.Skip("large index")
 	}
-	const dims, n, queries = 128, 4000, 300
+	const dims, queries = 128, 300
+	n := 4000
+	if raceEnabled {
+		n = 1500
+	}
 	rng := rand.New(rand.NewPCG(43, 44))
 	x := NewVectorIndex(dims)
 	live := map[string][]float32{}

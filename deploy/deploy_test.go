@@ -349,7 +349,7 @@ func TestDockerfileBuildCommand(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	df, build := dockerfileBuild(t)
-	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "main.version=${VERSION}"} {
+	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "buildinfo.version=${VERSION}"} {
 		if !strings.Contains(build, want) {
 			t.Fatalf("the build command lacks %s: %s", want, build)
 		}
