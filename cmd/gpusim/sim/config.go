@@ -46,7 +46,11 @@ type Config struct {
 	HangRate         float64       // 0..1: fraction that take a slot and never answer until the client goes away or shutdown
 	APIKey           string        // if set: require "Authorization: Bearer <key>" on /v1/*, else 401
 	RPM              int           // 0 = unlimited; requests per minute (token bucket, burst RPM); above -> 429
-	KVCapacityTokens int           // default 65536: KV usage = tokens in flight / this
+	KVCapacityTokens int           // default 65536: KV usage = tokens in flight / this; KVBlocks×BlockSize when KVBlocks is set
+	PrefixCache      bool          // cache prompt KV blocks (see prefixCache) and skip their prefill
+	BlockSize        int           // default 16: tokens per KV block
+	KVBlocks         int           // prefix-cache capacity in blocks (LRU); 0 = KVCapacityTokens ÷ BlockSize
+	PrefillPerToken  time.Duration // prefill time per prompt token not found in the prefix cache, added to TTFT; 0 = none
 	Seed             int64         // RNG seed for jitter/fail/hang draws (0 = time-based)
 }
 
@@ -59,6 +63,7 @@ const (
 	DefaultITL              = 20 * time.Millisecond
 	DefaultOutputTokens     = 64
 	DefaultKVCapacityTokens = 65536
+	DefaultBlockSize        = 16
 )
 
 // DefaultConfig returns the documented defaults.
@@ -72,6 +77,7 @@ func DefaultConfig() Config {
 		ITL:              DefaultITL,
 		OutputTokens:     DefaultOutputTokens,
 		KVCapacityTokens: DefaultKVCapacityTokens,
+		BlockSize:        DefaultBlockSize,
 	}
 }
 
@@ -96,6 +102,14 @@ func (c Config) withDefaults() Config {
 	}
 	if c.KVCapacityTokens == 0 {
 		c.KVCapacityTokens = DefaultKVCapacityTokens
+	}
+	if c.BlockSize == 0 {
+		c.BlockSize = DefaultBlockSize
+	}
+	if c.KVBlocks > 0 {
+		c.KVCapacityTokens = c.KVBlocks * c.BlockSize
+	} else if c.KVBlocks == 0 && c.BlockSize > 0 {
+		c.KVBlocks = max(1, c.KVCapacityTokens/c.BlockSize)
 	}
 	return c
 }
@@ -153,6 +167,15 @@ func (c Config) Validate() error {
 	}
 	if c.KVCapacityTokens < 1 {
 		bad("kv_capacity_tokens", "must be >= 1")
+	}
+	if c.BlockSize < 1 {
+		bad("block_size", "must be >= 1")
+	}
+	if c.KVBlocks < 0 {
+		bad("kv_blocks", "must be >= 0 (0 = kv_capacity_tokens / block_size)")
+	}
+	if c.PrefillPerToken < 0 {
+		bad("prefill_per_token", "must be >= 0")
 	}
 	return errors.Join(errs...)
 }
