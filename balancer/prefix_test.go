@@ -30,7 +30,16 @@ func words(seed string, tokens int) string {
 	return b.String()
 }
 
-func withPrefix(c *Config) { c.Weights.Prefix = 0.5 }
+// nodesWith is testNodes with max_concurrency maxConc.
+func nodesWith(n, maxConc int) []NodeConfig {
+	nodes := testNodes(n)
+	for i := range nodes {
+		nodes[i].MaxConcurrency = maxConc
+	}
+	return nodes
+}
+
+func withPrefix(c *Config) { c.Weights.Prefix = 1.5 }
 
 // TestPrefixHashes: a later turn carries the earlier turn's hashes as its
 // prefix; a different system prompt or role shares none.
@@ -68,7 +77,7 @@ func TestPrefixHashes(t *testing.T) {
 // TestPrefixOffMeansNoHashing: with the prefix weight 0, or another
 // policy, the router gets no hasher and Routed does nothing.
 func TestPrefixOffMeansNoHashing(t *testing.T) {
-	p, _ := newTestPool(t, nil, testNodes(2))
+	p, _ := newTestPool(t, func(c *Config) { c.Weights.Prefix = 0 }, testNodes(2))
 	if p.PrefixHasher() != nil {
 		t.Fatal("a hasher with the prefix weight 0")
 	}
@@ -106,14 +115,14 @@ func TestPrefixScorer(t *testing.T) {
 		{
 			name:     "slightly busier with the prefix still wins",
 			history:  []routed{{"b", []string{"system", sys, "user", "q1"}}},
-			inflight: map[string]int{"a": 4, "b": 5, "c": 4},
+			inflight: map[string]int{"a": 5, "b": 9, "c": 5},
 			request:  []string{"system", sys, "user", "q2"},
 			want:     "b",
 		},
 		{
 			name:     "a node with the prefix but twice the others' queue loses",
 			history:  []routed{{"b", []string{"system", sys, "user", "q1"}}},
-			inflight: map[string]int{"a": 4, "b": 8, "c": 4},
+			inflight: map[string]int{"a": 5, "b": 10, "c": 5},
 			request:  []string{"system", sys, "user", "q2"},
 			want:     "a|c", share: map[string]float64{"b": 0},
 		},
@@ -121,14 +130,14 @@ func TestPrefixScorer(t *testing.T) {
 			name:     "without the guard the same node would have won",
 			mutate:   func(c *Config) { c.Prefix.BalanceRel = 100 },
 			history:  []routed{{"b", []string{"system", sys, "user", "q1"}}},
-			inflight: map[string]int{"a": 4, "b": 8, "c": 4},
+			inflight: map[string]int{"a": 5, "b": 10, "c": 5},
 			request:  []string{"system", sys, "user", "q2"},
 			want:     "b",
 		},
 		{
-			name:     "the guard needs the absolute gap too: 2 against 1 is no pile-up",
+			name:     "the guard needs the absolute gap too: 4 against 0 is no pile-up",
 			history:  []routed{{"b", []string{"system", sys, "user", "q1"}}},
-			inflight: map[string]int{"a": 1, "b": 2, "c": 1},
+			inflight: map[string]int{"a": 0, "b": 4, "c": 0},
 			request:  []string{"system", sys, "user", "q2"},
 			want:     "b",
 		},
@@ -164,7 +173,7 @@ func TestPrefixScorer(t *testing.T) {
 				if tc.mutate != nil {
 					tc.mutate(c)
 				}
-			}, testNodes(3))
+			}, nodesWith(3, 20))
 			for _, r := range tc.history {
 				p.Routed(p.Node(r.node), chat(t, p, r.msgs...))
 			}
@@ -326,6 +335,30 @@ func BenchmarkPickPrefix(b *testing.B) {
 			px := hash(p)
 			out, _ := p.PickWith("m", Hints{Prefix: px})
 			p.Routed(out[0], px)
+		}
+	})
+}
+
+// FuzzParseMetrics: any exposition parses without panicking, and what it
+// yields is in range (the prefix counters and cache_config_info labels
+// included).
+func FuzzParseMetrics(f *testing.F) {
+	for _, name := range []string{"vllm_v1.txt", "vllm_legacy.txt", "sglang.txt", "tgi.txt"} {
+		f.Add(fixture(f, name))
+	}
+	f.Add([]byte(`vllm:cache_config_info{block_size="16",num_gpu_blocks="1e400"} 1`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		m := parseMetrics(kindVLLM, body)
+		if !math.IsNaN(m.kv) && (m.kv < 0 || m.kv > 1) {
+			t.Fatalf("kv %v", m.kv)
+		}
+		if m.kvCapacity < 0 || math.IsNaN(m.kvCapacity) {
+			t.Fatalf("capacity %v", m.kvCapacity)
+		}
+		var n Node
+		n.notePrefixHits(nil, &m)
+		if r, ok := n.PrefixCacheHitRate(); ok && (r < 0 || r > 1) {
+			t.Fatalf("hit rate %v", r)
 		}
 	})
 }
