@@ -100,7 +100,7 @@ type ModelAlias struct {
 func DefaultConfig() Config {
 	return Config{
 		Policy:         "score",
-		Weights:        Weights{Queue: 0.5, Latency: 0.3, Memory: 0.2, Prefix: 1.5},
+		Weights:        Weights{Queue: 0.5, Latency: 0.3, Memory: 0.2, Prefix: 3},
 		ScrapeInterval: units.Duration(1e9),
 		StaleAfter:     units.Duration(5e9),
 		HealthInterval: units.Duration(5e9),
@@ -108,7 +108,7 @@ func DefaultConfig() Config {
 		Backoff:        Backoff{Base: units.Duration(50e6), Max: units.Duration(1e9)},
 		Eject:          EjectConfig{KVUsageAbove: 0.92, QueueAbove: 8, After: 2, RestoreAfter: 2, Cooldown: units.Duration(30e9)},
 		Breaker:        BreakerConfig{Failures: 5, Window: units.Duration(10e9), OpenFor: units.Duration(10e9), HalfOpenSuccesses: 2, HalfOpenProbes: 1},
-		Prefix:         PrefixConfig{BlockTokens: 64, CapacityTokens: 65536, BalanceAbs: 4, BalanceRel: 1.5},
+		Prefix:         PrefixConfig{BlockTokens: 64, CapacityTokens: 65536, BalanceAbs: 3, BalanceRel: 1.5},
 	}
 }
 

@@ -86,9 +86,10 @@
 // the queue component). When a node's load exceeds the least loaded
 // candidate's by more than prefix.balance_abs AND is more than
 // prefix.balance_rel times it, its prefix component is 0, so load decides:
-// a prefix never piles requests onto one node. With the defaults (4, 1.5)
-// a node with 10 requests loses its prefix credit against one with 5, but
-// not against one with 7 (the gap is 3), nor 4 against 0.
+// a prefix never piles requests onto one node. With the defaults (3, 1.5)
+// a node with 12 requests loses its prefix credit against one with 6, and
+// 4 against 0, but not 7 against 5 (the gap is 2), nor 9 against 6 (9 is
+// not more than 1.5 × 6).
 //
 // Unknown is scored as neutral, never as idle: an unknown memory or latency
 // component scores 0.5 against 1 for a known-idle node or the fastest one;

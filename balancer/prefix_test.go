@@ -39,7 +39,7 @@ func nodesWith(n, maxConc int) []NodeConfig {
 	return nodes
 }
 
-func withPrefix(c *Config) { c.Weights.Prefix = 1.5 }
+func withPrefix(c *Config) { c.Weights.Prefix = 3 }
 
 // TestPrefixHashes: a later turn carries the earlier turn's hashes as its
 // prefix; a different system prompt or role shares none.
@@ -115,14 +115,14 @@ func TestPrefixScorer(t *testing.T) {
 		{
 			name:     "slightly busier with the prefix still wins",
 			history:  []routed{{"b", []string{"system", sys, "user", "q1"}}},
-			inflight: map[string]int{"a": 5, "b": 9, "c": 5},
+			inflight: map[string]int{"a": 5, "b": 7, "c": 5},
 			request:  []string{"system", sys, "user", "q2"},
 			want:     "b",
 		},
 		{
 			name:     "a node with the prefix but twice the others' queue loses",
 			history:  []routed{{"b", []string{"system", sys, "user", "q1"}}},
-			inflight: map[string]int{"a": 5, "b": 10, "c": 5},
+			inflight: map[string]int{"a": 6, "b": 12, "c": 6},
 			request:  []string{"system", sys, "user", "q2"},
 			want:     "a|c", share: map[string]float64{"b": 0},
 		},
@@ -130,14 +130,21 @@ func TestPrefixScorer(t *testing.T) {
 			name:     "without the guard the same node would have won",
 			mutate:   func(c *Config) { c.Prefix.BalanceRel = 100 },
 			history:  []routed{{"b", []string{"system", sys, "user", "q1"}}},
-			inflight: map[string]int{"a": 5, "b": 10, "c": 5},
+			inflight: map[string]int{"a": 6, "b": 12, "c": 6},
 			request:  []string{"system", sys, "user", "q2"},
 			want:     "b",
 		},
 		{
-			name:     "the guard needs the absolute gap too: 4 against 0 is no pile-up",
+			name:     "the guard needs the absolute gap too: 3 against 0 is no pile-up",
 			history:  []routed{{"b", []string{"system", sys, "user", "q1"}}},
-			inflight: map[string]int{"a": 0, "b": 4, "c": 0},
+			inflight: map[string]int{"a": 0, "b": 3, "c": 0},
+			request:  []string{"system", sys, "user", "q2"},
+			want:     "b",
+		},
+		{
+			name:     "the guard needs the ratio too: 12 against 8 is not 1.5 times",
+			history:  []routed{{"b", []string{"system", sys, "user", "q1"}}},
+			inflight: map[string]int{"a": 8, "b": 12, "c": 8},
 			request:  []string{"system", sys, "user", "q2"},
 			want:     "b",
 		},

@@ -330,7 +330,7 @@ func (p *Pool) record(n *Node, m engineMetrics, inflight int64) {
 			n.slots.Store(math.Float64bits(m.running))
 		}
 	}
-	if m.kvCapacity >= 1 {
+	if m.kvCapacity >= 1 && m.kvCapacity < 1<<50 {
 		n.kvCapacity.Store(int64(m.kvCapacity))
 	}
 	n.notePrefixHits(n.scraped.Load(), &m)

@@ -58,8 +58,8 @@ func main() {
 	flag.IntVar(&po.promptChars, "system-chars", 8000, "prefix-heavy: characters per system prompt (gpusim counts 4 a token)")
 	flag.Float64Var(&po.rate, "conversation-rate", 4, "prefix-heavy: conversation starts per second (Poisson)")
 	flag.DurationVar(&po.think, "think", time.Second, "prefix-heavy: mean pause between an answer and the next turn")
-	flag.IntVar(&po.kvBlocks, "kv-blocks", 1024, "prefix-heavy: each node's KV capacity in 16-token blocks")
-	flag.Float64Var(&po.prefix, "prefix-weight", 1.5, "prefix-heavy: the prefix weight tried")
+	flag.IntVar(&po.kvBlocks, "kv-blocks", 1536, "prefix-heavy: each node's KV capacity in 16-token blocks")
+	flag.Float64Var(&po.prefix, "prefix-weight", 3, "prefix-heavy: the prefix weight tried")
 	flag.Float64Var(&po.affinity, "affinity-weight", 0.5, "prefix-heavy: the affinity weight tried")
 	flag.Float64Var(&po.balanceAbs, "balance-abs", 0, "prefix-heavy: balancer.prefix.balance_abs (0 = the default)")
 	flag.Float64Var(&po.balanceRel, "balance-rel", 0, "prefix-heavy: balancer.prefix.balance_rel (0 = the default)")
@@ -179,8 +179,9 @@ func run(dur, warm, affDur time.Duration, rate float64, seed uint64) error {
 		fmt.Printf("| %g | %d | %s | %s | %s | %d | %.0f%% | %s |\n", w, s.ok, ms(s.ttftP50), ms(s.ttftP95), ms(s.e2eP95), s.errors, 100*s.stickiness, s.shares(cluster))
 	}
 	fmt.Println("\nstickiness: per system prompt, the share of its requests on its most used node, averaged.")
-	fmt.Println("gpusim has no prefix cache, so affinity cannot lower TTFT here; it shows only whether requests sharing a prompt")
-	fmt.Println("land together. The router passes a hash of the system prompt as the affinity key; on a cluster this uneven, load and latency dominate the score.")
+	fmt.Println("These nodes run without --prefix-cache, so affinity cannot lower TTFT here; it shows only whether requests sharing a prompt")
+	fmt.Println("land together (the prefix weight is 0 in this scenario). On a cluster this uneven, load and latency dominate the score.")
+	fmt.Println("The prefix-heavy scenario measures prefix-aware routing against nodes with a prefix cache.")
 	return nil
 }
 
