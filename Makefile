@@ -3,11 +3,11 @@ GO       ?= go
 PKGS     ?= ./...
 BENCHTIME ?= 2s
 
-.PHONY: test crossbuild build lint bench fuzz redis-server demo clean
+.PHONY: test crossbuild build lint bench fuzz redis-server chromium demo clean
 
 ## test: the cross-builds, then every test with the race detector against a
-## real redis-server.
-test: crossbuild redis-server
+## real redis-server, and the dashboard in a real headless Chromium.
+test: crossbuild redis-server chromium
 	FRONTDOOR_REQUIRE_REDIS=1 $(GO) test -race -count=1 $(PKGS)
 
 ## crossbuild: everything must build for the platforms people run it on.
@@ -31,9 +31,26 @@ redis-server:
 		fi; \
 	fi
 
-## build: build both binaries into ./bin.
+## chromium: make sure Debian's chromium is installed: the dashboard's browser
+## test (router.TestDashboardInBrowser) drives it, and skips without it.
+chromium:
+	@if ! command -v chromium >/dev/null 2>&1 && [ -z "$$FRONTDOOR_CHROMIUM" ]; then \
+		if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing chromium with apt-get"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+		else \
+			echo "chromium is missing: the dashboard's browser test will skip; install it with: sudo apt-get install -y chromium"; \
+		fi; \
+	fi
+
+## build: build both binaries into ./bin, stamped with the version
+## (git describe) and revision; without them frontdoor reads its module's
+## build info.
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS  ?= -X frontdoor/internal/buildinfo.version=$(VERSION) -X frontdoor/internal/buildinfo.revision=$(REVISION)
 build:
-	$(GO) build -o bin/frontdoor ./cmd/frontdoor
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/frontdoor ./cmd/frontdoor
 	$(GO) build -o bin/gpusim ./cmd/gpusim
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -49,9 +66,10 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 	$(GO) run ./bench/overhead
 
-## fuzz: fuzz the request parser for 60s.
+## fuzz: fuzz the request parser and the warm-file parser for 60s each.
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseRequest -fuzztime 60s ./adapters
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./internal/warm
 
 ## demo: run the self-contained demo.
 demo:

@@ -117,7 +117,14 @@ type UpstreamRequest struct {
 	Body      []byte
 	Stream    bool
 	RequestID string
-	Model     string // the model named in Body (after alias resolution)
+	Model     string        // the model named in Body (after alias resolution)
+	Trace     *TraceContext // nil: no trace context to pass on
+}
+
+// TraceContext is the W3C trace context of an attempt, sent upstream as
+// the traceparent and tracestate headers.
+type TraceContext struct {
+	Parent, State string
 }
 
 // UpstreamResponse is an upstream answer. For a stream with a 2xx status the
@@ -305,6 +312,12 @@ func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamR
 			req.Header.SetCanonical(headerRequestID, []byte(ur.RequestID))
 		} else {
 			req.Header.Set("X-Request-Id", ur.RequestID) // strips line breaks
+		}
+	}
+	if tc := ur.Trace; tc != nil && tc.Parent != "" {
+		req.Header.Set("traceparent", tc.Parent)
+		if tc.State != "" {
+			req.Header.Set("tracestate", tc.State)
 		}
 	}
 	if ur.Stream {

@@ -102,6 +102,7 @@ type Config struct {
 	MaxBytes     units.Bytes      `yaml:"max_bytes"`
 	VectorSearch string           `yaml:"vector_search"` // auto | redisearch | local
 	RedisIndex   RedisIndexConfig `yaml:"redis_index"`
+	LocalIndex   IndexConfig      `yaml:"local_index"` // the in-process index: memory, and plain Redis
 	Reads        ReadsConfig      `yaml:"reads"`
 	Writes       WritesConfig     `yaml:"writes"`
 	Exact        ExactConfig      `yaml:"exact"`
@@ -130,12 +131,13 @@ func DefaultConfig() Config {
 		MaxBytes:     512 << 20,
 		VectorSearch: "auto",
 		RedisIndex:   RedisIndexConfig{Type: "hnsw", M: 16, EFConstruction: 200, EFRuntime: 10, BatchSize: 64, InitialCap: 200000},
+		LocalIndex:   DefaultIndexConfig(),
 		Reads: ReadsConfig{Timeout: units.Duration(100 * time.Millisecond),
 			Breaker: BreakerConfig{FailureRatio: 0.5, MinCalls: 20, Window: units.Duration(10 * time.Second), OpenFor: units.Duration(time.Second)}},
 		Writes: WritesConfig{Timeout: units.Duration(2 * time.Second), Queue: 10000, Workers: 2, Batch: 64,
 			Breaker: BreakerConfig{FailureRatio: 0.5, MinCalls: 10, Window: units.Duration(30 * time.Second), OpenFor: units.Duration(2 * time.Second)}},
 		Exact:        ExactConfig{Enabled: true},
-		Semantic:     SemanticConfig{Enabled: true, Threshold: 0.91, Guards: Guards{Numbers: true, Negation: true}},
+		Semantic:     SemanticConfig{Enabled: true, Threshold: 0.92, Guards: DefaultGuards()},
 		Embedder:     embed.DefaultConfig(),
 		Eligibility:  Eligibility{MaxTemperature: 2.0, CacheToolCalls: true},
 		Coalesce:     true,
@@ -165,6 +167,9 @@ func (c *Config) Validate() error {
 	case "auto", "redisearch", "local":
 	default:
 		add("vector_search: %q is not one of auto, redisearch, local", c.VectorSearch)
+	}
+	if err := c.LocalIndex.Validate(); err != nil {
+		errs = append(errs, prefixLines("local_index.", err))
 	}
 	if err := c.RedisIndex.Validate(); err != nil {
 		errs = append(errs, prefixLines("redis_index.", err))

@@ -30,12 +30,13 @@ type Entry struct {
 	Query     string          `json:"query,omitempty"` // last user turn, semantic entries only
 	Scope     string          `json:"scope,omitempty"` // semantic scope hash
 	ExactKey  string          `json:"key,omitempty"`   // exact key it is stored under
+	Tag       string          `json:"tag,omitempty"`   // set by a warm-up (X-Cache-Tag), for PurgeTag
 }
 
 // Size is an estimate of the memory the entry holds, for the byte budget.
 func (e *Entry) Size() int64 {
 	return int64(256 + len(e.ID) + len(e.Namespace) + len(e.Model) + len(e.Content) + len(e.Reasoning) +
-		len(e.ToolCalls) + len(e.Query) + len(e.Scope) + len(e.ExactKey))
+		len(e.ToolCalls) + len(e.Query) + len(e.Scope) + len(e.ExactKey) + len(e.Tag))
 }
 
 // NewEntryID returns a random 16-hex-digit id.

@@ -16,19 +16,36 @@ type Guards struct {
 	// Negation rejects a match unless both texts hold the same number of
 	// negation words (English) or negation characters (Chinese).
 	Negation bool `yaml:"negation"`
+	// Order rejects a match whose shared words stand in an order that
+	// moving one block of words cannot explain: "Is a cat bigger than a
+	// dog?" is not "Is a dog bigger than a cat?", while "Who are you?
+	// Hello" is "Hello, who are you?".
+	Order bool `yaml:"order"`
+	// Entities rejects a match unless both texts hold the same names,
+	// quoted strings, code identifiers, URLs, e-mail addresses, date words
+	// and units.
+	Entities bool `yaml:"entities"`
 }
 
 // DefaultGuards turns every guard on.
-func DefaultGuards() Guards { return Guards{Numbers: true, Negation: true} }
+func DefaultGuards() Guards {
+	return Guards{Numbers: true, Negation: true, Order: true, Entities: true}
+}
 
 // Reasons GuardsAllow gives for a rejection.
 const (
 	GuardNumbers  = "numbers"
 	GuardNegation = "negation"
+	GuardEntity   = "entity"
+	GuardOrder    = "order"
 )
 
+// GuardReasons lists every reason GuardsAllow can give, for metric labels.
+var GuardReasons = []string{GuardNumbers, GuardNegation, GuardEntity, GuardOrder}
+
 // GuardsAllow reports whether a semantic candidate may answer the query;
-// reason is "" when allowed, else "numbers" or "negation".
+// reason is "" when allowed, else one of GuardReasons. The entity and
+// order guards are described at entitiesAllow and orderAllows.
 //
 // Numbers: "12*7" never matches "12*8"; "12 and 7" matches "7 and 12". Digit
 // runs compare as written ("3.5" is the runs 3 and 5; "007" differs from
@@ -49,17 +66,22 @@ const (
 // ...), in A-not-A questions (是不是, 有没有, 可不可以) and as a clause-final
 // question particle (好玩不？), which ask rather than deny.
 func GuardsAllow(g Guards, query, candidate string) (ok bool, reason string) {
-	if !g.Numbers && !g.Negation {
-		return true, ""
+	if g.Numbers || g.Negation {
+		var q, c textMarks
+		q.scan(query, g)
+		c.scan(candidate, g)
+		if g.Numbers && !sameMultiset(q.numbers(), c.numbers()) {
+			return false, GuardNumbers
+		}
+		if g.Negation && (q.negations != c.negations || q.negations > 0 && negationMoved(query, candidate)) {
+			return false, GuardNegation
+		}
 	}
-	var q, c textMarks
-	q.scan(query, g)
-	c.scan(candidate, g)
-	if g.Numbers && !sameMultiset(q.numbers(), c.numbers()) {
-		return false, GuardNumbers
+	if g.Entities && !entitiesAllow(query, candidate) {
+		return false, GuardEntity
 	}
-	if g.Negation && q.negations != c.negations {
-		return false, GuardNegation
+	if g.Order && !orderAllows(query, candidate) {
+		return false, GuardOrder
 	}
 	return true, ""
 }

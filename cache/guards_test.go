@@ -106,6 +106,10 @@ func TestGuardNegation(t *testing.T) {
 		{"有什么好的英语学习网站没", "有什么好的英语学习网站吗", true},
 		{"短道速滑和速度滑冰有什么不同？", "短道速滑和速度滑冰有什么区别", true},
 		{"这两个颜色不同", "这两个颜色相同", false},
+		{"Why does the server not start when the disk is full?", "Why does the server start when the disk is not full?", false}, // moved
+		{"为什么不下雨的时候会打雷", "为什么下雨的时候不会打雷", false},
+		{"淘宝新店没有流量怎么办？", "淘宝新店没流量怎么办？", true},
+		{"it does not work", "does it not work", true},
 	}
 	for _, tc := range tests {
 		ok, reason := GuardsAllow(g, tc.query, tc.candidate)
@@ -126,8 +130,8 @@ func TestGuardsOffAndDefaults(t *testing.T) {
 		t.Errorf("guards off: got %v %q, want allowed", ok, reason)
 	}
 	g := DefaultGuards()
-	if !g.Numbers || !g.Negation {
-		t.Fatalf("DefaultGuards() = %+v, want both on", g)
+	if !g.Numbers || !g.Negation || !g.Order || !g.Entities {
+		t.Fatalf("DefaultGuards() = %+v, want all on", g)
 	}
 	if ok, _ := GuardsAllow(g, "How do I sort a list in Go?", "how to sort a list in go"); !ok {
 		t.Error("paraphrase without numbers or negation was rejected")
@@ -141,14 +145,104 @@ func TestGuardsOffAndDefaults(t *testing.T) {
 	}
 }
 
+func TestGuardOrder(t *testing.T) {
+	g := Guards{Order: true}
+	tests := []struct {
+		query, candidate string
+		allow            bool
+	}{
+		{"Is a dog bigger than a cat?", "Is a cat bigger than a dog?", false},
+		{"Alice sent Bob a letter", "Bob sent Alice a letter", false},
+		{"convert km to miles", "convert miles to km", false},
+		{"张三打了李四", "李四打了张三", false},
+		{"北京到上海的高铁", "上海到北京的高铁", false},
+		{"三月五号", "五月三号", false},
+		{"Hello, who are you?", "Who are you? Hello", true}, // one block moved
+		{"what is the capital of France", "the capital of France, what is it", true},
+		{"how do I sort a list in python", "in python, how do I sort a list", true},
+		{"小树像什么？房子像什么？", "房子像什么？小树像什么？", true}, // sentences in another order
+		{"微信聊天记录怎么恢复", "怎么恢复微信聊天记录", true},
+		{"Is a dog bigger than a cat", "is a DOG bigger than a cat???", true},
+		{"one", "two", true}, // nothing shared
+	}
+	for _, tc := range tests {
+		ok, reason := GuardsAllow(g, tc.query, tc.candidate)
+		if ok != tc.allow {
+			t.Errorf("GuardsAllow(%q, %q) = %v, want %v", tc.query, tc.candidate, ok, tc.allow)
+		}
+		if !ok && reason != GuardOrder {
+			t.Errorf("GuardsAllow(%q, %q) reason = %q, want %q", tc.query, tc.candidate, reason, GuardOrder)
+		}
+		if back, _ := GuardsAllow(g, tc.candidate, tc.query); back != ok {
+			t.Errorf("GuardsAllow not symmetric for %q, %q", tc.query, tc.candidate)
+		}
+	}
+}
+
+func TestGuardEntities(t *testing.T) {
+	g := Guards{Entities: true}
+	tests := []struct {
+		query, candidate string
+		allow            bool
+	}{
+		{"Who is Alice's father?", "Who is Carol's father?", false},
+		{"who is alice's father", "Who is Alice's father?", true}, // case: the name is still there
+		{"How do I call getUserName in Go?", "How do I call getUserById in Go?", false},
+		{"what does os.path.join do", "what does os.path.split do", false},
+		{"what does my_func return", "what does my_func return?", true},
+		{"open https://example.com/a", "open https://example.com/b", false},
+		{"mail bob@example.com", "mail alice@example.com", false},
+		{`what does "hello" mean`, `what does "goodbye" mean`, false},
+		{`what does "hello" mean`, "what does hello mean", true},
+		{"《红楼梦》的作者是谁", "《水浒传》的作者是谁", false},
+		{"weather on Monday", "weather on Friday", false},
+		{"what's the weather today", "what's the weather tomorrow", false},
+		{"今天天气怎么样", "明天天气怎么样", false},
+		{"run 10 km", "run 10 miles", false},
+		{"run 10 km", "run 10 kilometers", true}, // synonyms
+		{"10公里是多少米", "10英里是多少米", false},
+		{"3天能到吗", "3周能到吗", false},
+		{"Explain TCP handshakes", "explain tcp handshakes", true},
+		{"Please, what is the capital of France?", "What is the capital of France?", true},
+		{"How do I sort a list?", "how can I sort a list", true},
+	}
+	for _, tc := range tests {
+		ok, reason := GuardsAllow(g, tc.query, tc.candidate)
+		if ok != tc.allow {
+			t.Errorf("GuardsAllow(%q, %q) = %v, want %v", tc.query, tc.candidate, ok, tc.allow)
+		}
+		if !ok && reason != GuardEntity {
+			t.Errorf("GuardsAllow(%q, %q) reason = %q, want %q", tc.query, tc.candidate, reason, GuardEntity)
+		}
+		if back, _ := GuardsAllow(g, tc.candidate, tc.query); back != ok {
+			t.Errorf("GuardsAllow not symmetric for %q, %q", tc.query, tc.candidate)
+		}
+	}
+}
+
+func FuzzGuardsAllow(f *testing.F) {
+	f.Add("Is a dog bigger than a cat?", "Is a cat bigger than a dog?")
+	f.Add(`say "hi" to bob@x.io at https://x.io/a_b`, "《书》 10公里 今天 getX()")
+	f.Fuzz(func(t *testing.T, q, c string) {
+		ok, reason := GuardsAllow(DefaultGuards(), q, c)
+		if ok != (reason == "") {
+			t.Fatalf("ok %v with reason %q", ok, reason)
+		}
+		if ok2, _ := GuardsAllow(DefaultGuards(), q, q); !ok2 {
+			t.Fatalf("a text does not match itself: %q", q)
+		}
+	})
+}
+
 func TestGuardManyNumbers(t *testing.T) {
 	// More numbers than the inline buffer holds.
 	a := "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20"
 	b := "20 19 18 17 16 15 14 13 12 11 10 9 8 7 6 5 4 3 2 1"
-	if ok, _ := GuardsAllow(DefaultGuards(), a, b); !ok {
+	g := Guards{Numbers: true}
+	if ok, _ := GuardsAllow(g, a, b); !ok {
 		t.Error("same 20 numbers in another order were rejected")
 	}
-	if ok, _ := GuardsAllow(DefaultGuards(), a, b+" 21"); ok {
+	if ok, _ := GuardsAllow(g, a, b+" 21"); ok {
 		t.Error("an extra 21st number was allowed")
 	}
 }

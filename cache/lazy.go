@@ -122,6 +122,19 @@ func (l *LazyStore) Delete(ctx context.Context, id string) error {
 	return s.Delete(ctx, id)
 }
 
+// GetByID implements EntryGetter when the store it built does.
+func (l *LazyStore) GetByID(ctx context.Context, id string) (*Entry, error) {
+	s, err := l.store()
+	if err != nil {
+		return nil, err
+	}
+	g, ok := s.(EntryGetter)
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return g.GetByID(ctx, id)
+}
+
 // Purge implements Store.
 func (l *LazyStore) Purge(ctx context.Context, namespace string) (int, error) {
 	s, err := l.store()
@@ -129,6 +142,15 @@ func (l *LazyStore) Purge(ctx context.Context, namespace string) (int, error) {
 		return 0, err
 	}
 	return s.Purge(ctx, namespace)
+}
+
+// PurgeTag implements Store.
+func (l *LazyStore) PurgeTag(ctx context.Context, tag string) (int, error) {
+	s, err := l.store()
+	if err != nil {
+		return 0, err
+	}
+	return s.PurgeTag(ctx, tag)
 }
 
 // Stats implements Store.

@@ -75,10 +75,15 @@ func (it *memItem) expired(now int64) bool { return it.expires != 0 && it.expire
 // NewMemoryStore returns a store holding at most maxBytes (<= 0: no limit)
 // for vectors of dims floats, and starts its sweeper.
 func NewMemoryStore(maxBytes int64, dims int) *MemoryStore {
+	return NewMemoryStoreWith(maxBytes, dims, DefaultIndexConfig())
+}
+
+// NewMemoryStoreWith is NewMemoryStore with the vector index's settings.
+func NewMemoryStoreWith(maxBytes int64, dims int, ic IndexConfig) *MemoryStore {
 	m := &MemoryStore{
 		maxBytes: maxBytes,
 		dims:     dims,
-		index:    NewVectorIndex(dims),
+		index:    NewVectorIndexWith(dims, ic),
 		byKey:    map[string]*memItem{},
 		byID:     map[string]*memItem{},
 		stop:     make(chan struct{}),
@@ -243,11 +248,43 @@ func (m *MemoryStore) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
+// GetByID returns the live entry with this id. It does not touch the LRU
+// order: an audit is no use.
+func (m *MemoryStore) GetByID(ctx context.Context, id string) (*Entry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("cache: memory get by id: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	it := m.byID[id]
+	if it == nil || it.expired(time.Now().UnixNano()) {
+		return nil, ErrNotFound
+	}
+	return it.e, nil
+}
+
 // Purge removes every entry of namespace and returns how many were live.
 func (m *MemoryStore) Purge(ctx context.Context, namespace string) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("cache: memory purge: %w", err)
 	}
+	return m.purgeWhere(func(e *Entry) bool { return e.Namespace == namespace }), nil
+}
+
+// PurgeTag removes every entry tagged tag and returns how many were live.
+func (m *MemoryStore) PurgeTag(ctx context.Context, tag string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("cache: memory purge tag: %w", err)
+	}
+	if tag == "" {
+		return 0, nil
+	}
+	return m.purgeWhere(func(e *Entry) bool { return e.Tag == tag }), nil
+}
+
+// purgeWhere removes the entries match selects and returns how many were
+// live. It walks every entry: purges are rare admin calls.
+func (m *MemoryStore) purgeWhere(match func(*Entry) bool) int {
 	now := time.Now().UnixNano()
 	m.wmu.Lock()
 	defer m.wmu.Unlock()
@@ -255,7 +292,7 @@ func (m *MemoryStore) Purge(ctx context.Context, namespace string) (int, error) 
 	defer m.unlockAndUnindex()
 	n := 0
 	for _, it := range m.byID {
-		if it.e.Namespace != namespace {
+		if !match(it.e) {
 			continue
 		}
 		if !it.expired(now) {
@@ -263,7 +300,7 @@ func (m *MemoryStore) Purge(ctx context.Context, namespace string) (int, error) 
 		}
 		m.removeLocked(it)
 	}
-	return n, nil
+	return n
 }
 
 // Stats reports what the store holds, including expired entries the sweeper

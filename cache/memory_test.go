@@ -404,7 +404,7 @@ func TestMemorySearchScopeIsolation(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	m := newMemStore(t, 0, memDims)
 	// Both the exact-scan and the prefiltered path.
-	for _, n := range []int{10, exactScanMax + 100} {
+	for _, n := range []int{10, DefaultIndexConfig().ExactMax + 100} {
 		mine, other := fmt.Sprint("mine", n), fmt.Sprint("other", n)
 		q := memUnit(rng, memDims)
 		twin := memEntry("ns", "", other)

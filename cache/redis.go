@@ -23,6 +23,7 @@ import (
 //	p id:{id}        STRING  ref: namespace + exact key, PX ttl (for Delete and Purge)
 //	p v:{id}         HASH    vec (LE float32), entry (payload), scope, ns; PEXPIRE ttl
 //	p ns:{ns}        ZSET    ids of the namespace scored by expiry (unix ms), for Purge
+//	p tag:{tag}      ZSET    ids of entries tagged tag, scored likewise, for PurgeTag
 //	p namespaces     SET     namespace names, for Stats
 //	p events         STREAM  op=add|del id=..., keeps local-mode replicas in sync
 //	p idx            FT index over p v:* (redisearch mode)
@@ -61,6 +62,7 @@ type RedisOptions struct {
 	Embedder     string // embedder name (embed.Embedder.Name); names the vector keys and the index
 	VectorSearch string // "auto" (default) | "redisearch" | "local"
 	Index        RedisIndexConfig
+	LocalIndex   IndexConfig   // the in-process index of local mode; zero: the defaults
 	ReadTimeout  time.Duration // Get and Search; default 100ms
 	WriteTimeout time.Duration // Put, Delete, Purge and the index's set-up; default 2s
 	SyncInterval time.Duration // local mode: stream poll block time; default 1s
@@ -122,6 +124,9 @@ func NewRedisStore(ctx context.Context, client redis.UniversalClient, opt RedisO
 	if opt.Index.Type == "" {
 		opt.Index = DefaultConfig().RedisIndex
 	}
+	if opt.LocalIndex == (IndexConfig{}) {
+		opt.LocalIndex = DefaultIndexConfig()
+	}
 	if opt.Embedder == "" {
 		opt.Embedder = "vec"
 	}
@@ -172,7 +177,7 @@ func NewRedisStore(ctx context.Context, client redis.UniversalClient, opt RedisO
 		close(r.done)
 		return r, nil
 	}
-	r.idx.Store(NewVectorIndex(opt.Dims))
+	r.idx.Store(NewVectorIndexWith(opt.Dims, opt.LocalIndex))
 	lastID, err := r.resync(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("cache: redis: load vectors: %w", err)
@@ -196,6 +201,7 @@ func (r *RedisStore) exactKey(k string) string { return r.opt.Prefix + "e:" + k 
 func (r *RedisStore) idKey(id string) string   { return r.opt.Prefix + "id:" + id }
 func (r *RedisStore) vecKey(id string) string  { return r.keyVec + id }
 func (r *RedisStore) nsKey(ns string) string   { return r.opt.Prefix + "ns:" + ns }
+func (r *RedisStore) tagKey(tag string) string { return r.opt.Prefix + "tag:" + tag }
 
 func (r *RedisStore) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, r.opt.ReadTimeout)
@@ -329,12 +335,18 @@ func (r *RedisStore) queuePut(ctx context.Context, pipe, events redis.Pipeliner,
 		pipe.HSet(ctx, vk, "vec", vecBytes(vec), "entry", payload, "scope", e.Scope, "ns", e.Namespace)
 		pipe.PExpire(ctx, vk, ttl)
 	}
-	pipe.ZAdd(ctx, nk, redis.Z{Score: float64(expires.UnixMilli()), Member: e.ID})
-	pipe.ZRemRangeByScore(ctx, nk, "-inf", "("+strconv.FormatInt(now.Add(-nsTrimSlack).UnixMilli(), 10))
-	// The set lives as long as its longest-lived id: NX sets a first expiry,
-	// GT only ever extends it (Redis >= 7).
-	pipe.ExpireNX(ctx, nk, ttl+nsTrimSlack)
-	pipe.ExpireGT(ctx, nk, ttl+nsTrimSlack)
+	sets := []string{nk}
+	if e.Tag != "" {
+		sets = append(sets, r.tagKey(e.Tag))
+	}
+	for _, k := range sets {
+		pipe.ZAdd(ctx, k, redis.Z{Score: float64(expires.UnixMilli()), Member: e.ID})
+		pipe.ZRemRangeByScore(ctx, k, "-inf", "("+strconv.FormatInt(now.Add(-nsTrimSlack).UnixMilli(), 10))
+		// The set lives as long as its longest-lived id: NX sets a first
+		// expiry, GT only ever extends it (Redis >= 7).
+		pipe.ExpireNX(ctx, k, ttl+nsTrimSlack)
+		pipe.ExpireGT(ctx, k, ttl+nsTrimSlack)
+	}
 	pipe.SAdd(ctx, r.keyNamespaces, e.Namespace)
 	if vec == nil {
 		return nil, expires, nil
@@ -400,6 +412,42 @@ func (r *RedisStore) Search(ctx context.Context, scope string, vec []float32, k 
 	return out, nil
 }
 
+// GetByID returns the entry with this id: from its vector record, or for an
+// exact-only entry through its id record and exact key.
+func (r *RedisStore) GetByID(ctx context.Context, id string) (*Entry, error) {
+	ctx, cancel := r.callCtx(ctx)
+	defer cancel()
+	b, err := r.c.HGet(ctx, r.vecKey(id), "entry").Bytes()
+	if errors.Is(err, redis.Nil) {
+		ref, rerr := r.c.Get(ctx, r.idKey(id)).Bytes()
+		if errors.Is(rerr, redis.Nil) {
+			return nil, ErrNotFound
+		}
+		if rerr != nil {
+			return nil, fmt.Errorf("cache: redis get by id: %w", rerr)
+		}
+		_, key := decodeRef(ref)
+		if key == "" {
+			return nil, ErrNotFound
+		}
+		b, err = r.c.Get(ctx, r.exactKey(key)).Bytes()
+		if errors.Is(err, redis.Nil) {
+			return nil, ErrNotFound
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cache: redis get by id: %w", err)
+	}
+	e, err := decodePayload(b)
+	if err != nil {
+		return nil, fmt.Errorf("cache: redis get by id: %w", err)
+	}
+	if e.ID != id {
+		return nil, ErrNotFound // the exact key now holds a later entry
+	}
+	return e, nil
+}
+
 // Delete removes an entry by id: its exact key, its vector and its id record.
 // When the exact key was overwritten by a later entry, that one goes too: a
 // cache miss, never a wrong answer.
@@ -441,20 +489,40 @@ func (r *RedisStore) Delete(ctx context.Context, id string) error {
 // Purge removes every entry of namespace, walking its id set in batches,
 // and returns how many live entries it removed.
 func (r *RedisStore) Purge(ctx context.Context, namespace string) (int, error) {
-	nk := r.nsKey(namespace)
+	n, err := r.purgeSet(ctx, r.nsKey(namespace))
+	if err != nil {
+		return n, fmt.Errorf("cache: redis purge: %w", err)
+	}
+	return n, nil
+}
+
+// PurgeTag removes every entry tagged tag, walking the tag's id set in
+// batches, and returns how many live entries it removed.
+func (r *RedisStore) PurgeTag(ctx context.Context, tag string) (int, error) {
+	if tag == "" {
+		return 0, nil
+	}
+	n, err := r.purgeSet(ctx, r.tagKey(tag))
+	if err != nil {
+		return n, fmt.Errorf("cache: redis purge tag: %w", err)
+	}
+	return n, nil
+}
+
+func (r *RedisStore) purgeSet(ctx context.Context, set string) (int, error) {
 	total := 0
 	for {
-		n, more, err := r.purgeBatch(ctx, nk)
+		n, more, err := r.purgeBatch(ctx, set)
 		total += n
-		if err != nil {
-			return total, fmt.Errorf("cache: redis purge: %w", err)
-		}
-		if !more {
-			return total, nil
+		if err != nil || !more {
+			return total, err
 		}
 	}
 }
 
+// purgeBatch removes the first purgeBatch ids of the id set nk (a
+// namespace's or a tag's) and their entries; an id leaves its namespace's
+// set too.
 func (r *RedisStore) purgeBatch(ctx context.Context, nk string) (n int, more bool, err error) {
 	ctx, cancel := r.writeCtx(ctx)
 	defer cancel()
@@ -475,8 +543,12 @@ func (r *RedisStore) purgeBatch(ctx context.Context, nk string) (n int, more boo
 	members := make([]any, len(ids))
 	for i, id := range ids {
 		if ref, err := refs[i].Bytes(); err == nil {
-			if _, key := decodeRef(ref); key != "" {
+			ns, key := decodeRef(ref)
+			if key != "" {
 				pipe.Del(ctx, r.exactKey(key))
+			}
+			if k := r.nsKey(ns); k != nk {
+				pipe.ZRem(ctx, k, id)
 			}
 		}
 		pipe.Del(ctx, r.idKey(id))
@@ -690,7 +762,7 @@ func (r *RedisStore) resync(ctx context.Context) (string, error) {
 	if len(last) > 0 {
 		lastID = last[0].ID
 	}
-	fresh := NewVectorIndex(r.opt.Dims)
+	fresh := NewVectorIndexWith(r.opt.Dims, r.opt.LocalIndex)
 	prefix := r.vecKey("")
 	err = r.scanKeys(ctx, escapeGlob(prefix)+"*", func(ctx context.Context, keys []string) error {
 		ids := make([]string, len(keys))

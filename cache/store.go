@@ -41,8 +41,24 @@ type Store interface {
 	Delete(ctx context.Context, id string) error
 	// Purge removes every entry of a namespace and returns how many.
 	Purge(ctx context.Context, namespace string) (int, error)
+	// PurgeTag removes every entry whose Tag is tag, in every namespace,
+	// and returns how many.
+	PurgeTag(ctx context.Context, tag string) (int, error)
 	// Stats reports the content.
 	Stats(ctx context.Context) (Stats, error)
 	// Close stops background work.
 	Close() error
 }
+
+// EntryGetter is a Store that can return an entry by its id, for an
+// operator auditing a hit (GET /admin/cache/{id}).
+type EntryGetter interface {
+	// GetByID returns the live entry with this id, or ErrNotFound.
+	GetByID(ctx context.Context, id string) (*Entry, error)
+}
+
+var (
+	_ EntryGetter = (*MemoryStore)(nil)
+	_ EntryGetter = (*RedisStore)(nil)
+	_ EntryGetter = (*LazyStore)(nil)
+)

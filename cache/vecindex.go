@@ -1,20 +1,47 @@
 package cache
 
 import (
-	"math/bits"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/viterin/vek/vek32"
 )
 
-// exactScanMax is the scope size up to which search scans every vector
-// exactly. Larger scopes are pre-filtered by Hamming distance over sign bits
-// and the best candidates re-ranked exactly (see VectorIndex).
-const exactScanMax = 1024
+// IndexConfig tunes a VectorIndex.
+type IndexConfig struct {
+	// ExactMax is the scope size up to which search scans every float32
+	// vector exactly (SIMD dot products). A scope that grows past it
+	// moves to an HNSW graph over compact codes (see hnsw).
+	ExactMax int `yaml:"exact_max"`
+	// M is the graph's links per node (2*M on the bottom layer).
+	M int `yaml:"m"`
+	// EfConstruction is the candidate list size while inserting.
+	EfConstruction int `yaml:"ef_construction"`
+	// EfSearch is the candidate list size of a search; the candidates
+	// are then re-ranked by cosine.
+	EfSearch int `yaml:"ef_search"`
+}
 
-// rerankMin is how many prefiltered candidates are re-ranked exactly at least.
-const rerankMin = 64
+// DefaultIndexConfig returns the settings measured by bench/semantic-scale.
+func DefaultIndexConfig() IndexConfig {
+	return IndexConfig{ExactMax: 1024, M: 16, EfConstruction: 100, EfSearch: 64}
+}
+
+// Validate reports settings that cannot work.
+func (c IndexConfig) Validate() error {
+	switch {
+	case c.ExactMax < 0:
+		return fmt.Errorf("exact_max must be >= 0, got %d", c.ExactMax)
+	case c.M < 4 || c.M > 64:
+		return fmt.Errorf("m must be within 4..64, got %d", c.M)
+	case c.EfConstruction < c.M:
+		return fmt.Errorf("ef_construction must be >= m (%d), got %d", c.M, c.EfConstruction)
+	case c.EfSearch < 1 || c.EfSearch > 4096:
+		return fmt.Errorf("ef_search must be within 1..4096, got %d", c.EfSearch)
+	}
+	return nil
+}
 
 // IndexHit is one search result of a VectorIndex.
 type IndexHit struct {
@@ -23,36 +50,50 @@ type IndexHit struct {
 }
 
 // VectorIndex is an in-process nearest-neighbour index over L2-normalised
-// vectors, partitioned by scope. Search never crosses scopes. Small scopes
-// are scanned exactly with SIMD dot products; large ones are first ranked by
-// the Hamming distance of the vectors' sign bits (8 words for 512 dims) and
-// then the best max(8k, 64) are scored exactly. Vectors with a cosine above
-// ~0.8 sit at the head of the Hamming ranking, which is the range a semantic
-// cache acts on. It is safe for concurrent use.
+// vectors, partitioned by scope. Search never crosses scopes. Scopes of up
+// to ExactMax vectors keep float32 vectors and are scanned exactly with
+// SIMD dot products; larger ones move to an HNSW graph over sign bits and
+// int8 codes (about 3.5x smaller), whose candidates are re-ranked by
+// cosine on the int8 codes (error about 0.002; see hnsw). It is safe for
+// concurrent use: searches share a read lock, writers take the write lock.
 type VectorIndex struct {
-	dims  int
-	words int // uint64 words of sign bits per vector
+	dims int
+	cfg  IndexConfig
 
 	mu     sync.RWMutex
-	scopes map[string]*scopeVectors
-	where  map[string]*scopeVectors // id -> its scope
+	scopes map[string]scopeIndex
+	where  map[string]scopeIndex // id -> its scope
 }
 
-type scopeVectors struct {
-	ids     []string
-	vecs    []float32 // len(ids) * dims
-	signs   []uint64  // len(ids) * words
-	expires []int64   // unix nanoseconds; 0 = never
-	pos     map[string]int
+// scopeIndex is one scope's vectors, flat or in a graph.
+type scopeIndex interface {
+	add(id string, vec []float32, exp int64)
+	remove(id string) bool
+	search(vec []float32, k int, nowNs int64) []IndexHit
+	appendExpired(dst []string, nowNs int64) []string
+	expiry(id string) int64
+	size() int
 }
 
-// NewVectorIndex makes an index for vectors of dims floats.
+// NewVectorIndex makes an index for vectors of dims floats with the
+// default settings.
 func NewVectorIndex(dims int) *VectorIndex {
-	return &VectorIndex{dims: dims, words: (dims + 63) / 64, scopes: map[string]*scopeVectors{}, where: map[string]*scopeVectors{}}
+	return NewVectorIndexWith(dims, DefaultIndexConfig())
+}
+
+// NewVectorIndexWith makes an index with cfg (assumed valid).
+func NewVectorIndexWith(dims int, cfg IndexConfig) *VectorIndex {
+	return &VectorIndex{dims: dims, cfg: cfg, scopes: map[string]scopeIndex{}, where: map[string]scopeIndex{}}
 }
 
 // Dims returns the vector length.
 func (x *VectorIndex) Dims() int { return x.dims }
+
+// BytesPerVector estimates the index memory of one vector in a large scope
+// (graph, codes and bookkeeping), for byte budgets.
+func (x *VectorIndex) BytesPerVector() int {
+	return newHNSW(x.dims, x.cfg.M, x.cfg.EfConstruction).bytesPerSlot() + 8 + 96 // expiry, id and map entries
+}
 
 // Add indexes vec under id in scope, replacing an earlier vector of id.
 // A zero expires never expires.
@@ -69,14 +110,18 @@ func (x *VectorIndex) Add(scope, id string, vec []float32, expires time.Time) {
 	x.removeLocked(id)
 	s := x.scopes[scope]
 	if s == nil {
-		s = &scopeVectors{pos: map[string]int{}}
+		s = &flatScope{dims: x.dims, pos: map[string]int{}}
 		x.scopes[scope] = s
 	}
-	s.pos[id] = len(s.ids)
-	s.ids = append(s.ids, id)
-	s.vecs = append(s.vecs, vec...)
-	s.signs = appendSigns(s.signs, vec, x.words)
-	s.expires = append(s.expires, exp)
+	if f, ok := s.(*flatScope); ok && f.size() >= x.cfg.ExactMax {
+		g := f.toGraph(x.cfg)
+		for _, fid := range f.ids {
+			x.where[fid] = g
+		}
+		s = g
+		x.scopes[scope] = s
+	}
+	s.add(id, vec, exp)
 	x.where[id] = s
 }
 
@@ -92,19 +137,9 @@ func (x *VectorIndex) removeLocked(id string) bool {
 	if s == nil {
 		return false
 	}
-	i, last := s.pos[id], len(s.ids)-1
-	if i != last {
-		moved := s.ids[last]
-		s.ids[i] = moved
-		copy(s.vecs[i*x.dims:(i+1)*x.dims], s.vecs[last*x.dims:])
-		copy(s.signs[i*x.words:(i+1)*x.words], s.signs[last*x.words:])
-		s.expires[i] = s.expires[last]
-		s.pos[moved] = i
-	}
-	s.ids, s.vecs, s.signs, s.expires = s.ids[:last], s.vecs[:last*x.dims], s.signs[:last*x.words], s.expires[:last]
-	delete(s.pos, id)
+	s.remove(id)
 	delete(x.where, id)
-	if len(s.ids) == 0 {
+	if s.size() == 0 {
 		for name, sv := range x.scopes {
 			if sv == s {
 				delete(x.scopes, name)
@@ -120,110 +155,176 @@ func (x *VectorIndex) Search(scope string, vec []float32, k int, now time.Time) 
 	if len(vec) != x.dims || k <= 0 {
 		return nil
 	}
-	nowNs := now.UnixNano()
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	s := x.scopes[scope]
 	if s == nil {
 		return nil
 	}
-	n := len(s.ids)
-	live := func(i int) bool { return s.expires[i] == 0 || s.expires[i] > nowNs }
-	var cand []int
-	if n > exactScanMax {
-		cand = x.prefilter(s, vec, max(8*k, rerankMin), live)
+	return s.search(vec, k, now.UnixNano())
+}
+
+// flatScope keeps float32 vectors, scanned exactly.
+type flatScope struct {
+	dims    int
+	ids     []string
+	vecs    []float32 // len(ids) * dims
+	expires []int64   // unix nanoseconds; 0 = never
+	pos     map[string]int
+}
+
+func (s *flatScope) size() int { return len(s.ids) }
+
+func (s *flatScope) add(id string, vec []float32, exp int64) {
+	s.pos[id] = len(s.ids)
+	s.ids = append(s.ids, id)
+	s.vecs = append(s.vecs, vec...)
+	s.expires = append(s.expires, exp)
+}
+
+func (s *flatScope) remove(id string) bool {
+	i, ok := s.pos[id]
+	if !ok {
+		return false
 	}
-	hits := make([]IndexHit, 0, k+1)
-	for c := 0; c < n; c++ {
-		i := c
-		if cand != nil {
-			if c >= len(cand) {
-				break
-			}
-			i = cand[c]
-		} else if !live(i) {
+	last := len(s.ids) - 1
+	if i != last {
+		moved := s.ids[last]
+		s.ids[i] = moved
+		copy(s.vecs[i*s.dims:(i+1)*s.dims], s.vecs[last*s.dims:])
+		s.expires[i] = s.expires[last]
+		s.pos[moved] = i
+	}
+	s.ids, s.vecs, s.expires = s.ids[:last], s.vecs[:last*s.dims], s.expires[:last]
+	delete(s.pos, id)
+	return true
+}
+
+func (s *flatScope) expiry(id string) int64 { return s.expires[s.pos[id]] }
+
+func (s *flatScope) appendExpired(dst []string, nowNs int64) []string {
+	for i, e := range s.expires {
+		if e != 0 && e <= nowNs {
+			dst = append(dst, s.ids[i])
+		}
+	}
+	return dst
+}
+
+func (s *flatScope) search(vec []float32, k int, nowNs int64) []IndexHit {
+	hits := make([]IndexHit, 0, min(k, len(s.ids))+1)
+	for i := range s.ids {
+		if e := s.expires[i]; e != 0 && e <= nowNs {
 			continue
 		}
-		sim := vek32.Dot(vec, s.vecs[i*x.dims:(i+1)*x.dims])
-		if len(hits) == k && sim <= hits[k-1].Similarity {
-			continue
-		}
-		j := len(hits)
-		if j < k {
-			hits = append(hits, IndexHit{})
-		} else {
-			j = k - 1
-		}
-		for j > 0 && hits[j-1].Similarity < sim {
-			hits[j] = hits[j-1]
-			j--
-		}
-		hits[j] = IndexHit{ID: s.ids[i], Similarity: sim}
+		hits = pushHit(hits, k, IndexHit{ID: s.ids[i], Similarity: vek32.Dot(vec, s.vecs[i*s.dims:(i+1)*s.dims])})
 	}
 	return hits
 }
 
-// prefilter returns the r live vectors whose sign bits are nearest to vec's.
-func (x *VectorIndex) prefilter(s *scopeVectors, vec []float32, r int, live func(int) bool) []int {
-	q := appendSigns(make([]uint64, 0, x.words), vec, x.words)
-	type cd struct{ i, d int }
-	heap := make([]cd, 0, r) // max-heap on d
-	push := func(c cd) {
-		heap = append(heap, c)
-		for j := len(heap) - 1; j > 0; {
-			p := (j - 1) / 2
-			if heap[p].d >= heap[j].d {
-				break
-			}
-			heap[p], heap[j] = heap[j], heap[p]
-			j = p
+// pushHit inserts h into hits (most similar first, at most k).
+func pushHit(hits []IndexHit, k int, h IndexHit) []IndexHit {
+	if len(hits) == k && h.Similarity <= hits[k-1].Similarity {
+		return hits
+	}
+	j := len(hits)
+	if j < k {
+		hits = append(hits, IndexHit{})
+	} else {
+		j = k - 1
+	}
+	for j > 0 && hits[j-1].Similarity < h.Similarity {
+		hits[j] = hits[j-1]
+		j--
+	}
+	hits[j] = h
+	return hits
+}
+
+// toGraph moves the scope's vectors into a graph.
+func (s *flatScope) toGraph(cfg IndexConfig) *graphScope {
+	g := newGraphScope(s.dims, cfg)
+	for i, id := range s.ids {
+		g.add(id, s.vecs[i*s.dims:(i+1)*s.dims], s.expires[i])
+	}
+	return g
+}
+
+// graphScope keeps a scope's vectors in an HNSW graph, by slot.
+type graphScope struct {
+	g        *hnsw
+	efSearch int
+	ids      []string // slot -> id; "" for a free slot
+	expires  []int64
+	pos      map[string]int32
+	free     []int32
+	visits   sync.Pool // *visitSet, one per concurrent search
+}
+
+func newGraphScope(dims int, cfg IndexConfig) *graphScope {
+	return &graphScope{g: newHNSW(dims, cfg.M, cfg.EfConstruction), efSearch: cfg.EfSearch, pos: map[string]int32{}}
+}
+
+func (s *graphScope) size() int { return len(s.pos) }
+
+func (s *graphScope) alive(slot int32) bool { return s.ids[slot] != "" }
+
+func (s *graphScope) add(id string, vec []float32, exp int64) {
+	var slot int32
+	if n := len(s.free); n > 0 {
+		slot, s.free = s.free[n-1], s.free[:n-1]
+		s.ids[slot], s.expires[slot] = id, exp
+	} else {
+		slot = s.g.grow()
+		s.ids = append(s.ids, id)
+		s.expires = append(s.expires, exp)
+	}
+	s.pos[id] = slot
+	s.g.set(slot, vec)
+	s.g.insert(slot, s.alive)
+}
+
+func (s *graphScope) remove(id string) bool {
+	slot, ok := s.pos[id]
+	if !ok {
+		return false
+	}
+	delete(s.pos, id)
+	s.ids[slot], s.expires[slot] = "", 0
+	s.g.unlink(slot, s.alive)
+	s.free = append(s.free, slot)
+	return true
+}
+
+func (s *graphScope) expiry(id string) int64 { return s.expires[s.pos[id]] }
+
+func (s *graphScope) appendExpired(dst []string, nowNs int64) []string {
+	for i, e := range s.expires {
+		if e != 0 && e <= nowNs && s.ids[i] != "" {
+			dst = append(dst, s.ids[i])
 		}
 	}
-	replaceTop := func(c cd) {
-		heap[0] = c
-		for j := 0; ; {
-			l, big := 2*j+1, j
-			if l < len(heap) && heap[l].d > heap[big].d {
-				big = l
-			}
-			if l+1 < len(heap) && heap[l+1].d > heap[big].d {
-				big = l + 1
-			}
-			if big == j {
-				break
-			}
-			heap[j], heap[big] = heap[big], heap[j]
-			j = big
-		}
+	return dst
+}
+
+func (s *graphScope) search(vec []float32, k int, nowNs int64) []IndexHit {
+	q := make([]uint64, s.g.words)
+	s.g.rot.code(q, vec)
+	vs, _ := s.visits.Get().(*visitSet)
+	if vs == nil {
+		vs = &visitSet{}
 	}
-	w := x.words
-	var q8 [8]uint64
-	copy(q8[:], q)
-	for i := 0; i < len(s.ids); i++ {
-		d := 0
-		if w == 8 {
-			r := (*[8]uint64)(s.signs[i*8 : i*8+8])
-			d = bits.OnesCount64(r[0]^q8[0]) + bits.OnesCount64(r[1]^q8[1]) + bits.OnesCount64(r[2]^q8[2]) + bits.OnesCount64(r[3]^q8[3]) +
-				bits.OnesCount64(r[4]^q8[4]) + bits.OnesCount64(r[5]^q8[5]) + bits.OnesCount64(r[6]^q8[6]) + bits.OnesCount64(r[7]^q8[7])
-		} else {
-			row := s.signs[i*w : (i+1)*w]
-			for j, v := range row {
-				d += bits.OnesCount64(v ^ q[j])
-			}
-		}
-		if len(heap) < r {
-			if live(i) {
-				push(cd{i, d})
-			}
-		} else if d < heap[0].d && live(i) {
-			replaceTop(cd{i, d})
-		}
+	live := func(slot int32) bool {
+		e := s.expires[slot]
+		return s.ids[slot] != "" && (e == 0 || e > nowNs)
 	}
-	out := make([]int, len(heap))
-	for j, c := range heap {
-		out[j] = c.i
+	found := s.g.search(q, max(s.efSearch, k), vs, live)
+	s.visits.Put(vs)
+	hits := make([]IndexHit, 0, min(k, len(found))+1)
+	for _, c := range found {
+		hits = pushHit(hits, k, IndexHit{ID: s.ids[c.s], Similarity: s.g.similarity(vec, c.s)})
 	}
-	return out
+	return hits
 }
 
 // Sweep removes expired vectors and returns their ids.
@@ -232,11 +333,7 @@ func (x *VectorIndex) Sweep(now time.Time) []string {
 	var dead []string
 	x.mu.RLock()
 	for _, s := range x.scopes {
-		for i, e := range s.expires {
-			if e != 0 && e <= nowNs {
-				dead = append(dead, s.ids[i])
-			}
-		}
+		dead = s.appendExpired(dead, nowNs)
 	}
 	x.mu.RUnlock()
 	if len(dead) == 0 {
@@ -248,7 +345,7 @@ func (x *VectorIndex) Sweep(now time.Time) []string {
 		// Re-check under the write lock: the id may have been re-added
 		// with a later expiry since the scan.
 		if s := x.where[id]; s != nil {
-			if e := s.expires[s.pos[id]]; e != 0 && e <= nowNs {
+			if e := s.expiry(id); e != 0 && e <= nowNs {
 				x.removeLocked(id)
 				removed = append(removed, id)
 			}
@@ -270,17 +367,4 @@ func (x *VectorIndex) Scopes() int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	return len(x.scopes)
-}
-
-func appendSigns(dst []uint64, vec []float32, words int) []uint64 {
-	start := len(dst)
-	for i := 0; i < words; i++ {
-		dst = append(dst, 0)
-	}
-	for i, v := range vec {
-		if v > 0 {
-			dst[start+i/64] |= 1 << (i % 64)
-		}
-	}
-	return dst
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -155,12 +156,12 @@ func TestVectorIndexRecall(t *testing.T) {
 	}
 }
 
-// TestVectorIndexRemove checks swap-delete: after many random removes and
+// TestVectorIndexRemove checks deletion: after many random removes and
 // re-adds, results match a brute-force reference.
 func TestVectorIndexRemove(t *testing.T) {
 	const dims = 64
 	rng := rand.New(rand.NewPCG(27, 28))
-	for _, n := range []int{3000, 2 * (exactScanMax + 1000)} { // the second stays above exactScanMax
+	for _, n := range []int{1000, 2 * (DefaultIndexConfig().ExactMax + 1000)} { // flat, then a graph
 		x := NewVectorIndex(dims)
 		ref := map[string][]float32{}
 		for i := range n {
@@ -194,14 +195,15 @@ func TestVectorIndexRemove(t *testing.T) {
 			t.Fatalf("n=%d: Len = %d; want %d", n, x.Len(), len(ref))
 		}
 		now := time.Now()
-		if n <= exactScanMax {
+		if n <= DefaultIndexConfig().ExactMax {
 			for i := range 50 {
 				q := memUnit(rng, dims)
 				viSameHits(t, fmt.Sprint("n=", n, " query ", i), x.Search("s", q, 8, now), viBruteForce(ref, q, 8))
 			}
 		}
-		// Above exactScanMax results are approximate, but each stored
-		// vector must find itself (its sign bits moved with it) and no
+		// Above ExactMax results are approximate and similarities come
+		// from int8 codes (error below 0.005), but each stored vector must
+		// find itself, in a graph whose slots were freed and reused, and no
 		// removed id may come back.
 		checked := 0
 		for id, v := range ref {
@@ -210,7 +212,7 @@ func TestVectorIndexRemove(t *testing.T) {
 			}
 			checked++
 			hits := x.Search("s", v, 3, now)
-			if len(hits) == 0 || hits[0].ID != id || hits[0].Similarity < 0.999 {
+			if len(hits) == 0 || hits[0].ID != id || hits[0].Similarity < 0.995 {
 				t.Fatalf("n=%d: self query of %s = %+v", n, id, hits)
 			}
 			for _, h := range hits {
@@ -270,5 +272,206 @@ func TestVectorIndexSweep(t *testing.T) {
 	}
 	if got := x.Search("s", q, 10, now); len(got) != 1 || got[0].ID != "never" {
 		t.Fatalf("Search after Sweep = %+v; want never", got)
+	}
+}
+
+// TestVectorIndexGraphExpiry checks expiry in a scope large enough for the
+// graph: expired vectors are never returned, Sweep removes exactly them,
+// and their slots, reused, still find themselves.
+func TestVectorIndexGraphExpiry(t *testing.T) {
+	const dims, n = 128, 3000
+	rng := rand.New(rand.NewPCG(41, 42))
+	x := NewVectorIndex(dims)
+	now := time.Now()
+	vecs := map[string][]float32{}
+	for i := range n {
+		id := fmt.Sprint("v", i)
+		exp := now.Add(time.Hour)
+		if i%2 == 0 {
+			exp = now.Add(time.Minute)
+		}
+		vecs[id] = memUnit(rng, dims)
+		x.Add("s", id, vecs[id], exp)
+	}
+	later := now.Add(2 * time.Minute)
+	for i := range 300 {
+		id := fmt.Sprint("v", i)
+		hits := x.Search("s", vecs[id], 5, later)
+		for _, h := range hits {
+			var j int
+			fmt.Sscanf(h.ID, "v%d", &j)
+			if j%2 == 0 {
+				t.Fatalf("expired %s returned", h.ID)
+			}
+		}
+		if i%2 == 1 && (len(hits) == 0 || hits[0].ID != id) {
+			t.Fatalf("live %s does not find itself: %+v", id, hits)
+		}
+	}
+	dead := x.Sweep(later)
+	if len(dead) != n/2 {
+		t.Fatalf("Sweep removed %d; want %d", len(dead), n/2)
+	}
+	for _, id := range dead {
+		var j int
+		fmt.Sscanf(id, "v%d", &j)
+		if j%2 != 0 {
+			t.Fatalf("Sweep removed live %s", id)
+		}
+		delete(vecs, id)
+	}
+	// Refill the freed slots; every vector finds itself.
+	for i := range n / 2 {
+		id := fmt.Sprint("w", i)
+		vecs[id] = memUnit(rng, dims)
+		x.Add("s", id, vecs[id], time.Time{})
+	}
+	if x.Len() != n {
+		t.Fatalf("Len = %d; want %d", x.Len(), n)
+	}
+	misses := 0
+	for id, v := range vecs {
+		if hits := x.Search("s", v, 1, later); len(hits) != 1 || hits[0].ID != id {
+			misses++
+		}
+	}
+	if misses > n/200 {
+		t.Fatalf("%d of %d vectors do not find themselves after slot reuse", misses, n)
+	}
+}
+
+// TestVectorIndexRecallUnderChurn replaces a fifth of a graph scope ten
+// times over (each removal frees a slot that the next insert reuses), then
+// checks recall@1 of queries with a close match, as a semantic cache's are.
+func TestVectorIndexRecallUnderChurn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("large index")
+	}
+	const dims, n, queries = 128, 4000, 300
+	rng := rand.New(rand.NewPCG(43, 44))
+	x := NewVectorIndex(dims)
+	live := map[string][]float32{}
+	next := 0
+	add := func() {
+		id := fmt.Sprint("v", next)
+		next++
+		live[id] = memUnit(rng, dims)
+		x.Add("s", id, live[id], time.Time{})
+	}
+	for range n {
+		add()
+	}
+	for range 10 {
+		removed := 0
+		for id := range live {
+			if removed == n/5 {
+				break
+			}
+			x.Remove(id)
+			delete(live, id)
+			removed++
+		}
+		for range removed {
+			add()
+		}
+	}
+	ids := make([]string, 0, len(live))
+	for id := range live {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	now := time.Now()
+	found := 0
+	for i := range queries {
+		id := ids[rng.IntN(len(ids))]
+		q := viNear(rng, live[id], 0.9)
+		want := viBruteForce(live, q, 1)[0]
+		if hits := x.Search("s", q, 1, now); len(hits) == 1 && hits[0].ID == want.ID {
+			found++
+		} else if i < 3 {
+			t.Logf("query near %s: got %+v, want %+v", id, hits, want)
+		}
+	}
+	if recall := float64(found) / queries; recall < 0.99 {
+		t.Fatalf("recall@1 after churn = %.3f; want >= 0.99", recall)
+	}
+}
+
+// TestVectorIndexConcurrent runs writers, searches and sweeps together;
+// the race detector and the invariants below must hold.
+func TestVectorIndexConcurrent(t *testing.T) {
+	const dims = 64
+	x := NewVectorIndex(dims)
+	var wg, readers sync.WaitGroup
+	stop := make(chan struct{})
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 45))
+			for i := 0; i < 3000; i++ {
+				id := fmt.Sprint("w", w, "-", rng.IntN(1500))
+				if rng.IntN(4) == 0 {
+					x.Remove(id)
+					continue
+				}
+				x.Add(fmt.Sprint("s", rng.IntN(2)), id, memUnit(rng, dims), time.Now().Add(time.Duration(rng.IntN(50))*time.Millisecond))
+			}
+		}()
+	}
+	for r := range 2 {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			rng := rand.New(rand.NewPCG(uint64(r), 46))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				now := time.Now()
+				for _, h := range x.Search(fmt.Sprint("s", rng.IntN(2)), memUnit(rng, dims), 5, now) {
+					if h.ID == "" {
+						t.Error("a hit without an id")
+						return
+					}
+				}
+				x.Sweep(now)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	readers.Wait()
+	if x.Len() > 3000 {
+		t.Fatalf("Len = %d; at most 3000 ids were used", x.Len())
+	}
+}
+
+// TestVectorIndexGraphSimilarityError bounds the error of the similarities a
+// graph scope reports (int8 codes) against exact float32 cosines, since the
+// semantic threshold is applied to them.
+func TestVectorIndexGraphSimilarityError(t *testing.T) {
+	const dims, n = 512, 2000
+	rng := rand.New(rand.NewPCG(47, 48))
+	x := NewVectorIndex(dims)
+	ref := map[string][]float32{}
+	for i := range n {
+		id := fmt.Sprint("v", i)
+		ref[id] = memUnit(rng, dims)
+		x.Add("s", id, ref[id], time.Time{})
+	}
+	worst := 0.0
+	now := time.Now()
+	for i := range 100 {
+		q := viNear(rng, ref[fmt.Sprint("v", i)], 0.75+0.25*rng.Float32())
+		for _, h := range x.Search("s", q, 4, now) {
+			worst = max(worst, math.Abs(float64(h.Similarity-vek32.Dot(q, ref[h.ID]))))
+		}
+	}
+	t.Logf("largest similarity error: %.5f", worst)
+	if worst > 0.005 {
+		t.Fatalf("similarity error %.5f; want <= 0.005", worst)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"unicode"
@@ -115,7 +116,7 @@ func (l *Local) embed(text string) []float32 {
 	s := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(s)
 
-	s.runes = normalizeText(s.runes[:0], text)
+	s.runes = dropPoliteness(normalizeText(s.runes[:0], text))
 	if cap(s.vec) < l.dims {
 		s.vec = make([]float64, l.dims)
 	}
@@ -407,4 +408,55 @@ func forEachWord(runes []rune, fn func(word []rune, cjk bool)) {
 		}
 		start = i + 1
 	}
+}
+
+// Politeness carries no question of its own: "Please explain X" asks
+// "explain X", "请问X" asks "X". politeWords are dropped wherever they stand,
+// greetings and politePrefixes only at the start of the text, so that
+// "print hello world" keeps its "hello". Measured on bench/semantic, this
+// lifts polite paraphrases to similarity 1 and costs nothing elsewhere.
+var (
+	politeWords    = map[string]bool{"please": true, "pls": true, "plz": true, "kindly": true}
+	greetings      = map[string]bool{"hi": true, "hello": true, "hey": true, "dear": true}
+	politePrefixes = [][]rune{[]rune("请问一下"), []rune("请问"), []rune("请教一下"), []rune("请教"), []rune("麻烦问一下"),
+		[]rune("问一下"), []rune("你好"), []rune("您好")}
+)
+
+// dropPoliteness removes politeWords, leading greetings and a leading
+// politePrefix from normalised runes, in place.
+func dropPoliteness(runes []rune) []rune {
+	out := runes[:0]
+	start, leading := 0, true
+	for i := 0; i <= len(runes); i++ {
+		if i < len(runes) && runes[i] != ' ' {
+			continue
+		}
+		w := runes[start:i]
+		start = i + 1
+		if len(w) == 0 {
+			continue
+		}
+		switch {
+		case isCJK(w[0]):
+			if leading {
+				for _, p := range politePrefixes {
+					if len(w) >= len(p) && slices.Equal(w[:len(p)], p) {
+						w = w[len(p):]
+						break
+					}
+				}
+				if len(w) == 0 {
+					continue // "你好 请问 ...": still leading
+				}
+			}
+		case len(w) <= 6 && (politeWords[string(w)] || leading && greetings[string(w)]):
+			continue
+		}
+		leading = false
+		if len(out) > 0 {
+			out = append(out, ' ')
+		}
+		out = append(out, w...) // w starts at or after len(out): copying forward is safe
+	}
+	return out
 }

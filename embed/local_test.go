@@ -254,3 +254,29 @@ func BenchmarkLocalEmbedColdWords(b *testing.B) {
 		l.Embed(ctx, prompt200EN)
 	}
 }
+
+func TestLocalPoliteness(t *testing.T) {
+	l := NewLocal(256)
+	sim := func(a, b string) float32 {
+		va, _ := l.Embed(context.Background(), a)
+		vb, _ := l.Embed(context.Background(), b)
+		return Cosine(va, vb)
+	}
+	for _, p := range [][2]string{
+		{"Explain how TCP slow start works", "Please explain how TCP slow start works"},
+		{"What is the capital of France?", "Hi! What is the capital of France, please?"},
+		{"怎样才能提高英语口语水平", "请问怎样才能提高英语口语水平"},
+		{"怎样才能提高英语口语水平", "你好，请问怎样才能提高英语口语水平？"},
+	} {
+		if s := sim(p[0], p[1]); s < 0.9999 {
+			t.Errorf("%q / %q: similarity %.4f, want 1", p[0], p[1], s)
+		}
+	}
+	// A greeting inside the question is part of it.
+	if s := sim("How do I print hello world in Go?", "How do I print world in Go?"); s > 0.99 {
+		t.Errorf("a greeting inside the text was dropped: similarity %.4f", s)
+	}
+	if s := sim("请假条怎么写", "假条怎么写"); s > 0.99 {
+		t.Errorf("请 of 请假 was dropped: similarity %.4f", s)
+	}
+}

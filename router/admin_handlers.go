@@ -12,6 +12,7 @@ import (
 	"frontdoor/adapters"
 	"frontdoor/balancer"
 	"frontdoor/cache"
+	"frontdoor/internal/warm"
 )
 
 // serveAdmin routes /admin/*. Every route needs the admin token or an
@@ -22,10 +23,28 @@ func (g *Gateway) serveAdmin(ctx *fasthttp.RequestCtx) {
 	}
 	path := string(ctx.Path())
 	switch {
+	case path == "/admin/cache/warm":
+		if g.onlyMethod(ctx, fasthttp.MethodPost) {
+			g.adminWarm(ctx)
+		}
+	case strings.HasPrefix(path, "/admin/cache/warm/"):
+		if g.onlyMethod(ctx, fasthttp.MethodGet) {
+			g.adminWarmStatus(ctx, strings.TrimPrefix(path, "/admin/cache/warm/"))
+		}
+	case path == "/admin/cache/hot":
+		if g.onlyMethod(ctx, fasthttp.MethodGet) {
+			g.adminHot(ctx)
+		}
+	case path == "/admin/cache/entries":
+		if g.onlyMethod(ctx, fasthttp.MethodPost) {
+			g.adminImport(ctx)
+		}
 	case path == "/admin/cache/stats":
 		if g.onlyMethod(ctx, fasthttp.MethodGet) {
 			g.adminCacheStats(ctx)
 		}
+	case strings.HasPrefix(path, "/admin/cache/entries/") && ctx.IsGet():
+		g.adminGetEntry(ctx, strings.TrimPrefix(path, "/admin/cache/entries/"))
 	case strings.HasPrefix(path, "/admin/cache/entries/"):
 		if g.onlyMethod(ctx, fasthttp.MethodDelete) {
 			g.adminDeleteEntry(ctx, strings.TrimPrefix(path, "/admin/cache/entries/"))
@@ -42,6 +61,8 @@ func (g *Gateway) serveAdmin(ctx *fasthttp.RequestCtx) {
 		if g.onlyMethod(ctx, fasthttp.MethodDelete) {
 			g.adminPurge(ctx)
 		}
+	case ctx.IsGet() && isEntryPath(path):
+		g.adminGetEntry(ctx, strings.TrimPrefix(path, "/admin/cache/"))
 	default:
 		g.writeError(ctx, &adapters.APIError{Status: 404, Type: adapters.TypeNotFound, Code: "unknown_url",
 			Message: "unknown admin path " + strconv.Quote(path)})
@@ -105,9 +126,19 @@ func (g *Gateway) adminPurge(ctx *fasthttp.RequestCtx) {
 	if g.noCache(ctx) {
 		return
 	}
-	ns := string(ctx.QueryArgs().Peek("namespace"))
-	if ns == "" {
-		g.writeError(ctx, adapters.BadRequest("namespace", "namespace is required: DELETE /admin/cache?namespace=NAME"))
+	ns, tag := string(ctx.QueryArgs().Peek("namespace")), string(ctx.QueryArgs().Peek("tag"))
+	if (ns == "") == (tag == "") {
+		g.writeError(ctx, adapters.BadRequest("namespace", "one of namespace or tag is required: DELETE /admin/cache?namespace=NAME or ?tag=TAG"))
+		return
+	}
+	if tag != "" {
+		n, err := g.store.PurgeTag(context.Background(), tag)
+		if err != nil {
+			g.writeError(ctx, &adapters.APIError{Status: 503, Type: adapters.TypeUnavailable, Code: "store_unavailable", Message: "cache store: " + err.Error()})
+			return
+		}
+		g.log.Info("cache tag purged", "tag", tag, "entries", n)
+		writeJSON(ctx, 200, map[string]any{"tag": tag, "deleted": n})
 		return
 	}
 	n, err := g.store.Purge(context.Background(), ns)
@@ -142,4 +173,101 @@ func (g *Gateway) adminNode(ctx *fasthttp.RequestCtx, rest string) {
 	}
 	g.log.Info("node "+action+"ed", "node", name)
 	writeJSON(ctx, 200, map[string]any{"node": name, "action": action})
+}
+
+// adminImport serves POST /admin/cache/entries: one answered pair
+// (warm.ImportRequest) stored with no upstream call.
+func (g *Gateway) adminImport(ctx *fasthttp.RequestCtx) {
+	if g.noCache(ctx) {
+		return
+	}
+	var in warm.ImportRequest
+	if err := json.Unmarshal(ctx.PostBody(), &in); err != nil {
+		g.writeError(ctx, adapters.BadRequest("", "invalid import body: "+err.Error()))
+		return
+	}
+	res, err := g.ImportAnswer(context.Background(), in)
+	if err != nil {
+		status, code := importStatus(err)
+		g.writeError(ctx, &adapters.APIError{Status: status, Type: adapters.TypeInvalidRequest, Code: code, Message: err.Error()})
+		return
+	}
+	writeJSON(ctx, 200, res)
+}
+
+// adminWarm serves POST /admin/cache/warm: the body is a warm file in any
+// format; ?name= names it in reports (and is the default tag), ?tag=,
+// ?model= and ?system= are as frontdoor warm's flags. It starts a
+// background job and answers 202 with its id.
+func (g *Gateway) adminWarm(ctx *fasthttp.RequestCtx) {
+	if g.noCache(ctx) {
+		return
+	}
+	addr := g.addr.Load()
+	if addr == nil {
+		g.writeError(ctx, &adapters.APIError{Status: 409, Type: adapters.TypeInvalidRequest, Code: "not_serving", Message: "the gateway is not serving yet"})
+		return
+	}
+	q := ctx.QueryArgs()
+	name := string(q.Peek("name"))
+	if name == "" {
+		name = "upload"
+	}
+	tag := warm.TagFor(name)
+	if v := q.Peek("tag"); len(v) > 0 {
+		if tag = validTag(v); tag == "" {
+			g.writeError(ctx, adapters.BadRequest("tag", "a tag is 1 to 128 letters, digits or ._:/@+-"))
+			return
+		}
+	}
+	items, format, err := warm.Parse(name, ctx.PostBody(), warm.Defaults{Model: string(q.Peek("model")), System: string(q.Peek("system"))})
+	if err != nil {
+		g.writeError(ctx, adapters.BadRequest("", err.Error()))
+		return
+	}
+	if len(items) == 0 {
+		g.writeError(ctx, adapters.BadRequest("", "the file has no prompts"))
+		return
+	}
+	j := g.startWarm(name, tag, *addr, items)
+	g.log.Info("cache warm-up started", "job", j.st.ID, "source", name, "items", len(items), "format", string(format), "tag", tag)
+	writeJSON(ctx, 202, map[string]any{"id": j.st.ID, "total": len(items), "format": format, "tag": tag})
+}
+
+func (g *Gateway) adminWarmStatus(ctx *fasthttp.RequestCtx, id string) {
+	j := g.warms.get(id)
+	if j == nil {
+		g.writeError(ctx, &adapters.APIError{Status: 404, Type: adapters.TypeNotFound, Code: "warm_not_found", Message: "no warm-up job " + strconv.Quote(id)})
+		return
+	}
+	writeJSON(ctx, 200, j.status())
+}
+
+// adminHot serves GET /admin/cache/hot?top=N (default 100)[&tenant=NAME]:
+// the most-hit entries as chat-request JSON Lines, {"tenant", "hits",
+// "entry", "request"}, ready for frontdoor warm. With tenant, only that
+// tenant's, without the tenant field.
+func (g *Gateway) adminHot(ctx *fasthttp.RequestCtx) {
+	if g.noCache(ctx) {
+		return
+	}
+	top := 100
+	if v := ctx.QueryArgs().Peek("top"); len(v) > 0 {
+		n, err := strconv.Atoi(string(v))
+		if err != nil || n < 1 || n > 1_000_000 {
+			g.writeError(ctx, adapters.BadRequest("top", "top must be between 1 and 1000000"))
+			return
+		}
+		top = n
+	}
+	var out []byte
+	if g.hot != nil {
+		for _, e := range g.hot.top(top, string(ctx.QueryArgs().Peek("tenant"))) {
+			b, _ := json.Marshal(e)
+			out = append(append(out, b...), '\n')
+		}
+	}
+	ctx.SetStatusCode(200)
+	ctx.SetContentType("application/x-ndjson")
+	ctx.SetBody(out)
 }

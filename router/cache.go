@@ -43,6 +43,54 @@ type cachePlan struct {
 	ttl          time.Duration
 	vec          []float32 // embedding of keys.Query, once computed
 	lookupFailed bool      // the lookup failed: a bypass, but the answer is still written back
+	only         byte      // X-Cache-Only: onlyAny or onlyExact; the request never goes upstream
+	tag          string    // X-Cache-Tag: the stored entry's tag
+	similarity   float32   // of the best semantic candidate, for the trace
+}
+
+// Lookup-only requests (X-Cache-Only: 1, or exact for exact hits only) are
+// answered from the cache or with 204 No Content, and never go upstream.
+const (
+	onlyAny   byte = 1
+	onlyExact byte = 2
+)
+
+// planHints are the request headers that shape its cache plan.
+type planHints struct {
+	noStore, noCache bool
+	ttl, threshold   []byte
+	only             byte
+	tag              string
+}
+
+func hintsOf(ctx *fasthttp.RequestCtx) planHints {
+	h := &ctx.Request.Header
+	var ph planHints
+	ph.noStore, ph.noCache = cacheControl(ctx)
+	ph.ttl, ph.threshold = h.Peek("X-Cache-TTL"), h.Peek("X-Cache-Threshold")
+	switch string(h.Peek("X-Cache-Only")) {
+	case "":
+	case "exact":
+		ph.only = onlyExact
+	default:
+		ph.only = onlyAny
+	}
+	ph.tag = validTag(h.Peek("X-Cache-Tag"))
+	return ph
+}
+
+// validTag returns t when it is a usable tag: 1 to 128 bytes of letters,
+// digits and ._:/@+-; else "" (the entry is stored untagged).
+func validTag(t []byte) string {
+	if len(t) == 0 || len(t) > 128 {
+		return ""
+	}
+	for _, c := range t {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._:/@+-", c) >= 0) {
+			return ""
+		}
+	}
+	return string(t)
 }
 
 // cacheControl reads the client's Cache-Control directives.
@@ -66,14 +114,19 @@ func containsToken(list, tok string) bool {
 
 // planCache decides how the cache treats the request.
 func (g *Gateway) planCache(ctx *fasthttp.RequestCtx, x *exchange) *cachePlan {
+	return g.plan(x, hintsOf(ctx))
+}
+
+// plan decides how the cache treats the request x with headers h.
+func (g *Gateway) plan(x *exchange, h planHints) *cachePlan {
 	c := &g.cfg.Cache
 	req := x.req
-	p := &cachePlan{namespace: x.tenant.namespace, model: x.model, ttl: c.TTL.D()}
+	p := &cachePlan{namespace: x.tenant.namespace, model: x.model, ttl: c.TTL.D(), only: h.only, tag: h.tag}
 	p.endpoint = "chat"
 	if x.endpoint == adapters.EndpointCompletion {
 		p.endpoint = "completion"
 	}
-	noStore, noCache := cacheControl(ctx)
+	noStore, noCache := h.noStore, h.noCache
 	switch {
 	case g.store == nil:
 		p.reason = "off"
@@ -99,7 +152,7 @@ func (g *Gateway) planCache(ctx *fasthttp.RequestCtx, x *exchange) *cachePlan {
 	if !p.store {
 		return p
 	}
-	if v := ctx.Request.Header.Peek("X-Cache-TTL"); len(v) > 0 {
+	if v := h.ttl; len(v) > 0 {
 		if secs, err := strconv.Atoi(string(v)); err == nil && secs > 0 {
 			maxTTL := c.MaxTTL.D()
 			if maxTTL <= 0 {
@@ -111,11 +164,8 @@ func (g *Gateway) planCache(ctx *fasthttp.RequestCtx, x *exchange) *cachePlan {
 	p.keys.Exact = cache.ExactKey(p.namespace, p.model, p.endpoint, req.Root())
 	p.semantic = c.Semantic.Enabled && g.embedder != nil && x.endpoint == adapters.EndpointChat
 	if p.semantic {
-		thr := c.Semantic.Threshold
-		if t, ok := c.Semantic.ModelThresholds[x.model]; ok {
-			thr = t
-		}
-		if v := ctx.Request.Header.Peek("X-Cache-Threshold"); len(v) > 0 && x.tenant.allowThreshold {
+		thr := semanticThreshold(c.Semantic, x.tenant.cfg, x.model)
+		if v := h.threshold; len(v) > 0 && x.tenant.allowThreshold {
 			if t, err := strconv.ParseFloat(string(v), 64); err == nil && t > 0 && t <= 1 {
 				thr = t
 			}
@@ -123,6 +173,22 @@ func (g *Gateway) planCache(ctx *fasthttp.RequestCtx, x *exchange) *cachePlan {
 		p.threshold = float32(thr)
 	}
 	return p
+}
+
+// semanticThreshold is the least similarity for a semantic hit, most
+// specific first: the tenant's for the model, the tenant's, the cache's
+// for the model, the cache's.
+func semanticThreshold(c cache.SemanticConfig, t Tenant, model string) float64 {
+	if v, ok := t.CacheModelThresholds[model]; ok {
+		return v
+	}
+	if t.CacheThreshold > 0 {
+		return t.CacheThreshold
+	}
+	if v, ok := c.ModelThresholds[model]; ok {
+		return v
+	}
+	return c.Threshold
 }
 
 // lookupExact answers the request from the exact cache on a hit.
@@ -159,13 +225,12 @@ func (g *Gateway) lookupExact(ctx *fasthttp.RequestCtx, x *exchange, p *cachePla
 
 // lookupSemantic answers the request from a similar cached one on a hit.
 func (g *Gateway) lookupSemantic(ctx *fasthttp.RequestCtx, x *exchange, p *cachePlan) bool {
-	if !p.lookup || !g.semanticScope(x, p) {
+	if !p.lookup || p.only == onlyExact || !g.semanticScope(x, p) {
 		return false
 	}
-	vec, err := g.embedder.Embed(context.Background(), p.keys.Query)
+	vec, err := g.embedWatch.embed(context.Background(), p.keys.Query)
 	if err != nil {
-		g.cm.errors("embed").Inc()
-		p.semantic = false // the exact cache still works
+		p.semantic = false // the exact cache still works; counted and logged by embedWatch
 		return false
 	}
 	p.vec = vec
@@ -175,6 +240,7 @@ func (g *Gateway) lookupSemantic(ctx *fasthttp.RequestCtx, x *exchange, p *cache
 	}
 	if len(matches) > 0 {
 		g.cm.similarity.Update(float64(matches[0].Similarity))
+		p.similarity = matches[0].Similarity
 	}
 	for _, m := range matches {
 		if m.Similarity < p.threshold {
@@ -185,6 +251,8 @@ func (g *Gateway) lookupSemantic(ctx *fasthttp.RequestCtx, x *exchange, p *cache
 		}
 		if ok, reason := cache.GuardsAllow(g.cfg.Cache.Semantic.Guards, p.keys.Query, m.Entry.Query); !ok {
 			g.cm.guardRejects(reason).Inc()
+			g.log.Debug("cache: semantic candidate rejected", "request_id", x.id, "reason", reason,
+				"entry", m.Entry.ID, "similarity", m.Similarity)
 			continue
 		}
 		g.serveEntry(ctx, x, m.Entry, cacheHitSemantic, m.Similarity)
@@ -239,9 +307,11 @@ func (g *Gateway) serveEntry(ctx *fasthttp.RequestCtx, x *exchange, e *cache.Ent
 	h.Set("X-Cache-Age", strconv.FormatInt(int64(time.Since(e.Created).Seconds()), 10))
 	if result == cacheHitSemantic {
 		h.Set("X-Cache-Similarity", strconv.FormatFloat(float64(similarity), 'f', 4, 32))
+		h.Set("X-Cache-Matched", e.ID) // GET /admin/cache/{id} shows what it answered
 	}
 	g.cm.tokensSaved.Add(e.Usage.TotalTokens)
 	g.metrics.countTokens(x.tenant.name, "cache", e.Usage.PromptTokens, e.Usage.CompletionTokens)
+	g.countHit(ctx, x, e.ID)
 	g.replay(ctx, x, entryAnswer(e))
 }
 
@@ -253,6 +323,7 @@ func (g *Gateway) serveFlightAnswer(ctx *fasthttp.RequestCtx, x *exchange, f *fl
 	ctx.Response.Header.Set("X-Cache-Age", "0")
 	g.cm.tokensSaved.Add(a.Usage.TotalTokens)
 	g.metrics.countTokens(x.tenant.name, "cache", a.Usage.PromptTokens, a.Usage.CompletionTokens)
+	g.countHit(ctx, x, f.entryID)
 	g.replay(ctx, x, a)
 }
 
@@ -306,16 +377,12 @@ func (g *Gateway) cacheWrite(f *flight, p *cachePlan, a *adapters.Answer) (w cac
 	}
 	vec := p.vec
 	if p.semantic && vec == nil {
-		v, err := g.embedder.Embed(context.Background(), p.keys.Query)
-		if err != nil {
-			g.cm.errors("embed").Inc()
-		}
-		vec = v
+		vec, _ = g.embedWatch.embed(context.Background(), p.keys.Query)
 	}
 	e := &cache.Entry{ID: f.entryID, Namespace: p.namespace, Model: a.Model, Endpoint: p.endpoint,
 		Content: a.Content, Reasoning: a.Reasoning, ToolCalls: a.ToolCalls, Finish: a.Finish,
 		Usage:   cache.Usage{PromptTokens: a.Usage.PromptTokens, CompletionTokens: a.Usage.CompletionTokens, TotalTokens: a.Usage.TotalTokens},
-		Created: time.Now(), ExactKey: p.keys.Exact}
+		Created: time.Now(), ExactKey: p.keys.Exact, Tag: p.tag}
 	if e.Model == "" {
 		e.Model = p.model
 	}
@@ -363,7 +430,7 @@ type cacheMetrics struct {
 
 var (
 	cacheResults = []string{"hit_exact", "hit_semantic", "miss", "bypass"}
-	cacheReasons = []string{"", "off", "no_store", "no_cache", "multimodal", "n", "temperature", "batch_prompt", "disabled", "store_error", "store_down", "coalesced"}
+	cacheReasons = []string{"", "off", "no_store", "no_cache", "multimodal", "n", "temperature", "batch_prompt", "disabled", "store_error", "store_down", "coalesced", "lookup_only"}
 	cacheErrOps  = []string{"get", "put", "search", "embed", "stats"}
 )
 
@@ -377,7 +444,7 @@ func newCacheMetrics(set *metrics.Set) *cacheMetrics {
 	for _, op := range cacheErrOps {
 		m.errs[op] = set.NewCounter(`frontdoor_cache_errors_total{op="` + op + `"}`)
 	}
-	for _, g := range []string{cache.GuardNumbers, cache.GuardNegation} {
+	for _, g := range cache.GuardReasons {
 		m.guards[g] = set.NewCounter(`frontdoor_cache_guard_rejections_total{guard="` + g + `"}`)
 	}
 	m.similarity = set.NewPrometheusHistogramExt(`frontdoor_cache_similarity`,

@@ -611,7 +611,7 @@ func TestCacheWarmFromFile(t *testing.T) {
 	}
 	gw, s := cacheGateway(t, "memory", func(c *Config) { c.Warm.Files = []string{file} })
 	res, err := gw.Warm(context.Background(), strings.TrimPrefix(gw.URL, "http://"))
-	if err != nil || res.Sent != 2 || res.Stored != 2 || res.Failed != 0 {
+	if err != nil || res.Done != 2 || res.Warmed != 2 || res.Failed != 0 {
 		t.Fatalf("warm: %+v %v", res, err)
 	}
 	received := s.Stats().Received

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -41,7 +44,7 @@ func (s *Server) UnmarshalYAML(n *yaml.Node) error {
 		case "engine", "loops", "io_uring":
 			s.removed = append(s.removed, k.Value)
 		default:
-			return fmt.Errorf("line %d: field %s not found in type router.Server", k.Line, k.Value)
+			return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: field %s not found in type router.Server", k.Line, k.Value)}}
 		}
 	}
 	return nil
@@ -64,6 +67,9 @@ type Timeouts struct {
 type Admin struct {
 	TokenEnv   string   `yaml:"token_env"`
 	AllowCIDRs []string `yaml:"allow_cidrs"`
+	// ShowCachedQuestions lets GET /admin/cache/{id} show an entry's
+	// question and answer (logging.log_prompts does too).
+	ShowCachedQuestions bool `yaml:"show_cached_questions"`
 }
 
 // Logging is the logging: section.
@@ -111,6 +117,11 @@ type Tenant struct {
 	CacheNamespace      string   `yaml:"cache_namespace"`
 	Spillover           *bool    `yaml:"spillover"`
 	AllowCacheThreshold bool     `yaml:"allow_cache_threshold"` // may send X-Cache-Threshold
+	// CacheThreshold and CacheModelThresholds override
+	// cache.semantic.threshold and .model_thresholds for this tenant
+	// (0 / absent: the cache's).
+	CacheThreshold       float64            `yaml:"cache_threshold"`
+	CacheModelThresholds map[string]float64 `yaml:"cache_model_thresholds"`
 }
 
 // Spillover is the spillover: section.
@@ -130,6 +141,13 @@ type Spillover struct {
 type Warm struct {
 	Files       []string `yaml:"files"`
 	Concurrency int      `yaml:"concurrency"`
+	// Model is the model of plain-text prompts and of requests without one.
+	Model string `yaml:"model"`
+	// Tag tags the entries warm.files store ("": the file's base name).
+	Tag string `yaml:"tag"`
+	// HotEntries is how many entries' hits are counted for
+	// GET /admin/cache/hot (0: none).
+	HotEntries int `yaml:"hot_entries"`
 }
 
 // Config is the whole frontdoor configuration file.
@@ -150,6 +168,7 @@ type Config struct {
 	Spillover Spillover             `yaml:"spillover"`
 	Models    []balancer.ModelAlias `yaml:"models"`
 	Warm      Warm                  `yaml:"warm"`
+	Tracing   Tracing               `yaml:"tracing"`
 }
 
 // DefaultConfig returns the defaults of every key.
@@ -165,7 +184,8 @@ func DefaultConfig() Config {
 		Admission: Admission{Backend: "local", DefaultMaxTokens: 1024, Replicas: 1},
 		Balancer:  balancer.DefaultConfig(),
 		Spillover: Spillover{Kind: "dashscope", BaseURL: "https://dashscope.aliyuncs.com/compatible-mode/v1", APIKeyEnv: "DASHSCOPE_API_KEY", On: []string{"saturated", "failed"}},
-		Warm:      Warm{Concurrency: 5},
+		Warm:      Warm{Concurrency: 5, HotEntries: 10000},
+		Tracing:   Tracing{SampleRatio: 1, ServiceName: "frontdoor"},
 	}
 }
 
@@ -188,13 +208,20 @@ func Parse(data []byte) (Config, error) {
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
+	var problems []string
 	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-		return cfg, &ConfigError{Problems: yamlProblems(err, &root)}
+		problems = yamlProblems(err, &root)
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return cfg, &ConfigError{Problems: problems} // not decoded: nothing more to check
+		}
+		// yaml.v3 decoded the rest: its other problems are worth listing
+		// too, all at once.
 	}
 	for i := range cfg.Nodes {
 		balancer.DefaultNode(&cfg.Nodes[i])
 	}
-	if problems := cfg.Problems(); len(problems) > 0 {
+	if problems = append(problems, cfg.Problems()...); len(problems) > 0 {
 		return cfg, &ConfigError{Problems: problems}
 	}
 	return cfg, nil
@@ -208,9 +235,10 @@ func (e *ConfigError) Error() string {
 }
 
 var (
-	yamlLine  = regexp.MustCompile(`line (\d+): (.*)`)
-	yamlField = regexp.MustCompile(`field (\S+) not found`)
-	yamlValue = regexp.MustCompile("unmarshal !!\\w+ `([^`]*)`") // backquotes inside: no raw string
+	yamlLine   = regexp.MustCompile(`line (\d+): (.*)`)
+	yamlField  = regexp.MustCompile(`field (\S+) not found in type \S+`)
+	yamlValue  = regexp.MustCompile("unmarshal !!\\w+ `([^`]*)`") // backquotes inside: no raw string
+	yamlQuoted = regexp.MustCompile(`"((?:[^"\\]|\\.)*)"`)
 )
 
 // yamlProblems rewrites yaml.v3's "line N: ..." errors to name the YAML path.
@@ -226,19 +254,167 @@ func yamlProblems(err error, root *yaml.Node) []string {
 	for _, m := range msgs {
 		if g := yamlLine.FindStringSubmatch(m); g != nil {
 			line, _ := strconv.Atoi(g[1])
-			hint := ""
-			if f := yamlField.FindStringSubmatch(g[2]); f != nil {
+			hint, msg := "", strings.TrimSpace(g[2])
+			f := yamlField.FindStringSubmatch(msg)
+			if f != nil {
 				hint = f[1]
-			} else if v := yamlValue.FindStringSubmatch(g[2]); v != nil {
+			} else if v := yamlValue.FindStringSubmatch(msg); v != nil {
 				hint = v[1]
+			} else if q := yamlQuoted.FindStringSubmatch(msg); q != nil {
+				hint, _ = strconv.Unquote(`"` + q[1] + `"`)
 			}
 			if p := pathAtLine(root, line, hint); p != "" {
-				m = p + ": " + strings.TrimSpace(g[2]) + " (line " + g[1] + ")"
+				if f != nil {
+					// Name the YAML key, never the Go type.
+					msg = "unknown key " + strconv.Quote(f[1])
+					if near := nearest(f[1], knownKeys(p)); near != "" {
+						msg += " (did you mean `" + near + "`?)"
+					}
+				}
+				m = p + ": " + plainTypes(msg) + " (line " + g[1] + ")"
+			} else if f != nil {
+				m = "line " + g[1] + ": unknown key " + strconv.Quote(f[1])
 			}
 		}
 		out = append(out, m)
 	}
 	return out
+}
+
+var yamlCannot = regexp.MustCompile("cannot unmarshal !!(\\w+) (`[^`]*` )?into (\\S+)")
+
+// plainTypes says what yaml.v3's "cannot unmarshal !!str `x` into int"
+// means in the config's terms: "x" is not an integer.
+func plainTypes(msg string) string {
+	g := yamlCannot.FindStringSubmatch(msg)
+	if g == nil {
+		return msg
+	}
+	var want string
+	switch t := strings.TrimPrefix(g[3], "*"); {
+	case strings.HasPrefix(t, "int"), strings.HasPrefix(t, "uint"):
+		want = "an integer"
+	case strings.HasPrefix(t, "float"):
+		want = "a number"
+	case t == "bool":
+		want = "true or false"
+	case t == "string":
+		want = "a string"
+	case strings.HasPrefix(t, "[]"):
+		want = "a list"
+	default:
+		want = "a mapping"
+	}
+	got := "a " + map[string]string{"map": "mapping", "seq": "list"}[g[1]]
+	if g[2] != "" {
+		got = strconv.Quote(strings.Trim(g[2], "` "))
+	} else if got == "a " {
+		got = "this value"
+	}
+	return got + " is not " + want
+}
+
+// knownKeys lists the keys allowed beside the last element of path (a
+// YAML path such as "nodes[0].modles"), from the yaml tags of Config.
+func knownKeys(path string) []string {
+	t := reflect.TypeFor[Config]()
+	segs := strings.Split(path, ".")
+	for _, seg := range segs[:len(segs)-1] {
+		name, _, _ := strings.Cut(seg, "[")
+		st, ok := structOf(t)
+		if !ok {
+			return nil
+		}
+		f, ok := fieldByKey(st, name)
+		if !ok {
+			return nil
+		}
+		t = f.Type
+	}
+	st, ok := structOf(t)
+	if !ok {
+		return nil
+	}
+	var keys []string
+	var collect func(st reflect.Type)
+	collect = func(st reflect.Type) {
+		for i := range st.NumField() {
+			f := st.Field(i)
+			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			switch {
+			case opts == "inline":
+				if ft, ok := structOf(f.Type); ok {
+					collect(ft)
+				}
+			case name != "" && name != "-":
+				keys = append(keys, name)
+			}
+		}
+	}
+	collect(st)
+	return keys
+}
+
+// structOf unwraps pointers and slices down to a struct type.
+func structOf(t reflect.Type) (reflect.Type, bool) {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
+		t = t.Elem()
+	}
+	return t, t.Kind() == reflect.Struct
+}
+
+func fieldByKey(st reflect.Type, key string) (reflect.StructField, bool) {
+	for i := range st.NumField() {
+		f := st.Field(i)
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == key {
+			return f, true
+		}
+		if opts == "inline" {
+			if ft, ok := structOf(f.Type); ok {
+				if g, ok := fieldByKey(ft, key); ok {
+					return g, true
+				}
+			}
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+// nearest returns the candidate closest to word by edit distance, when it
+// is close enough to be a likely misspelling; else "".
+func nearest(word string, candidates []string) string {
+	best, bestD := "", len(word)/3+2
+	for _, c := range candidates {
+		if d := editDistance(word, c); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b, with a
+// transposition counted as one edit.
+func editDistance(a, b string) int {
+	prev2, prev, cur := make([]int, len(b)+1), make([]int, len(b)+1), make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(b)]
 }
 
 // pathAtLine finds the YAML path of what stands on line: the deepest key or
@@ -299,6 +475,8 @@ func (c *Config) Problems() []string {
 	}
 	if c.Listen == "" {
 		add("listen: is required")
+	} else if err := checkListen(c.Listen); err != nil {
+		add("listen: %v", err)
 	}
 	for _, k := range c.Server.removed {
 		add("server.%s: removed in this version: frontdoor has one HTTP server (fasthttp); delete the key", k)
@@ -369,6 +547,14 @@ func (c *Config) Problems() []string {
 		if t.RPS < 0 || t.Burst < 0 || t.TokensPerMinute < 0 || t.MaxConcurrency < 0 {
 			add("%s: rps, burst, tokens_per_minute and max_concurrency must be >= 0", p)
 		}
+		if t.CacheThreshold < 0 || t.CacheThreshold > 1 {
+			add("%s.cache_threshold: must be in (0, 1], or 0 for cache.semantic.threshold", p)
+		}
+		for m, v := range t.CacheModelThresholds {
+			if v <= 0 || v > 1 {
+				add("%s.cache_model_thresholds.%s: must be in (0, 1]", p, m)
+			}
+		}
 	}
 	nodeNames := map[string]bool{}
 	for i := range c.Nodes {
@@ -416,8 +602,126 @@ func (c *Config) Problems() []string {
 			}
 		}
 	}
+	if c.Warm.HotEntries < 0 {
+		add("warm.hot_entries: must be >= 0")
+	}
+	if c.Warm.Tag != "" && validTag([]byte(c.Warm.Tag)) == "" {
+		add("warm.tag: 1 to 128 letters, digits or ._:/@+-")
+	}
 	if c.Warm.Concurrency < 1 {
 		add("warm.concurrency: must be >= 1")
+	}
+	section("tracing", c.Tracing.Validate())
+	out = append(out, c.modelProblems()...)
+	return out
+}
+
+// checkListen reports whether addr is a host:port net.Listen takes.
+func checkListen(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		if _, perr := strconv.Atoi(addr); perr == nil {
+			return fmt.Errorf("%q has no host part: write %q to listen on every interface", addr, ":"+addr)
+		}
+		return fmt.Errorf("%q is not host:port: %w", addr, err)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("%q: port %q is not a number from 0 to 65535", addr, port)
+	}
+	if strings.ContainsAny(host, " /") {
+		return fmt.Errorf("%q: %q is not a host", addr, host)
+	}
+	return nil
+}
+
+// modelProblems checks the names that meet at run time: every alias or
+// canary target is served by a node or by spill-over's model_map (else the
+// share of requests it gets is a 503 that no retry helps), and every
+// model a tenant may use exists.
+func (c *Config) modelProblems() []string {
+	var out []string
+	served := map[string]bool{}
+	for _, n := range c.Nodes {
+		for _, m := range n.Models {
+			served[m] = true
+		}
+	}
+	spilled := map[string]bool{}
+	if c.Spillover.Enabled {
+		for m := range c.Spillover.ModelMap {
+			spilled[m] = true
+		}
+	}
+	aliases := map[string]bool{}
+	for _, m := range c.Models {
+		aliases[m.Name] = true
+	}
+	known := func() string {
+		var names []string
+		for m := range served {
+			names = append(names, m)
+		}
+		for m := range spilled {
+			if !served[m] {
+				names = append(names, m)
+			}
+		}
+		slices.Sort(names)
+		return strings.Join(names, ", ")
+	}
+	for i, m := range c.Models {
+		for j, t := range m.Targets {
+			if t.Model == "" || served[t.Model] || spilled[t.Model] {
+				continue
+			}
+			msg := fmt.Sprintf("models[%d].targets[%d].model: %q is served by no node", i, j, t.Model)
+			if c.Spillover.Enabled {
+				msg += " and is not in spillover.model_map"
+			}
+			out = append(out, msg+"; served: "+known())
+		}
+	}
+	for i, t := range c.Tenants {
+		for j, m := range t.Models {
+			if m == "*" || served[m] || spilled[m] || aliases[m] {
+				continue
+			}
+			out = append(out, fmt.Sprintf("tenants[%d].models[%d]: %q is neither a served model nor an alias; served: %s", i, j, m, known()))
+		}
+	}
+	return out
+}
+
+// EnvRef is an environment variable the config names (a *_env key).
+type EnvRef struct {
+	Path string // the YAML path of the key, e.g. nodes[0].api_key_env
+	Name string
+}
+
+// EnvVars lists the environment variables the config names in the
+// sections in use: those that are unset at run time mean a missing key.
+func (c *Config) EnvVars() []EnvRef {
+	var out []EnvRef
+	add := func(path, name string) {
+		if name != "" {
+			out = append(out, EnvRef{path, name})
+		}
+	}
+	add("admin.token_env", c.Admin.TokenEnv)
+	if c.Cache.Backend == "redis" || c.Admission.Backend == "redis" {
+		add("redis.password_env", c.Redis.PasswordEnv)
+	}
+	if c.Cache.Backend != "off" && c.Cache.Semantic.Enabled && c.Cache.Embedder.Kind != "local" {
+		add("cache.embedder.api_key_env", c.Cache.Embedder.APIKeyEnv)
+	}
+	for i, t := range c.Tenants {
+		add(fmt.Sprintf("tenants[%d].api_keys_env", i), t.APIKeysEnv)
+	}
+	for i, n := range c.Nodes {
+		add(fmt.Sprintf("nodes[%d].api_key_env", i), n.APIKeyEnv)
+	}
+	if c.Spillover.Enabled {
+		add("spillover.api_key_env", c.Spillover.APIKeyEnv)
 	}
 	return out
 }

@@ -53,6 +53,7 @@ type Gateway struct {
 	backend     *cache.Backend // lookups and write-back, behind breakers
 	ownStore    bool
 	embedder    embed.Embedder
+	embedWatch  *embedWatch // the embedder on the request path; nil without one
 	flights     flightGroup
 	cm          *cacheMetrics
 	spill       *spillover
@@ -62,6 +63,11 @@ type Gateway struct {
 	clients     []io.Closer    // Redis clients the gateway built, closed last
 
 	models []byte // cached GET /v1/models body
+
+	hot     *hotTracker // hits per entry, for /admin/cache/hot; nil when off
+	warms   warmJobs    // warm-ups: warm.files and POST /admin/cache/warm
+	addr    atomic.Pointer[string]
+	tracing *tracing // nil: tracing is off
 
 	stopping atomic.Bool
 	streams  sync.WaitGroup // live stream pumps
@@ -115,6 +121,9 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	if err := g.buildCache(deps, set); err != nil {
 		return nil, err
 	}
+	if g.store != nil {
+		g.hot = newHotTracker(cfg.Warm.HotEntries)
+	}
 	if err := g.buildAdmission(deps); err != nil {
 		return nil, err
 	}
@@ -124,6 +133,9 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		return nil, err
 	}
 	g.models = g.modelsBody()
+	if g.tracing, err = newTracing(context.Background(), cfg.Tracing); err != nil {
+		return nil, err
+	}
 	g.server = &fasthttp.Server{
 		Handler:      g.handle,
 		ErrorHandler: g.handleTransportError,
@@ -200,6 +212,9 @@ func (g *Gateway) buildCache(deps Deps, set *metrics.Set) error {
 		}
 		g.embedder = e
 	}
+	if g.embedder != nil {
+		g.embedWatch = newEmbedWatch(g.embedder, c.Reads.Breaker, set, g.cm.errors("embed"), g.log)
+	}
 	g.store = deps.Store
 	if g.store == nil && c.Backend != "off" {
 		if err := g.buildStore(deps); err != nil {
@@ -240,7 +255,7 @@ func (g *Gateway) buildStore(deps Deps) error {
 	}
 	switch c.Backend {
 	case "memory":
-		g.store = cache.NewMemoryStore(int64(c.MaxBytes), dims)
+		g.store = cache.NewMemoryStoreWith(int64(c.MaxBytes), dims, c.LocalIndex)
 	case "redis":
 		reads, writes := deps.Redis, deps.Redis
 		if reads == nil {
@@ -259,7 +274,7 @@ func (g *Gateway) buildStore(deps Deps) error {
 		}
 		// The cache's keys live under <key_prefix>c:, apart from admission's.
 		opts := cache.RedisOptions{Prefix: g.cfg.Redis.KeyPrefix + "c:", Dims: dims, Embedder: name,
-			VectorSearch: c.VectorSearch, Index: c.RedisIndex,
+			VectorSearch: c.VectorSearch, Index: c.RedisIndex, LocalIndex: c.LocalIndex,
 			ReadTimeout: c.Reads.Timeout.D(), WriteTimeout: c.Writes.Timeout.D(), Writer: writes}
 		g.store = cache.NewLazyStore(func(ctx context.Context) (cache.Store, error) {
 			st, err := cache.NewRedisStore(ctx, reads, opts)
@@ -338,6 +353,8 @@ func (g *Gateway) Serve(ln net.Listener) error {
 	if g.runCancel == nil {
 		g.Start()
 	}
+	addr := ln.Addr().String()
+	g.addr.Store(&addr)
 	err := g.server.Serve(ln)
 	if errors.Is(err, net.ErrClosed) {
 		return nil
@@ -349,6 +366,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 // finish until ctx ends, then cuts the remaining streams.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.stopping.Store(true)
+	g.warms.stop()
 	err := g.server.ShutdownWithContext(ctx)
 	if err != nil {
 		g.live.closeAll()
@@ -375,6 +393,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	}
 	for _, c := range g.clients {
 		_ = c.Close()
+	}
+	if terr := g.tracing.shutdown(ctx); terr != nil {
+		g.log.Warn("tracing: spans not exported at shutdown", "error", terr.Error())
 	}
 	return err
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
 	"github.com/valyala/fastjson"
+	"go.opentelemetry.io/otel/trace"
 
 	"frontdoor/adapters"
 	"frontdoor/balancer"
@@ -32,6 +33,9 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 			g.writeError(ctx, &adapters.APIError{Status: 500, Type: adapters.TypeServer, Code: "internal_error", Message: "internal error"})
 		}
 	}()
+	// Every answer carries X-Request-Id, whatever the route.
+	id := requestID(ctx)
+	ctx.Response.Header.SetCanonical(headerRequestID, []byte(id))
 	// A request whose body length two parsers could read differently is
 	// refused before anything else (adapters.CheckRequestFraming).
 	if err := adapters.CheckRequestFraming(ctx.Request.Header.RawHeaders()); err != nil {
@@ -41,9 +45,9 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	}
 	switch string(ctx.Path()) {
 	case "/v1/chat/completions":
-		g.serveInference(ctx, adapters.EndpointChat)
+		g.serveInference(ctx, adapters.EndpointChat, id)
 	case "/v1/completions":
-		g.serveInference(ctx, adapters.EndpointCompletion)
+		g.serveInference(ctx, adapters.EndpointCompletion, id)
 	case "/v1/models":
 		if g.onlyMethod(ctx, fasthttp.MethodGet) {
 			ctx.SetContentType("application/json")
@@ -96,6 +100,7 @@ func (g *Gateway) onlyMethod(ctx *fasthttp.RequestCtx, method string) bool {
 // handleTransportError answers requests fasthttp could not read, such as an
 // oversize body, with the OpenAI envelope.
 func (g *Gateway) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
+	ctx.Response.Header.SetCanonical(headerRequestID, []byte(requestID(ctx)))
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		g.writeError(ctx, g.tooLarge())
 		ctx.SetConnectionClose()
@@ -220,10 +225,14 @@ type exchange struct {
 	prefix       *balancer.Prefix         // the prompt's prefix hashes (prefix weight > 0)
 	prefixDone   bool                     // prefix was computed
 	upstreamReq  adapters.UpstreamRequest // what toUpstream built
+	trc          *requestTrace            // nil when tracing is off
 }
 
-func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint) {
-	x := &exchange{start: time.Now(), id: requestID(ctx), endpoint: ep}
+func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint, id string) {
+	x := &exchange{start: time.Now(), id: id, endpoint: ep}
+	if g.tracing != nil {
+		g.startRequestSpan(ctx, x)
+	}
 	defer func() { g.finish(ctx, x, recover()) }()
 	ur, leader := g.prepare(ctx, x)
 	if leader != nil {
@@ -242,7 +251,12 @@ func (g *Gateway) prepare(ctx *fasthttp.RequestCtx, x *exchange) (*adapters.Upst
 	if !g.admitAndPlan(ctx, x) {
 		return nil, nil
 	}
-	if p := x.plan; p.lookup && (g.lookupExact(ctx, x, p) || g.lookupSemantic(ctx, x, p)) {
+	if p := x.plan; p.lookup && g.lookup(ctx, x, p) {
+		return nil, nil
+	}
+	if x.plan.only != 0 { // lookup-only: never upstream
+		ctx.SetStatusCode(fasthttp.StatusNoContent)
+		x.cacheResult, x.cacheReason = cacheMiss, "lookup_only"
 		return nil, nil
 	}
 	return g.prepareMiss(ctx, x)
@@ -251,7 +265,6 @@ func (g *Gateway) prepare(ctx *fasthttp.RequestCtx, x *exchange) (*adapters.Upst
 // admitAndPlan validates and admits the request and plans its cache use
 // (x.plan). It returns false when the client has its answer (an error).
 func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
-	ctx.Response.Header.SetCanonical(headerRequestID, []byte(x.id))
 	if !ctx.IsPost() {
 		g.onlyMethod(ctx, fasthttp.MethodPost)
 		return false
@@ -262,7 +275,9 @@ func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
 		return false
 	}
 	x.tenant = t
+	as := x.child("admission", trace.SpanKindInternal)
 	pass, rej := g.adm.Enter(context.Background(), t.name)
+	endAdmission(as, rej)
 	if rej != nil {
 		g.writeError(ctx, rejection(rej))
 		return false
@@ -283,6 +298,7 @@ func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
 		return false
 	}
 	x.req = req // finish releases it
+	x.describeRequest()
 	if !t.allows(req.Model) {
 		g.writeError(ctx, &adapters.APIError{Status: 403, Type: adapters.TypePermission, Code: "model_not_allowed", Param: "model",
 			Message: "tenant " + strconv.Quote(t.name) + " may not use model " + strconv.Quote(req.Model)})
@@ -378,7 +394,9 @@ func (g *Gateway) admitMiss(ctx *fasthttp.RequestCtx, x *exchange) bool {
 			maxLen, promptTokens+req.MaxTokens, promptTokens, req.MaxTokens)))
 		return false
 	}
+	as := x.child("admission tokens", trace.SpanKindInternal)
 	charge, rej := g.adm.AdmitMiss(context.Background(), x.tenant.name, g.adm.UpfrontTokens(promptTokens, req.MaxTokens, req.N))
+	endAdmission(as, rej)
 	if rej != nil {
 		g.writeError(ctx, rejection(rej))
 		return false
@@ -392,12 +410,13 @@ func (g *Gateway) admitMiss(ctx *fasthttp.RequestCtx, x *exchange) bool {
 // total tokens used (negative: unknown).
 func (x *exchange) handOff() func(usage int) {
 	x.streamOwned = true
-	pass, charge := x.pass, x.charge
+	pass, charge, trc := x.pass, x.charge, x.trc
 	return func(usage int) {
 		if charge != nil {
 			charge.Settle(usage)
 		}
 		pass.Release()
+		trc.end()
 	}
 }
 
@@ -461,7 +480,14 @@ func (g *Gateway) forwardFrom(ctx *fasthttp.RequestCtx, x *exchange, ur *adapter
 		if ur.Stream { // the time to the first token is only known for streams
 			sent = time.Now()
 		}
+		var span trace.Span
+		if x.trc != nil {
+			span = g.startAttempt(x, ur, n)
+		}
 		resp, err := be.Send(context.Background(), ur)
+		if span != nil {
+			endAttempt(span, resp, err, sent)
+		}
 		if g.answered(x, n, be, st, resp, err, sent) {
 			g.commit(ctx, x, n, be, resp)
 			return
@@ -510,6 +536,7 @@ func (g *Gateway) answered(x *exchange, n *balancer.Node, be adapters.Backend, s
 	var ttft time.Duration
 	if resp.Streaming() {
 		ttft = time.Since(sent)
+		g.metrics.ttft.add(sent.Add(ttft), ttft)
 	}
 	g.pool.Report(n, balancer.OutcomeSuccess, ttft)
 	g.metrics.upstreamAnswers.Add(1)
@@ -629,7 +656,14 @@ func (g *Gateway) trySpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.U
 	s.inflight.Add(1)
 	x.slot.hold(nil, &s.inflight)
 	x.attempts++
+	var span trace.Span
+	if x.trc != nil {
+		span = g.startAttempt(x, ur, nil)
+	}
 	resp, err := s.backend.Send(context.Background(), ur)
+	if span != nil {
+		endAttempt(span, resp, err, time.Time{})
+	}
 	if err != nil {
 		x.slot.release()
 		g.failFlight(x)
@@ -790,6 +824,7 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.N
 			if r.usageKnown && !r.broken {
 				usage = r.usage.TotalTokens
 				g.metrics.countTokens(tenantName, "upstream", r.usage.PromptTokens, r.usage.CompletionTokens)
+				x.trc.usage(r.usage)
 			}
 			done(usage)
 			if f != nil {
@@ -822,6 +857,7 @@ func (g *Gateway) settle(x *exchange, u adapters.Usage, known bool) {
 		x.charge.Settle(u.TotalTokens)
 	}
 	g.metrics.countTokens(x.tenant.name, "upstream", u.PromptTokens, u.CompletionTokens)
+	x.trc.usage(u)
 }
 
 // pump copies upstream events to the client as they arrive, flushing
@@ -977,6 +1013,7 @@ func (g *Gateway) finish(ctx *fasthttp.RequestCtx, x *exchange, panicked any) {
 	}
 	x.status = ctx.Response.StatusCode()
 	g.metrics.observe(x)
+	x.finishSpan()
 	if x.cacheResult != "" {
 		ctx.Response.Header.SetCanonical(headerCache, []byte(x.cacheResult))
 		g.cm.request(x.cacheResult, x.cacheReason)

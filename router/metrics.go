@@ -1,9 +1,11 @@
 package router
 
 import (
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
@@ -20,6 +22,8 @@ type gatewayMetrics struct {
 	// upstreamAnswers counts answers from local nodes, for the spill ratio.
 	upstreamAnswers                    atomic.Int64
 	classes2xx, classes4xx, classes5xx atomic.Int64
+	rejected                           atomic.Int64 // 429 and 503 answers: refused for lack of quota or capacity
+	ttft                               ttftWindow
 
 	// tokens[tenant] = prompt/upstream, completion/upstream, prompt/cache, completion/cache
 	tokens map[string]*[4]*metrics.Counter
@@ -65,6 +69,7 @@ func newGatewayMetrics(set *metrics.Set, g *Gateway) *gatewayMetrics {
 	}
 	set.NewGauge(`frontdoor_streams_active`, func() float64 { return float64(m.streams.Load()) })
 	g.pool.RegisterMetrics(set)
+	registerBuildInfo(set)
 	return m
 }
 
@@ -92,8 +97,14 @@ func (m *gatewayMetrics) observe(x *exchange) {
 	switch {
 	case x.status >= 500:
 		m.classes5xx.Add(1)
+		if x.status == 503 {
+			m.rejected.Add(1)
+		}
 	case x.status >= 400:
 		m.classes4xx.Add(1)
+		if x.status == 429 {
+			m.rejected.Add(1)
+		}
 	default:
 		m.classes2xx.Add(1)
 	}
@@ -120,6 +131,40 @@ func (m *gatewayMetrics) classes() map[string]int {
 }
 
 func (m *gatewayMetrics) write(ctx *fasthttp.RequestCtx) {
-	m.set.WritePrometheus(ctx)
-	metrics.WriteProcessMetrics(ctx)
+	writeMetrics(ctx, m.set)
+}
+
+// ttftWindow keeps the recent times to first token of streamed answers
+// from local nodes, for the p50 and p95 of /status.
+type ttftWindow struct {
+	mu   sync.Mutex
+	at   [512]int64 // unix nanos
+	v    [512]float64
+	next int
+}
+
+func (w *ttftWindow) add(now time.Time, d time.Duration) {
+	w.mu.Lock()
+	w.at[w.next], w.v[w.next] = now.UnixNano(), d.Seconds()
+	w.next = (w.next + 1) % len(w.at)
+	w.mu.Unlock()
+}
+
+// quantiles returns the p50 and p95 of the samples newer than since, and
+// their count.
+func (w *ttftWindow) quantiles(since time.Time) (p50, p95 float64, n int) {
+	vals := make([]float64, 0, len(w.v))
+	w.mu.Lock()
+	for i, at := range w.at {
+		if at > since.UnixNano() {
+			vals = append(vals, w.v[i])
+		}
+	}
+	w.mu.Unlock()
+	if len(vals) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(vals)
+	q := func(p float64) float64 { return vals[min(len(vals)-1, int(p*float64(len(vals))))] }
+	return q(0.5), q(0.95), len(vals)
 }

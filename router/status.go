@@ -8,6 +8,7 @@ import (
 
 	"frontdoor/balancer"
 	"frontdoor/cache"
+	"frontdoor/internal/buildinfo"
 	"frontdoor/router/admission"
 )
 
@@ -18,14 +19,29 @@ var startTime = time.Now()
 
 // Status is the GET /status document.
 type Status struct {
-	Uptime    string                `json:"uptime"`
-	Ready     bool                  `json:"ready"`
-	Requests  map[string]int        `json:"requests"` // by outcome class
+	Uptime   string         `json:"uptime"`
+	Ready    bool           `json:"ready"`
+	Version  string         `json:"version"`
+	Revision string         `json:"revision,omitempty"`
+	Requests map[string]int `json:"requests"` // by outcome class
+	// Outcomes counts answers since start: hit (from the cache), local (a
+	// node), spilled (the hosted API), rejected (429 or 503).
+	Outcomes map[string]int64 `json:"outcomes"`
+	// TTFT is over the streamed answers of local nodes in the last minute.
+	TTFT      TTFTStatus            `json:"ttft"`
 	Streams   int64                 `json:"streams_active"`
 	Cache     *CacheStatus          `json:"cache,omitempty"`
 	Spill     *SpillStatus          `json:"spillover,omitempty"`
 	Nodes     []balancer.NodeStatus `json:"nodes"`
 	Admission admission.Status      `json:"admission"`
+	Warm      []WarmStatus          `json:"warm,omitempty"` // warm-ups, running and recent (failures left out)
+}
+
+// TTFTStatus is the time to first token of recent streamed answers.
+type TTFTStatus struct {
+	P50     float64 `json:"p50_seconds"`
+	P95     float64 `json:"p95_seconds"`
+	Samples int     `json:"samples"`
 }
 
 // CacheStatus is the cache part of /status.
@@ -40,7 +56,8 @@ type CacheStatus struct {
 	// The store's health: state (ok, degraded, bypassed) and since when, up,
 	// why, both breakers and the write-back queue.
 	cache.Health
-	Dropped uint64 `json:"writes_dropped"`
+	Dropped  uint64          `json:"writes_dropped"`
+	Embedder *EmbedderStatus `json:"embedder,omitempty"`
 }
 
 // SpillStatus is the spill-over part of /status.
@@ -55,10 +72,25 @@ func (g *Gateway) status() Status {
 	st := Status{Uptime: time.Since(startTime).Round(time.Second).String(), Ready: g.pool.Ready() && !g.stopping.Load(),
 		Streams: g.metrics.streams.Load(), Requests: g.metrics.classes()}
 	st.Nodes = g.pool.Status()
+	bi := buildinfo.Get()
+	st.Version, st.Revision = bi.Version, bi.Revision
+	st.TTFT.P50, st.TTFT.P95, st.TTFT.Samples = g.metrics.ttft.quantiles(time.Now().Add(-time.Minute))
+	st.Outcomes = map[string]int64{"hit": 0, "local": g.metrics.upstreamAnswers.Load(), "spilled": 0, "rejected": g.metrics.rejected.Load()}
+	if g.store != nil {
+		r := g.cm.totals()
+		st.Outcomes["hit"] = r["hit_exact"] + r["hit_semantic"]
+	}
+	if g.spill != nil {
+		st.Outcomes["spilled"] = g.spill.spilled.Load()
+	}
 	if g.store != nil {
 		st.Cache = &CacheStatus{Backend: g.cfg.Cache.Backend, Results: g.cm.totals(), HitRatio: g.cm.hitRatio(),
 			Entries: g.cm.entries.Load(), Vectors: g.cm.vectors.Load(), Bytes: g.cm.bytes.Load(),
 			Saved: g.cm.tokensSaved.Get(), Health: g.backend.Health(), Dropped: g.cm.dropped()}
+		if g.embedWatch != nil {
+			es := g.embedWatch.status()
+			st.Cache.Embedder = &es
+		}
 	}
 	if s := g.spill; s != nil {
 		spilled := s.spilled.Load()
@@ -69,6 +101,10 @@ func (g *Gateway) status() Status {
 		st.Spill = ss
 	}
 	st.Admission = g.adm.Status()
+	for _, w := range g.warms.list() {
+		w.Failures = nil
+		st.Warm = append(st.Warm, w)
+	}
 	return st
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"frontdoor/balancer"
 	"frontdoor/cmd/gpusim/sim"
+	"frontdoor/embed"
 	"frontdoor/router"
 )
 
@@ -25,21 +26,28 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", ":8080", "gateway listen address")
 	ttft := fs.Duration("ttft", 150*time.Millisecond, "simulated time to first token")
 	itl := fs.Duration("itl", 25*time.Millisecond, "simulated time between tokens")
+	warmFile := fs.String("warm", "", "warm the cache from this file at start (any frontdoor warm format; plain text uses qwen3-8b)")
+	embedder := fs.String("embedder", "local", "semantic cache embedder: local (in process) or remote (an OpenAI-compatible /v1/embeddings, simulated)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *embedder != "local" && *embedder != "remote" {
+		fmt.Fprintln(stderr, "frontdoor demo: --embedder must be local or remote")
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := runDemo(ctx, *listen, *ttft, *itl, stdout, stderr); err != nil {
+	if err := runDemo(ctx, *listen, *ttft, *itl, *warmFile, *embedder == "remote", stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "frontdoor demo:", err)
 		return 1
 	}
 	return 0
 }
 
-// runDemo starts two simulated vLLM nodes, a simulated DashScope and the
-// gateway in this process, prints a banner and serves until ctx ends.
-func runDemo(ctx context.Context, listen string, ttft, itl time.Duration, stdout, stderr io.Writer) error {
+// runDemo starts two simulated vLLM nodes, a simulated DashScope, with
+// remoteEmbed a simulated embedding server, and the gateway in this
+// process, prints a banner and serves until ctx ends.
+func runDemo(ctx context.Context, listen string, ttft, itl time.Duration, warmFile string, remoteEmbed bool, stdout, stderr io.Writer) error {
 	var sims []*sim.Server
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -85,13 +93,35 @@ func runDemo(ctx context.Context, listen string, ttft, itl time.Duration, stdout
 	cfg.Spillover.APIKeyEnv = "FRONTDOOR_DEMO_DASHSCOPE_KEY"
 	cfg.Spillover.ModelMap = map[string]string{"qwen3-8b": "qwen-plus"}
 	cfg.Models = []balancer.ModelAlias{{Name: "chat", Targets: []balancer.ModelTarget{{Model: "qwen3-8b", Weight: 1}}}}
+	if warmFile != "" {
+		if _, err := os.Stat(warmFile); err != nil {
+			return fmt.Errorf("--warm: %w", err)
+		}
+		// In the background, as warm.files at serve start: /status shows it.
+		cfg.Warm.Files, cfg.Warm.Model = []string{warmFile}, "qwen3-8b"
+	}
+	embedderLine := "local (in process)"
+	if remoteEmbed {
+		ec := sim.DefaultConfig()
+		ec.Listen = "127.0.0.1:0"
+		es, err := start(ec)
+		if err != nil {
+			return fmt.Errorf("start simulated embedding server: %w", err)
+		}
+		// The one config line a real model needs (TEI, vLLM --task embed, Ollama, DashScope).
+		cfg.Cache.Embedder = embed.Config{Kind: embed.KindOpenAI, URL: es.URL() + "/v1", Model: "bge-m3", Dims: sim.DefaultEmbeddingDims}
+		if err := cfg.Cache.Embedder.Validate(); err != nil {
+			return err
+		}
+		embedderLine = es.URL() + "/v1/embeddings (simulated, OpenAI-compatible, " + fmt.Sprint(sim.DefaultEmbeddingDims) + " dims)"
+	}
 
 	return serve(ctx, cfg, stderr, func(addr string) {
-		fmt.Fprint(stdout, banner(addr, cfg, qwen.URL()))
+		fmt.Fprint(stdout, banner(addr, cfg, qwen.URL(), embedderLine))
 	})
 }
 
-func banner(addr string, cfg router.Config, qwenURL string) string {
+func banner(addr string, cfg router.Config, qwenURL, embedder string) string {
 	_, port, _ := net.SplitHostPort(addr)
 	base := "http://127.0.0.1:" + port
 	return fmt.Sprintf(`
@@ -103,6 +133,7 @@ frontdoor demo is running (Ctrl-C stops everything)
   dashboard       %[1]s/dashboard     (cache hit rate, spill-over, node load)
   simulated GPUs  %[2]s (gpu-a), %[3]s (gpu-b): vLLM, max-num-seqs 10
   simulated Qwen  %[4]s (DashScope compatible mode, spill-over)
+  embedder        %[5]s
 
 Try it (ask twice, or reworded, to see X-Cache: hit-exact / hit-semantic):
 
@@ -112,5 +143,11 @@ Try it (ask twice, or reworded, to see X-Cache: hit-exact / hit-semantic):
   curl -sN %[1]s/v1/chat/completions -H 'Content-Type: application/json' \
     -d '{"model":"qwen3-8b","stream":true,"messages":[{"role":"user","content":"Tell me a story"}]}'
 
-`, base, cfg.Nodes[0].URL, cfg.Nodes[1].URL, qwenURL)
+Warm the cache (prompts go through the gateway; answered pairs are imported):
+
+  frontdoor warm deploy/examples/hot-prompts.txt --target %[1]s --model qwen3-8b
+  frontdoor warm deploy/examples/faq.jsonl --target %[1]s
+  frontdoor cache export --target %[1]s --top 100 --out hot.jsonl
+
+`, base, cfg.Nodes[0].URL, cfg.Nodes[1].URL, qwenURL, embedder)
 }

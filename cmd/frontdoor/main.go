@@ -1,5 +1,5 @@
 // Command frontdoor is the OpenAI-compatible gateway. Subcommands: serve,
-// demo, check-config, version.
+// demo, check-config, calibrate, warm, cache export, version.
 package main
 
 import (
@@ -11,22 +11,26 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 
 	"frontdoor/balancer"
+	"frontdoor/internal/buildinfo"
 	"frontdoor/router"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 const usage = `frontdoor: an OpenAI-compatible front door for self-hosted LLM inference
 
 Usage:
   frontdoor serve --config FILE         run the gateway
   frontdoor demo [--listen :8080]       run gateway + simulated GPU nodes + simulated Qwen, no setup
-  frontdoor check-config --config FILE  validate a config file and report every problem
+  frontdoor check-config --config FILE [--strict]
+                                        validate a config file and report every problem;
+                                        --strict: an unset *_env variable is a problem too
+  frontdoor warm FILE... --target URL   warm the cache of a running gateway (see frontdoor warm -h)
+  frontdoor cache export --target URL   write the most-hit entries as a JSONL to warm from
+  frontdoor calibrate --pairs FILE [--config FILE] [--max-false 0.01]
+                                        hit and false-hit rates of the semantic cache per threshold,
+                                        on your own labelled pairs, with your embedder and guards
   frontdoor version                     print the version
 `
 
@@ -46,8 +50,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdDemo(args[1:], stdout, stderr)
 	case "check-config":
 		return cmdCheckConfig(args[1:], stdout, stderr)
+	case "warm":
+		return cmdWarm(args[1:], stdout, stderr)
+	case "cache":
+		return cmdCache(args[1:], stdout, stderr)
+	case "calibrate":
+		return cmdCalibrate(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
-		fmt.Fprintln(stdout, "frontdoor", buildVersion())
+		fmt.Fprintln(stdout, "frontdoor", buildinfo.Get())
 		return 0
 	case "help", "--help", "-h":
 		fmt.Fprint(stdout, usage)
@@ -58,50 +68,66 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-func buildVersion() string {
-	if version != "dev" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				return "dev+" + s.Value[:12]
-			}
-		}
-	}
-	return version
+func configFlag(name string, args []string, stderr io.Writer) (string, bool) {
+	path, _, ok := configFlags(name, args, stderr, false)
+	return path, ok
 }
 
-func configFlag(name string, args []string, stderr io.Writer) (string, bool) {
+// configFlags parses --config (and --strict, for check-config).
+func configFlags(name string, args []string, stderr io.Writer, withStrict bool) (path string, strict, ok bool) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	path := fs.String("config", "", "config file (YAML)")
+	p := fs.String("config", "", "config file (YAML)")
+	var st *bool
+	if withStrict {
+		st = fs.Bool("strict", false, "treat warnings (an unset *_env variable) as problems")
+	}
 	if err := fs.Parse(args); err != nil {
-		return "", false
+		return "", false, false
 	}
-	if *path == "" {
+	if *p == "" {
 		fmt.Fprintf(stderr, "frontdoor %s: --config FILE is required\n", name)
-		return "", false
+		return "", false, false
 	}
-	return *path, true
+	return *p, st != nil && *st, true
 }
 
 func cmdCheckConfig(args []string, stdout, stderr io.Writer) int {
-	path, ok := configFlag("check-config", args, stderr)
+	path, strict, ok := configFlags("check-config", args, stderr, true)
 	if !ok {
 		return 2
 	}
 	cfg, err := router.Load(path)
+	var problems []string
 	if err != nil {
 		var ce *router.ConfigError
-		if errors.As(err, &ce) {
-			fmt.Fprintf(stderr, "%s: %d problem(s)\n", path, len(ce.Problems))
-			for _, p := range ce.Problems {
-				fmt.Fprintln(stderr, "  "+p)
-			}
+		if !errors.As(err, &ce) {
+			fmt.Fprintln(stderr, err)
 			return 1
 		}
-		fmt.Fprintln(stderr, err)
+		problems = ce.Problems
+	}
+	// Keys named by *_env must be set where frontdoor runs: a warning,
+	// or a problem with --strict.
+	var warnings []string
+	for _, e := range cfg.EnvVars() {
+		if _, set := os.LookupEnv(e.Name); !set {
+			msg := e.Path + ": environment variable " + e.Name + " is not set"
+			if strict {
+				problems = append(problems, msg)
+			} else {
+				warnings = append(warnings, msg)
+			}
+		}
+	}
+	for _, w := range warnings {
+		fmt.Fprintln(stderr, "warning: "+w)
+	}
+	if len(problems) > 0 {
+		fmt.Fprintf(stderr, "%s: %d problem(s)\n", path, len(problems))
+		for _, p := range problems {
+			fmt.Fprintln(stderr, "  "+p)
+		}
 		return 1
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d nodes, %d tenants, cache %s, admission %s)\n",
@@ -153,7 +179,7 @@ func serve(ctx context.Context, cfg router.Config, logOut io.Writer, ready func(
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	logger.Info("frontdoor listening", "addr", ln.Addr().String(), "version", buildVersion(), "nodes", len(cfg.Nodes))
+	logger.Info("frontdoor listening", "addr", ln.Addr().String(), "version", buildinfo.Get().Version, "revision", buildinfo.Get().Revision, "nodes", len(cfg.Nodes))
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
@@ -161,12 +187,10 @@ func serve(ctx context.Context, cfg router.Config, logOut io.Writer, ready func(
 	go func() { errc <- gw.Serve(ln) }()
 	if len(cfg.Warm.Files) > 0 {
 		go func() {
-			res, err := gw.Warm(ctx, ln.Addr().String())
-			if err != nil {
+			// In the background: readiness doesn't wait, /status shows it.
+			if _, err := gw.Warm(ctx, ln.Addr().String()); err != nil && ctx.Err() == nil {
 				logger.Warn("cache warm-up failed", "error", err.Error())
-				return
 			}
-			logger.Info("cache warmed", "sent", res.Sent, "stored", res.Stored, "already_cached", res.Hits, "failed", res.Failed)
 		}()
 	}
 	select {

@@ -20,27 +20,54 @@ import (
 
 	"frontdoor/cmd/gpusim/sim"
 	"frontdoor/internal/testenv"
+	"frontdoor/router"
 )
 
+// Every example passes check-config --strict once the env vars it names
+// are set; without them, --strict fails and a plain check warns.
 func TestCheckConfigAcceptsTheExamples(t *testing.T) {
 	files, _ := filepath.Glob("../../deploy/examples/*.yaml")
 	if len(files) < 2 {
 		t.Fatalf("examples: %v", files)
 	}
 	for _, f := range files {
-		var out, errOut bytes.Buffer
-		if code := run([]string{"check-config", "--config", f}, &out, &errOut); code != 0 {
-			t.Fatalf("%s: exit %d: %s", f, code, errOut.String())
-		}
-		if !strings.Contains(out.String(), "ok") {
-			t.Fatalf("%s: output %q", f, out.String())
-		}
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			cfg, err := router.Load(f)
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			for _, e := range cfg.EnvVars() {
+				t.Setenv(e.Name, "")
+				os.Unsetenv(e.Name)
+			}
+			var out, errOut bytes.Buffer
+			if len(cfg.EnvVars()) > 0 {
+				if code := run([]string{"check-config", "--strict", "--config", f}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "is not set") {
+					t.Fatalf("--strict with %s unset: exit %d: %s", cfg.EnvVars()[0].Name, code, errOut.String())
+				}
+				errOut.Reset()
+				if code := run([]string{"check-config", "--config", f}, &out, &errOut); code != 0 || !strings.Contains(errOut.String(), "warning: ") {
+					t.Fatalf("without --strict, an unset env var is a warning: exit %d: %s", code, errOut.String())
+				}
+			}
+			for _, e := range cfg.EnvVars() {
+				t.Setenv(e.Name, "set-by-test")
+			}
+			out.Reset()
+			errOut.Reset()
+			if code := run([]string{"check-config", "--strict", "--config", f}, &out, &errOut); code != 0 {
+				t.Fatalf("%s: exit %d: %s", f, code, errOut.String())
+			}
+			if !strings.Contains(out.String(), "ok") || errOut.Len() != 0 {
+				t.Fatalf("%s: output %q, stderr %q", f, out.String(), errOut.String())
+			}
+		})
 	}
 }
 
 func TestCheckConfigReportsEveryProblemWithItsPath(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "bad.yaml")
-	bad := "nodes:\n  - {name: a, url: http://x:1, models: [m]}\n  - {name: b, url: \"127.0.0.1:9001\", models: [m]}\n  - {name: \"c\\r\\nX-Evil: 1\", url: http://x:2, models: [m]}\nbalancer: {policy: fastest}\ntimeouts: {client: 0s}\nserver: {engine: loop, io_uring: auto}\ncache: {bogus: 1}\n"
+	bad := "nodes:\n  - {name: a, url: http://x:1, models: [m]}\n  - {name: b, url: \"127.0.0.1:9001\", models: [m]}\n  - {name: \"c\\r\\nX-Evil: 1\", url: http://x:2, models: [m]}\nbalancer: {policy: fastest}\ntimeouts: {client: 0s}\nserver: {engine: loop, io_uring: auto}\ncache: {bogus: 1, local_index: {m: 2, ef_search: 0}}\n"
 	if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -48,20 +75,86 @@ func TestCheckConfigReportsEveryProblemWithItsPath(t *testing.T) {
 	if code := run([]string{"check-config", "--config", path}, &out, &errOut); code == 0 {
 		t.Fatal("a bad config passed")
 	}
-	if !strings.Contains(errOut.String(), "cache.bogus: field bogus not found") {
-		t.Fatalf("unknown key not reported with its path:\n%s", errOut.String())
-	}
-	// Unknown keys stop decoding; fix it and the semantic problems show.
-	_ = os.WriteFile(path, []byte(strings.Replace(bad, "cache: {bogus: 1}\n", "", 1)), 0o600)
-	errOut.Reset()
-	run([]string{"check-config", "--config", path}, &out, &errOut)
-	for _, want := range []string{"nodes[1].url: missing scheme", `balancer.policy: "fastest"`,
+	// An unknown key and the semantic problems, all in one run.
+	for _, want := range []string{`cache.bogus: unknown key "bogus" (line 8)`, "nodes[1].url: missing scheme", `balancer.policy: "fastest"`,
 		`nodes[2].name: "c\r\nX-Evil: 1" may only use letters, digits`, "timeouts.client: must be > 0",
 		// The event-loop engine is gone: its keys are refused, by name.
 		"server.engine: removed in this version: frontdoor has one HTTP server (fasthttp); delete the key",
-		"server.io_uring: removed in this version"} {
+		"server.io_uring: removed in this version",
+		"cache.local_index.m must be within 4..64, got 2"} {
 		if !strings.Contains(errOut.String(), want) {
 			t.Fatalf("missing %q in:\n%s", want, errOut.String())
+		}
+	}
+}
+
+// What broke at run time with an "ok" from check-config: each problem with
+// its YAML path and line, all at once, in the config's own words.
+func TestCheckConfigCatchesRunTimeBreakage(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	bad := `listen: "28591"
+cache:
+  ttl: forever
+  max_bytes: lots
+nodes:
+  - name: a
+    url: http://127.0.0.1:9001
+    modles: [qwen3-8b]
+  - name: b
+    url: http://127.0.0.1:9002
+    models: [qwen3-8b]
+    max_concurency: 4
+tenants:
+  - {name: acme, models: [qwen3-8b, chat, qwen9]}
+balancer:
+  retries: many
+spillover:
+  enabled: true
+  model_map: {qwen3-8b: qwen-plus}
+models:
+  - name: chat
+    targets: [{model: qwen3-8b, weight: 90}, {model: qwen3-8b-v2, weight: 10}]
+  - name: plus
+    targets: [{model: qwen-plus-local, weight: 1}, {model: qwen3-8b, weight: 1}]
+`
+	if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := run([]string{"check-config", "--config", path}, &out, &errOut); code != 1 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	got := errOut.String()
+	for _, want := range []string{
+		`listen: "28591" has no host part: write ":28591"`,
+		`cache.ttl: invalid duration "forever" (use units such as 50ms, 2s, 10m) (line 3)`,
+		`cache.max_bytes: invalid size "lots"`, "(line 4)",
+		"nodes[0].modles: unknown key \"modles\" (did you mean `models`?) (line 8)",
+		"nodes[1].max_concurency: unknown key \"max_concurency\" (did you mean `max_concurrency`?) (line 12)",
+		`balancer.retries: "many" is not an integer (line 16)`,
+		`models[0].targets[1].model: "qwen3-8b-v2" is served by no node and is not in spillover.model_map`,
+		`models[1].targets[0].model: "qwen-plus-local" is served by no node`,
+		`tenants[0].models[2]: "qwen9" is neither a served model nor an alias`,
+		"spillover.api_key_env: environment variable DASHSCOPE_API_KEY is not set",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in:\n%s", want, got)
+		}
+	}
+	for _, never := range []string{"balancer.NodeConfig", "not found in type", "into int", `tenants[0].models[1]`, `models[0].targets[0]`} {
+		if strings.Contains(got, never) {
+			t.Errorf("%q in:\n%s", never, got)
+		}
+	}
+	// A listen address with a host parses; a bad port does not.
+	for addr, ok := range map[string]bool{":8080": true, "127.0.0.1:0": true, "[::1]:8080": true, "localhost:99999": false, "28591": false} {
+		err := os.WriteFile(path, []byte("listen: \""+addr+"\"\nnodes:\n  - {name: a, url: http://127.0.0.1:1, models: [m]}\n"), 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		errOut.Reset()
+		if code := run([]string{"check-config", "--config", path}, &out, &errOut); (code == 0) != ok {
+			t.Errorf("listen %q: exit %d: %s", addr, code, errOut.String())
 		}
 	}
 }
@@ -74,7 +167,7 @@ func TestCheckConfigRefusesTheEngineKeys(t *testing.T) {
 		{"{engine: fasthttp}", "server.engine: removed in this version: frontdoor has one HTTP server (fasthttp); delete the key"},
 		{"{loops: 2}", "server.loops: removed in this version"},
 		{"{io_uring: off}", "server.io_uring: removed in this version"},
-		{"{threads: 2}", "server.threads: field threads not found"},
+		{"{threads: 2}", `server.threads: unknown key "threads"`},
 	} {
 		path := filepath.Join(dir, "c.yaml")
 		cfg := "nodes:\n  - {name: a, url: http://127.0.0.1:1, models: [m]}\nserver: " + tc.server + "\n"
@@ -101,12 +194,53 @@ func TestUsageAndVersion(t *testing.T) {
 	}
 }
 
+// The version comes from -ldflags when set, else from the build info: the
+// VCS revision of the checkout it was built from.
+func TestVersionFromTheBuild(t *testing.T) {
+	dir := t.TempDir()
+	build := func(name string, args ...string) string {
+		bin := filepath.Join(dir, name)
+		if b, err := exec.Command("go", append(append([]string{"build"}, args...), "-o", bin, ".")...).CombinedOutput(); err != nil {
+			t.Fatalf("build %v: %v\n%s", args, err, b)
+		}
+		out, err := exec.Command(bin, "version").CombinedOutput()
+		if err != nil {
+			t.Fatalf("version: %v %s", err, out)
+		}
+		return string(out)
+	}
+	// Go stamps the revision only where .git is a directory (not in a git
+	// worktree, whose .git is a file); `make build` passes -ldflags there.
+	if st, err := os.Stat("../../.git"); err != nil || !st.IsDir() {
+		t.Logf("../../.git is not a directory: the build-info revision is not checked")
+	} else if rev, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {
+		// GOFLAGS may say -buildvcs=false; the flag wins.
+		want := strings.TrimSpace(string(rev))[:12]
+		if out := build("vcs", "-buildvcs=true"); !strings.Contains(out, "(rev "+want) {
+			t.Fatalf("version %q does not name the revision %s", out, want)
+		}
+	} else {
+		t.Logf("no git checkout: the VCS revision is not checked (%v)", err)
+	}
+	ld := "-X frontdoor/internal/buildinfo.version=v9.8.7 -X frontdoor/internal/buildinfo.revision=0123456789abcdef"
+	if out := build("ld", "-ldflags", ld); !strings.HasPrefix(out, "frontdoor v9.8.7 (rev 0123456789ab, go") {
+		t.Fatalf("version with ldflags: %q", out)
+	}
+}
+
 // The demo serves chat completions, streamed and not, and stops on cancel.
 func TestDemoServes(t *testing.T) {
+	t.Run("local embedder", func(t *testing.T) { testDemoServes(t, false) })
+	t.Run("remote embedder", func(t *testing.T) { testDemoServes(t, true) })
+}
+
+func testDemoServes(t *testing.T, remoteEmbed bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	stdout := &lockedBuffer{}
 	done := make(chan error, 1)
-	go func() { done <- runDemo(ctx, "127.0.0.1:0", time.Millisecond, time.Millisecond, stdout, io.Discard) }()
+	go func() {
+		done <- runDemo(ctx, "127.0.0.1:0", time.Millisecond, time.Millisecond, "", remoteEmbed, stdout, io.Discard)
+	}()
 	var base string
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		m := regexp.MustCompile(`gateway\s+(http://\S+)/v1`).FindStringSubmatch(stdout.String())
@@ -128,6 +262,25 @@ func TestDemoServes(t *testing.T) {
 		if resp.StatusCode != 200 || !strings.Contains(string(b), sim.ExpectedText("hello", 3)[:5]) {
 			t.Fatalf("demo answered %d: %s", resp.StatusCode, b)
 		}
+	}
+	if remoteEmbed {
+		if !strings.Contains(stdout.String(), "/v1/embeddings (simulated") {
+			t.Errorf("the banner does not name the remote embedder:\n%s", stdout.String())
+		}
+		// A reworded question is a semantic hit through the remote embedder.
+		ask := func(q string) string {
+			resp, err := http.Post(base+"/v1/chat/completions", "application/json",
+				strings.NewReader(`{"model":"qwen3-8b","messages":[{"role":"user","content":"`+q+`"}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp.Header.Get("X-Cache")
+		}
+		ask("What is the capital of France?")
+		testenv.Eventually(t, 5*time.Second, func() bool { return ask("Please, what is the capital of France") == "hit-semantic" },
+			"no semantic hit through the remote embedder")
 	}
 	cancel()
 	select {
@@ -306,5 +459,51 @@ func TestTwoProcessesShareTheCache(t *testing.T) {
 	}
 	if node.Stats().Received != received {
 		t.Fatal("B's hits reached the node")
+	}
+}
+
+// frontdoor demo --warm FILE warms in the background: /status shows the
+// job, and the file's prompts are then exact hits.
+func TestDemoWarm(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stdout := &lockedBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- runDemo(ctx, "127.0.0.1:0", time.Millisecond, time.Millisecond, "../../deploy/examples/hot-prompts.txt", false, stdout, io.Discard)
+	}()
+	var base string
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		m := regexp.MustCompile(`gateway\s+(http://\S+)/v1`).FindStringSubmatch(stdout.String())
+		if m != nil {
+			base = m[1]
+		}
+		return m != nil
+	}, "no banner: %s", stdout.String())
+	var status string
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		resp, err := http.Get(base + "/status")
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		status = string(b)
+		return strings.Contains(status, `"source":"warm.files","state":"done"`)
+	}, "no finished warm-up in /status: %s", status)
+	if !strings.Contains(status, `"total":20,"done":20,"warmed":20`) {
+		t.Fatalf("warm-up in /status: %s", status)
+	}
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(userBody("如何重置我的密码？")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if xc := resp.Header.Get("X-Cache"); xc != "hit-exact" {
+		t.Fatalf("a warmed prompt: X-Cache %q", xc)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("demo: %v", err)
 	}
 }

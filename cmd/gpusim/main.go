@@ -60,6 +60,7 @@ func parseFlags(args []string, stderr io.Writer) (sim.Config, error) {
 	fs.IntVar(&def.BlockSize, "block-size", def.BlockSize, "tokens per KV block (prefix-cache granularity)")
 	fs.IntVar(&def.KVBlocks, "kv-blocks", def.KVBlocks, "KV capacity in blocks; overrides --kv-capacity (0 = kv-capacity / block-size)")
 	fs.DurationVar(&def.PrefillPerToken, "prefill-per-token", def.PrefillPerToken, "prefill time per uncached prompt token, added to ttft (0.2ms = 400ms for 2k tokens)")
+	fs.IntVar(&def.EmbeddingDims, "embedding-dims", def.EmbeddingDims, "vector length of /v1/embeddings (a request's \"dimensions\" overrides it)")
 	fs.Int64Var(&def.Seed, "seed", def.Seed, "RNG seed for jitter/fail/hang draws (0 = time-based)")
 	if err := fs.Parse(args); err != nil {
 		return sim.Config{}, err

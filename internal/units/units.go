@@ -23,7 +23,7 @@ func (d Duration) String() string { return time.Duration(d).String() }
 // UnmarshalYAML accepts a Go duration string, or 0.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("expected a duration such as 2s, got a %s", kindName(n.Kind))
+		return typeError(n, "expected a duration such as 2s, got a %s", kindName(n.Kind))
 	}
 	if n.Value == "0" {
 		*d = 0
@@ -31,7 +31,7 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	}
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
-		return fmt.Errorf("invalid duration %q (use units such as 50ms, 2s, 10m)", n.Value)
+		return typeError(n, "invalid duration %q (use units such as 50ms, 2s, 10m)", n.Value)
 	}
 	*d = Duration(v)
 	return nil
@@ -73,11 +73,11 @@ func ParseBytes(s string) (Bytes, error) {
 // UnmarshalYAML accepts an integer or a string with a unit.
 func (b *Bytes) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("expected a size such as 512MiB, got a %s", kindName(n.Kind))
+		return typeError(n, "expected a size such as 512MiB, got a %s", kindName(n.Kind))
 	}
 	v, err := ParseBytes(n.Value)
 	if err != nil {
-		return err
+		return typeError(n, "%s", err.Error())
 	}
 	*b = v
 	return nil
@@ -85,6 +85,13 @@ func (b *Bytes) UnmarshalYAML(n *yaml.Node) error {
 
 // MarshalYAML writes the size as a plain integer.
 func (b Bytes) MarshalYAML() (any, error) { return int64(b), nil }
+
+// typeError is a *yaml.TypeError naming n's line: yaml.v3 then goes on
+// decoding and reports it with every other problem, where a plain error
+// would stop it.
+func typeError(n *yaml.Node, format string, a ...any) error {
+	return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: ", n.Line) + fmt.Sprintf(format, a...)}}
+}
 
 func kindName(k yaml.Kind) string {
 	switch k {

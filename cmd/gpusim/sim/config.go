@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"frontdoor/embed"
 	"net"
 	"strings"
 	"time"
@@ -52,6 +53,7 @@ type Config struct {
 	KVBlocks         int           // prefix-cache capacity in blocks (LRU); 0 = KVCapacityTokens ÷ BlockSize
 	PrefillPerToken  time.Duration // prefill time per prompt token not found in the prefix cache, added to TTFT; 0 = none
 	Seed             int64         // RNG seed for jitter/fail/hang draws (0 = time-based)
+	EmbeddingDims    int           // default 1024: vector length of /v1/embeddings unless the request asks for "dimensions"
 }
 
 // Defaults.
@@ -64,6 +66,7 @@ const (
 	DefaultOutputTokens     = 64
 	DefaultKVCapacityTokens = 65536
 	DefaultBlockSize        = 16
+	DefaultEmbeddingDims    = 1024
 )
 
 // DefaultConfig returns the documented defaults.
@@ -78,6 +81,7 @@ func DefaultConfig() Config {
 		OutputTokens:     DefaultOutputTokens,
 		KVCapacityTokens: DefaultKVCapacityTokens,
 		BlockSize:        DefaultBlockSize,
+		EmbeddingDims:    DefaultEmbeddingDims,
 	}
 }
 
@@ -110,6 +114,9 @@ func (c Config) withDefaults() Config {
 		c.KVCapacityTokens = c.KVBlocks * c.BlockSize
 	} else if c.KVBlocks == 0 && c.BlockSize > 0 {
 		c.KVBlocks = max(1, c.KVCapacityTokens/c.BlockSize)
+	}
+	if c.EmbeddingDims == 0 {
+		c.EmbeddingDims = DefaultEmbeddingDims
 	}
 	return c
 }
@@ -176,6 +183,9 @@ func (c Config) Validate() error {
 	}
 	if c.PrefillPerToken < 0 {
 		bad("prefill_per_token", "must be >= 0")
+	}
+	if c.EmbeddingDims < embed.MinDims || c.EmbeddingDims > embed.MaxDims {
+		bad("embedding_dims", "must be between %d and %d", embed.MinDims, embed.MaxDims)
 	}
 	return errors.Join(errs...)
 }

@@ -52,6 +52,10 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		if s.allowMethod(ctx, method, fasthttp.MethodPost) {
 			s.generate(ctx, now, false)
 		}
+	case "/v1/embeddings":
+		if s.allowMethod(ctx, method, fasthttp.MethodPost) {
+			s.embeddings(ctx)
+		}
 	case "/v1/models":
 		if !s.allowMethod(ctx, method, fasthttp.MethodGet) {
 			return

@@ -1,0 +1,247 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"frontdoor/internal/warm"
+	"frontdoor/router"
+)
+
+const warmUsage = `Usage: frontdoor warm FILE... (--target URL | --config FILE) [flags]
+
+Sends each prompt of FILE through a running gateway (--target), so that its
+answer is cached; what is cached already is skipped. Answered pairs are
+imported with no GPU call. With --config instead, answered pairs are
+imported straight into the configured cache backend.
+
+FILE is plain text (one prompt a line), JSON Lines of chat requests, or JSON
+Lines of answered pairs ({"prompt" or "messages", "answer", ...}); the
+format is read from the content.
+
+Flags:
+`
+
+// warmFlags are frontdoor warm's flags.
+type warmFlags struct {
+	target, config, apiKey, adminToken, tenant, tag, report string
+	model, system                                           string
+	temperature                                             float64
+	maxTokens, concurrency                                  int
+	rps                                                     float64
+	dryRun                                                  bool
+	every                                                   time.Duration
+}
+
+func cmdWarm(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return runWarm(ctx, args, stdout, stderr)
+}
+
+// parseInterleaved parses flags that may come before, between or after the
+// positional arguments.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos, args = append(pos, args[0]), args[1:]
+	}
+}
+
+func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var f warmFlags
+	fs := flag.NewFlagSet("warm", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, warmUsage); fs.PrintDefaults() }
+	fs.StringVar(&f.target, "target", "", "gateway base URL, e.g. http://gateway:8080")
+	fs.StringVar(&f.config, "config", "", "config file: import answered pairs straight into its cache backend")
+	fs.StringVar(&f.apiKey, "api-key", os.Getenv("FRONTDOOR_API_KEY"), "tenant API key for the requests (default $FRONTDOOR_API_KEY)")
+	fs.StringVar(&f.adminToken, "admin-token", os.Getenv("FRONTDOOR_ADMIN_TOKEN"), "admin token, for answered pairs and lines that name a tenant (default $FRONTDOOR_ADMIN_TOKEN)")
+	fs.StringVar(&f.tenant, "tenant", "", "tenant of answered pairs that name none (default: the default tenant)")
+	fs.StringVar(&f.tag, "tag", "", "tag of the warmed entries (default: the file name), for DELETE /admin/cache?tag=")
+	fs.StringVar(&f.report, "report", "", "write the failures to this JSONL file (file, line, error)")
+	fs.StringVar(&f.model, "model", "", "model of plain-text prompts and of requests without one")
+	fs.StringVar(&f.system, "system", "", "system prompt of plain-text prompts")
+	fs.Float64Var(&f.temperature, "temperature", math.NaN(), "temperature of plain-text prompts (default: none sent)")
+	fs.IntVar(&f.maxTokens, "max-tokens", 0, "max_tokens of plain-text prompts (0: none sent)")
+	fs.IntVar(&f.concurrency, "concurrency", 5, "requests in flight at most")
+	fs.Float64Var(&f.rps, "rps", 0, "items started per second at most (0: no limit)")
+	fs.BoolVar(&f.dryRun, "dry-run", false, "look up only: count what is cached and what would be warmed")
+	fs.DurationVar(&f.every, "progress-every", 2*time.Second, "period of the progress lines when not on a terminal")
+	files, err := parseInterleaved(fs, args)
+	if err != nil {
+		return 2
+	}
+	switch {
+	case len(files) == 0:
+		fmt.Fprintln(stderr, "frontdoor warm: at least one FILE is required")
+		return 2
+	case (f.target == "") == (f.config == ""):
+		fmt.Fprintln(stderr, "frontdoor warm: give --target URL or --config FILE")
+		return 2
+	case f.concurrency < 1 || f.rps < 0:
+		fmt.Fprintln(stderr, "frontdoor warm: --concurrency must be >= 1 and --rps >= 0")
+		return 2
+	}
+	d := warm.Defaults{Model: f.model, System: f.system, MaxTokens: f.maxTokens}
+	if !math.IsNaN(f.temperature) {
+		d.Temperature = &f.temperature
+	}
+	var items []warm.Item
+	for _, path := range files {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			fmt.Fprintln(stderr, "frontdoor warm:", err)
+			return 1
+		}
+		its, _, err := warm.Parse(path, data, d)
+		if err != nil {
+			fmt.Fprintln(stderr, "frontdoor warm:", err)
+			return 1
+		}
+		items = append(items, its...)
+	}
+
+	var target warm.Target
+	if f.target != "" {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = f.concurrency // keep one connection per worker
+		target = &warm.HTTPTarget{BaseURL: f.target, APIKey: f.apiKey, AdminToken: f.adminToken, Tenant: f.tenant, Tag: f.tag,
+			Client: &http.Client{Transport: tr}}
+	} else {
+		gw, err := openImportGateway(ctx, f.config, stderr)
+		if err != nil {
+			fmt.Fprintln(stderr, "frontdoor warm:", err)
+			return 1
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = gw.Shutdown(sctx)
+		}()
+		target = gw.ImportTarget(f.tag)
+	}
+
+	rep := warm.NewReporter(stderr, int64(len(items)), f.every)
+	sum := warm.Run(ctx, items, target, warm.Options{Concurrency: f.concurrency, RPS: f.rps, DryRun: f.dryRun, OnProgress: rep.Update})
+	rep.Finish(sum)
+	for i, fl := range sum.Failures {
+		if i == 20 {
+			fmt.Fprintf(stderr, "... and %d more failures\n", len(sum.Failures)-i)
+			break
+		}
+		fmt.Fprintf(stderr, "%s:%d: %s\n", fl.File, fl.Line, fl.Error)
+	}
+	if f.report != "" {
+		if err := writeReport(f.report, sum.Failures); err != nil {
+			fmt.Fprintln(stderr, "frontdoor warm:", err)
+			return 1
+		}
+	}
+	fmt.Fprintln(stdout, sum.Line())
+	if sum.Failed > 0 || sum.Interrupted {
+		return 1
+	}
+	return 0
+}
+
+// openImportGateway builds the gateway of a config, without serving, for
+// its cache, and waits for the store to connect.
+func openImportGateway(ctx context.Context, path string, stderr io.Writer) (*router.Gateway, error) {
+	cfg, err := router.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Cache.Backend != "redis" {
+		return nil, fmt.Errorf("%s: cache.backend is %q: --config imports into a shared (redis) store; warm a running gateway with --target", path, cfg.Cache.Backend)
+	}
+	cfg.Logging.FlushInterval = 0
+	cfg.Logging.Level = "warn"
+	gw, err := router.New(cfg, router.Deps{Logger: router.NewLogger(cfg.Logging, stderr)})
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := gw.WaitCache(wctx); err != nil {
+		_ = gw.Shutdown(context.Background())
+		return nil, err
+	}
+	return gw, nil
+}
+
+func writeReport(path string, failures []warm.Failure) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(f)
+	for _, fl := range failures {
+		if err := enc.Encode(fl); err != nil {
+			_ = f.Close()
+			return err
+		}
+	}
+	return f.Close()
+}
+
+func cmdCache(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "export" {
+		fmt.Fprintln(stderr, "Usage: frontdoor cache export --target URL [--top 1000] [--out hot.jsonl] [--tenant NAME] [--admin-token T]")
+		return 2
+	}
+	fs := flag.NewFlagSet("cache export", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	target := fs.String("target", "", "gateway base URL")
+	top := fs.Int("top", 1000, "how many of the most-hit entries")
+	out := fs.String("out", "-", "output file (- for stdout)")
+	token := fs.String("admin-token", os.Getenv("FRONTDOOR_ADMIN_TOKEN"), "admin token (default $FRONTDOOR_ADMIN_TOKEN)")
+	tenant := fs.String("tenant", "", "only this tenant's entries, without the tenant field (warm them with its API key)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	if *target == "" || *top < 1 {
+		fmt.Fprintln(stderr, "frontdoor cache export: --target URL is required and --top must be >= 1")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	b, err := warm.FetchHot(ctx, nil, *target, *token, *top, *tenant)
+	if err != nil {
+		fmt.Fprintln(stderr, "frontdoor cache export:", err)
+		return 1
+	}
+	n := 0
+	for _, c := range b {
+		if c == '\n' {
+			n++
+		}
+	}
+	if *out == "-" {
+		_, err = stdout.Write(b)
+	} else {
+		err = os.WriteFile(*out, b, 0o644)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "frontdoor cache export:", err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "exported %d entries\n", n)
+	return 0
+}

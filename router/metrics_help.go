@@ -1,0 +1,116 @@
+package router
+
+import (
+	"bytes"
+	"io"
+	"strings"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"frontdoor/internal/buildinfo"
+)
+
+// metricHelp is the # HELP text of every frontdoor_ family. The library
+// writes "# HELP name" and "# TYPE name type" (metrics.ExposeMetadata);
+// writeMetrics adds these texts. A family missing here fails
+// TestMetricsHaveHelpAndType.
+var metricHelp = map[string]string{
+	"frontdoor_build_info":                      "Version, VCS revision and Go version of the running binary; always 1.",
+	"frontdoor_requests_total":                  "Inference requests answered, by endpoint and HTTP status code.",
+	"frontdoor_request_duration_seconds":        "Time from request arrival to the end of the handler (streams: to the start of the stream), by endpoint.",
+	"frontdoor_retries_total":                   "Upstream attempts retried on another node, by why the previous attempt failed.",
+	"frontdoor_client_aborts_total":             "Streams whose client went away before the end.",
+	"frontdoor_stream_errors_total":             "Upstream streams that broke before their end.",
+	"frontdoor_streams_active":                  "Streams being sent to clients now.",
+	"frontdoor_tokens_total":                    "Tokens of answers, by tenant, kind (prompt, completion) and source (upstream, cache).",
+	"frontdoor_cache_requests_total":            "Cache outcomes of inference requests, by result (hit_exact, hit_semantic, miss, bypass) and reason.",
+	"frontdoor_cache_errors_total":              "Cache store and embedder errors, by operation.",
+	"frontdoor_cache_guard_rejections_total":    "Semantic candidates refused by a guard (numbers, negation).",
+	"frontdoor_cache_similarity":                "Cosine similarity of the best semantic candidate of each semantic lookup.",
+	"frontdoor_cache_tokens_saved_total":        "Upstream tokens (prompt + completion) not spent because the cache answered.",
+	"frontdoor_cache_entries":                   "Entries in the cache store (refreshed every few seconds).",
+	"frontdoor_cache_vector_entries":            "Entries with an embedding in the cache store (refreshed every few seconds).",
+	"frontdoor_cache_bytes":                     "Bytes used by the cache store, as the store reports them.",
+	"frontdoor_cache_lookup_seconds":            "Latency of cache store lookups, by operation (get, search).",
+	"frontdoor_cache_writes_total":              "Cache write-backs, by result (stored, failed).",
+	"frontdoor_cache_writes_dropped_total":      "Cache write-backs dropped before reaching the store, by reason.",
+	"frontdoor_cache_breaker_transitions_total": "State changes of the cache store's read and write breakers.",
+	"frontdoor_cache_backend_up":                "1 while the cache store answers, 0 while it is bypassed.",
+	"frontdoor_cache_backend_state":             "1 for the cache backend's current state (ok, degraded, bypassed).",
+	"frontdoor_cache_write_queue":               "Cache write-backs waiting in the queue.",
+	"frontdoor_spillover_total":                 "Requests sent to the hosted spill-over API, by reason (saturated, failed) and local model.",
+	"frontdoor_spillover_inflight":              "Requests at the hosted spill-over API now.",
+	"frontdoor_admission_rejected_total":        "Requests refused by admission, by tenant and limit.",
+	"frontdoor_admission_wait_seconds":          "Time spent waiting in admission.",
+	"frontdoor_admission_fallback_total":        "Admission decisions made locally because Redis failed.",
+	"frontdoor_admission_redis_up":              "1 while admission decisions go to Redis.",
+	"frontdoor_tenant_inflight":                 "Requests in flight on this replica, by tenant.",
+	"frontdoor_node_inflight":                   "Requests in flight on a node.",
+	"frontdoor_node_score":                      "The picker's score of a node (lower is better).",
+	"frontdoor_node_state":                      "1 for a node's current state (healthy, ejected, open, draining, ...).",
+	"frontdoor_node_requests_total":             "Attempts on a node, by outcome (success, failure, canceled).",
+	"frontdoor_node_ttft_seconds":               "Time to first token of streamed answers, by node.",
+}
+
+func init() {
+	// # HELP and # TYPE lines for every family, process-wide.
+	metrics.ExposeMetadata(true)
+}
+
+// registerBuildInfo exposes frontdoor_build_info.
+func registerBuildInfo(set *metrics.Set) {
+	bi := buildinfo.Get()
+	set.NewGauge(`frontdoor_build_info{version="`+promLabel(bi.Version)+`",revision="`+promLabel(bi.Revision)+
+		`",goversion="`+promLabel(bi.GoVersion)+`"}`, func() float64 { return 1 })
+}
+
+var promLabelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+
+func promLabel(s string) string { return promLabelEscaper.Replace(s) }
+
+// writeMetrics writes set and the process metrics to w, each family with
+// its # HELP text.
+func writeMetrics(w io.Writer, set *metrics.Set) {
+	var buf bytes.Buffer
+	set.WritePrometheus(&buf)
+	metrics.WriteProcessMetrics(&buf)
+	out := make([]byte, 0, buf.Len()+4096)
+	for b := buf.Bytes(); len(b) > 0; {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i+1], b[i+1:]
+		} else {
+			b = nil
+		}
+		if t, ok := bytes.CutPrefix(line, []byte("# TYPE ")); ok && bytes.HasSuffix(t, []byte("_total gauge\n")) {
+			// The library types its process_io_*_total counters as gauges.
+			out = append(out, line[:len(line)-len("gauge\n")]...)
+			out = append(out, "counter\n"...)
+			continue
+		}
+		name, ok := bytes.CutPrefix(bytes.TrimRight(line, "\n"), []byte("# HELP "))
+		if !ok || bytes.IndexByte(name, ' ') >= 0 {
+			out = append(out, line...)
+			continue
+		}
+		out = append(out, "# HELP "...)
+		out = append(out, name...)
+		out = append(out, ' ')
+		out = append(out, helpFor(string(name))...)
+		out = append(out, '\n')
+	}
+	_, _ = w.Write(out)
+}
+
+func helpFor(family string) string {
+	if h, ok := metricHelp[family]; ok {
+		return h
+	}
+	switch {
+	case strings.HasPrefix(family, "go_"):
+		return "Go runtime metric (github.com/VictoriaMetrics/metrics)."
+	case strings.HasPrefix(family, "process_"):
+		return "Process metric (github.com/VictoriaMetrics/metrics)."
+	}
+	return "Undocumented."
+}
