@@ -35,6 +35,15 @@ type Weights struct {
 	Latency  float64 `yaml:"latency"`
 	Memory   float64 `yaml:"memory"`
 	Affinity float64 `yaml:"affinity"`
+	Prefix   float64 `yaml:"prefix"`
+}
+
+// PrefixConfig tunes the prefix scorer (weights.prefix).
+type PrefixConfig struct {
+	BlockTokens    int     `yaml:"block_tokens"`    // a prefix hash every this many (estimated) tokens, and at each message's end
+	CapacityTokens int     `yaml:"capacity_tokens"` // a node's KV capacity when it publishes none (vLLM's cache_config_info)
+	BalanceAbs     float64 `yaml:"balance_abs"`     // load guard: the node's load exceeds the least loaded candidate's by more than this...
+	BalanceRel     float64 `yaml:"balance_rel"`     // ...and is more than this many times it: its prefix scores 0
 }
 
 // Backoff is the retry backoff.
@@ -81,6 +90,7 @@ type Config struct {
 	// DNSResolver is the DNS server ("host:port") that discover: dns
 	// entries ask; empty: the system's resolver (/etc/resolv.conf).
 	DNSResolver string `yaml:"dns_resolver"`
+	Prefix         PrefixConfig   `yaml:"prefix"`
 }
 
 // ModelTarget is one weighted target of an alias.
@@ -99,7 +109,7 @@ type ModelAlias struct {
 func DefaultConfig() Config {
 	return Config{
 		Policy:         "score",
-		Weights:        Weights{Queue: 0.5, Latency: 0.3, Memory: 0.2},
+		Weights:        Weights{Queue: 0.5, Latency: 0.3, Memory: 0.2, Prefix: 3},
 		ScrapeInterval: units.Duration(1e9),
 		StaleAfter:     units.Duration(5e9),
 		HealthInterval: units.Duration(5e9),
@@ -107,6 +117,7 @@ func DefaultConfig() Config {
 		Backoff:        Backoff{Base: units.Duration(50e6), Max: units.Duration(1e9)},
 		Eject:          EjectConfig{KVUsageAbove: 0.92, QueueAbove: 8, After: 2, RestoreAfter: 2, Cooldown: units.Duration(30e9)},
 		Breaker:        BreakerConfig{Failures: 5, Window: units.Duration(10e9), OpenFor: units.Duration(10e9), HalfOpenSuccesses: 2, HalfOpenProbes: 1},
+		Prefix:         PrefixConfig{BlockTokens: 64, CapacityTokens: 65536, BalanceAbs: 3, BalanceRel: 1.5},
 	}
 }
 
@@ -135,7 +146,7 @@ func (c *Config) Validate() error {
 	default:
 		add("policy: %q is not one of score, round_robin, least_inflight", c.Policy)
 	}
-	for name, w := range map[string]float64{"queue": c.Weights.Queue, "latency": c.Weights.Latency, "memory": c.Weights.Memory, "affinity": c.Weights.Affinity} {
+	for name, w := range map[string]float64{"queue": c.Weights.Queue, "latency": c.Weights.Latency, "memory": c.Weights.Memory, "affinity": c.Weights.Affinity, "prefix": c.Weights.Prefix} {
 		if w < 0 {
 			add("weights.%s: must be >= 0", name)
 		}
@@ -175,6 +186,18 @@ func (c *Config) Validate() error {
 	}
 	if c.Breaker.Window <= 0 || c.Breaker.OpenFor <= 0 {
 		add("breaker: window and open_for must be > 0")
+	}
+	if c.Prefix.BlockTokens < 1 || c.Prefix.BlockTokens > 4096 {
+		add("prefix.block_tokens: must be between 1 and 4096")
+	}
+	if c.Prefix.CapacityTokens < 1 {
+		add("prefix.capacity_tokens: must be >= 1")
+	}
+	if c.Prefix.BalanceAbs < 0 {
+		add("prefix.balance_abs: must be >= 0")
+	}
+	if c.Prefix.BalanceRel < 1 {
+		add("prefix.balance_rel: must be >= 1")
 	}
 	if c.Queue.MaxWait < 0 {
 		add("queue.max_wait: must be >= 0")

@@ -41,7 +41,7 @@
 //
 // # Scores
 //
-// Policy score orders candidates by a weighted mean of four components in
+// Policy score orders candidates by a weighted mean of five components in
 // [0,1], multiplied by the node's weight; ties break at random:
 //
 //	queue    (1 − 0.75·o²) ÷ (1 + w). o is the engine's running requests over
@@ -55,6 +55,41 @@
 //	memory   1 − KV-cache usage.
 //	affinity 1 for the rendezvous-hash favourite of the request's affinity
 //	         key among the candidates, else 0 (left out without a key).
+//	prefix   the share of the request's prompt tokens the node likely holds
+//	         in its KV cache (left out without a prefix, and never computed
+//	         with weight 0). See below.
+//
+// # Prefix scorer
+//
+// The router cuts the prompt (role and text of each message, in order) at
+// every message's end and every prefix.block_tokens tokens, and hashes
+// everything up to each cut (PrefixHasher): two requests share hashes up to
+// where their prompts part, so turn N+1 of a chat carries turn N's. Tokens
+// are estimated at 4 bytes each: exact counting with tiktoken-go costs
+// 90-350 ns a byte, and the cuts only need to be the same for the same text.
+//
+// Each node keeps an approximate index of the hashes routed to it
+// (Routed, once its slot is taken), stamped with the node's clock: the
+// tokens routed to it that it did not hold yet. A hash is presumed held
+// while fewer than the node's KV capacity in new tokens have arrived since
+// it was last routed there, which is what an LRU cache of that size would
+// still hold. The capacity is vLLM's cache_config_info (num_gpu_blocks ×
+// block_size) when the node publishes it, else prefix.capacity_tokens. The
+// index holds at most 65,536 hashes a node, pruned oldest first. It sees
+// only this gateway's traffic, so on a shared node it is optimistic.
+//
+// The prefix component is the estimated tokens of the longest run of
+// leading hashes the node holds over the request's tokens.
+//
+// Load guard, after SGLang's cache-aware policy and its balance
+// thresholds: a node's load is its running plus waiting requests (as for
+// the queue component). When a node's load exceeds the least loaded
+// candidate's by more than prefix.balance_abs AND is more than
+// prefix.balance_rel times it, its prefix component is 0, so load decides:
+// a prefix never piles requests onto one node. With the defaults (3, 1.5)
+// a node with 12 requests loses its prefix credit against one with 6, and
+// 4 against 0, but not 7 against 5 (the gap is 2), nor 9 against 6 (9 is
+// not more than 1.5 × 6).
 //
 // Unknown is scored as neutral, never as idle: an unknown memory or latency
 // component scores 0.5 against 1 for a known-idle node or the fastest one;

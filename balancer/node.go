@@ -30,10 +30,13 @@ type Node struct {
 	brState   atomic.Uint32 // breakerClosed, breakerOpen or breakerHalfOpen
 	openUntil atomic.Int64  // unix ns; while open, no request before it
 
-	scraped atomic.Pointer[engineMetrics] // nil until the first good scrape
-	slots   atomic.Uint64                 // float64 bits: running seen while the engine queued (its real batch size); 0 = not seen
-	ttft    ewma                          // seconds to the first byte
-	tpot    ewma                          // seconds per output token
+	scraped    atomic.Pointer[engineMetrics] // nil until the first good scrape
+	slots      atomic.Uint64                 // float64 bits: running seen while the engine queued (its real batch size); 0 = not seen
+	ttft       ewma                          // seconds to the first byte
+	prefix     prefixIndex                   // prefix blocks routed here (prefix weight > 0)
+	kvCapacity atomic.Int64                  // KV capacity in tokens the engine publishes; 0 = unknown
+	prefixHits atomic.Uint64                 // float64 bits: the engine's prefix-cache hit rate over the last scrape interval with queries; 0 bits = unknown
+	tpot       ewma                          // seconds per output token
 
 	requests [3]atomic.Uint64 // by Outcome
 	mReq     [3]atomic.Pointer[metrics.Counter]

@@ -5,12 +5,27 @@ import (
 	"math/rand/v2"
 )
 
-// Pick returns the nodes that may take a request for model now, best first;
-// retries walk down the list. served reports whether any node serves the
-// model at all (full or not). affinity is a hash of what the request
-// shares with others, such as its system prompt (0 = none); with a
-// non-zero affinity weight, requests with the same key prefer the same
-// node (rendezvous hashing), which keeps that node's prefix cache warm.
+// Hints is what the router knows of a request that the score policy can
+// use. The zero value means none.
+type Hints struct {
+	// Affinity is a hash of what the request shares with others, such as
+	// its system prompt (0 = none); with a non-zero affinity weight,
+	// requests with the same key prefer the same node (rendezvous hashing).
+	Affinity uint64
+	// Prefix is the request's prompt prefix (nil = none), from
+	// Pool.PrefixHasher; with a non-zero prefix weight, nodes score the
+	// share of it they likely hold in their KV cache.
+	Prefix *Prefix
+}
+
+// Pick is PickWith with only an affinity key.
+func (p *Pool) Pick(model string, affinity uint64) (out []*Node, served bool) {
+	return p.PickWith(model, Hints{Affinity: affinity})
+}
+
+// PickWith returns the nodes that may take a request for model now, best
+// first; retries walk down the list. served reports whether any node
+// serves the model at all (full or not).
 //
 // Filters: healthy, not drained, below max_concurrency, breaker not open
 // (half-open: a trial slot free), not ejected. Ejected nodes are used only
@@ -21,7 +36,7 @@ import (
 // Order: by policy. score: the weighted score (see doc.go), round_robin:
 // rotating, least_inflight: in-flight ÷ weight. Ties break at random. The
 // returned slice is the only allocation.
-func (p *Pool) Pick(model string, affinity uint64) (out []*Node, served bool) {
+func (p *Pool) PickWith(model string, h Hints) (out []*Node, served bool) {
 	st := p.st.Load()
 	ns := p.set.Load()
 	all := ns.byModel[model]
@@ -70,7 +85,7 @@ func (p *Pool) Pick(model string, affinity uint64) (out []*Node, served bool) {
 			items = append(items, ranked{n: n, key: -float64(n.inflight.Load()) / n.cfg.Weight, tie: rand.Uint32()})
 		}
 	default:
-		items = p.scoreAll(out, affinity, now, items)
+		items = p.scoreAll(out, h, now, items)
 	}
 	sortRanked(items)
 	for i := range items {
@@ -114,6 +129,7 @@ type ScoreParts struct {
 	Latency  float64 `json:"latency"`
 	Memory   float64 `json:"memory"`
 	Affinity float64 `json:"affinity"`
+	Prefix   float64 `json:"prefix"`
 	Total    float64 `json:"total"`
 }
 
@@ -122,17 +138,58 @@ type ScoreParts struct {
 const unknownScore = 0.5
 
 // scoreAll appends the candidates with their scores to items.
-func (p *Pool) scoreAll(cands []*Node, affinity uint64, now int64, items []ranked) []ranked {
+func (p *Pool) scoreAll(cands []*Node, h Hints, now int64, items []ranked) []ranked {
 	best := p.bestTTFT(cands, now)
 	var winner *Node
-	if affinity != 0 && p.conf().Weights.Affinity > 0 {
-		winner = rendezvous(cands, affinity)
+	if h.Affinity != 0 && p.conf().Weights.Affinity > 0 {
+		winner = rendezvous(cands, h.Affinity)
+	}
+	px := h.Prefix
+	if p.conf().Weights.Prefix <= 0 {
+		px = nil
+	}
+	minLoad := math.Inf(1)
+	if px != nil {
+		for _, n := range cands {
+			minLoad = min(minLoad, p.load(n, now))
+		}
 	}
 	for _, n := range cands {
-		s := p.score(n, now, best, affinity != 0, n == winner)
+		f := factors{bestTTFT: best, withAffinity: h.Affinity != 0, affinityWinner: n == winner, prefix: px, minLoad: minLoad}
+		s := p.score(n, now, f)
 		items = append(items, ranked{n: n, key: s.Total, tie: rand.Uint32()})
 	}
 	return items
+}
+
+// factors are what a node's score depends on beyond the node itself.
+type factors struct {
+	bestTTFT       float64 // the lowest fresh TTFT among the candidates
+	withAffinity   bool    // the request has an affinity key
+	affinityWinner bool    // this node is the key's rendezvous winner
+	prefix         *Prefix // the request's prefix; nil leaves the prefix weight out
+	minLoad        float64 // the least loaded candidate's load (prefix only)
+}
+
+// load is the node's estimated requests, running and waiting: the
+// engine's own counts from a fresh scrape, corrected by our in-flight
+// change since, or our in-flight count alone.
+func (p *Pool) load(n *Node, now int64) float64 {
+	inflight := n.inflight.Load()
+	m := p.fresh(n, now)
+	if m == nil || math.IsNaN(m.waiting) || math.IsNaN(m.running) {
+		return float64(inflight)
+	}
+	return max(float64(inflight), m.running+m.waiting+float64(inflight-m.inflight))
+}
+
+// prefixGuarded is the load guard, after SGLang's cache-aware policy and
+// its balance thresholds: a node whose load exceeds the least loaded
+// candidate's by more than balance_abs and is more than balance_rel times
+// it gets no credit for its prefix, so that load decides.
+func (p *Pool) prefixGuarded(load, minLoad float64) bool {
+	c := p.conf().Prefix
+	return load-minLoad > c.BalanceAbs && load > c.BalanceRel*minLoad
 }
 
 // bestTTFT is the lowest fresh TTFT average among the nodes, 0 if none.
@@ -167,24 +224,30 @@ func (p *Pool) fresh(n *Node, now int64) *engineMetrics {
 	return m
 }
 
-// score computes one node's score. withAffinity says whether the request
-// has an affinity key (without one the affinity weight is left out).
-func (p *Pool) score(n *Node, now int64, bestTTFT float64, withAffinity, affinityWinner bool) ScoreParts {
+// score computes one node's score.
+func (p *Pool) score(n *Node, now int64, f factors) ScoreParts {
 	w := p.conf().Weights
 	m := p.fresh(n, now)
 	var s ScoreParts
 	s.Queue = queueScore(n.inflight.Load(), n.cfg.MaxConcurrency, math.Float64frombits(n.slots.Load()), m)
 	ttft, ok := p.ttftOf(n, now)
-	s.Latency = latencyScore(ttft, ok, bestTTFT)
+	s.Latency = latencyScore(ttft, ok, f.bestTTFT)
 	s.Memory = memoryScore(m)
 	sum := w.Queue + w.Latency + w.Memory
 	total := w.Queue*s.Queue + w.Latency*s.Latency + w.Memory*s.Memory
-	if withAffinity {
-		if affinityWinner {
+	if f.withAffinity {
+		if f.affinityWinner {
 			s.Affinity = 1
 		}
 		sum += w.Affinity
 		total += w.Affinity * s.Affinity
+	}
+	if f.prefix != nil {
+		if !p.prefixGuarded(p.load(n, now), f.minLoad) {
+			s.Prefix = p.prefixShare(n, f.prefix)
+		}
+		sum += w.Prefix
+		total += w.Prefix * s.Prefix
 	}
 	if sum > 0 {
 		total /= sum

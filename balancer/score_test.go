@@ -98,12 +98,12 @@ func TestScoreStaleIsUnknown(t *testing.T) {
 	clk.Advance(4 * time.Second)
 	feed(p, b, vllmText(0, 0, 0))
 	now := p.nowNanos()
-	if sa, sb := p.score(a, now, 0, false, false), p.score(b, now, 0, false, false); sa.Total != sb.Total || !near(sa.Total, 1*0.5+0.5*0.3+1*0.2) {
+	if sa, sb := p.score(a, now, factors{}), p.score(b, now, factors{}); sa.Total != sb.Total || !near(sa.Total, 1*0.5+0.5*0.3+1*0.2) {
 		t.Fatalf("fresh idle nodes: %+v %+v", sa, sb)
 	}
 	clk.Advance(2 * time.Second) // a's scrape is now 6s old, b's 2s
 	now = p.nowNanos()
-	sa, sb := p.score(a, now, 0, false, false), p.score(b, now, 0, false, false)
+	sa, sb := p.score(a, now, factors{}), p.score(b, now, factors{})
 	if sa.Queue != unknownScore || sa.Memory != unknownScore {
 		t.Fatalf("stale node scored %+v, want unknown parts", sa)
 	}
@@ -130,7 +130,7 @@ func TestLatencyEWMA(t *testing.T) {
 	if !near(best, 0.05) {
 		t.Fatalf("best TTFT %v", best)
 	}
-	if sb := p.score(b, now, best, false, false); math.Abs(sb.Latency-0.075/0.325) > 1e-6 {
+	if sb := p.score(b, now, factors{bestTTFT: best}); math.Abs(sb.Latency-0.075/0.325) > 1e-6 {
 		t.Fatalf("slow node latency score %v, want 0.075/0.325", sb.Latency)
 	}
 	if got, _ := p.Pick("m", 0); got[0] != a {

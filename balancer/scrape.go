@@ -42,6 +42,11 @@ type engineMetrics struct {
 	waiting  float64
 	running  float64
 	kv       float64 // KV-cache usage, 0..1
+	// The engine's prefix cache, in tokens: cumulative hits and queries
+	// (vLLM v1), and its KV capacity (cache_config_info). NaN or 0 when
+	// absent.
+	prefixHits, prefixQueries float64
+	kvCapacity                float64
 }
 
 // metric families of interest, per kind.
@@ -52,6 +57,8 @@ const (
 	famKVLegacy   // vLLM before 0.9: gpu_cache_usage_perc
 	famTokensUsed // TGI: tgi_batch_current_max_tokens
 	famTokensMax  // TGI: tgi_batch_max_total_tokens
+	famPrefixHits
+	famPrefixQueries
 	numFams
 )
 
@@ -67,6 +74,10 @@ func family(k engineKind, name []byte) int {
 			return famKV
 		case "vllm:gpu_cache_usage_perc":
 			return famKVLegacy
+		case "vllm:prefix_cache_hits_total":
+			return famPrefixHits
+		case "vllm:prefix_cache_queries_total":
+			return famPrefixQueries
 		}
 	case kindTGI:
 		switch string(name) {
@@ -142,6 +153,7 @@ func (r *rankSeries) max() float64 {
 // families come back as NaN.
 func parseMetrics(k engineKind, body []byte) engineMetrics {
 	var fams [numFams]rankSeries
+	var capacity float64
 	for len(body) > 0 {
 		line := body
 		if i := bytes.IndexByte(body, '\n'); i >= 0 {
@@ -151,6 +163,10 @@ func parseMetrics(k engineKind, body []byte) engineMetrics {
 		}
 		line = bytes.TrimSpace(line)
 		if len(line) == 0 || line[0] == '#' {
+			continue
+		}
+		if k == kindVLLM && bytes.HasPrefix(line, cacheConfigInfo) {
+			capacity += labelNumber(line, "num_gpu_blocks") * labelNumber(line, "block_size")
 			continue
 		}
 		name, rank, value, ok := parseSample(line)
@@ -167,6 +183,10 @@ func parseMetrics(k engineKind, body []byte) engineMetrics {
 		waiting: fams[famWaiting].sum(),
 		running: fams[famRunning].sum(),
 		kv:      fams[famKV].max(),
+
+		prefixHits:    fams[famPrefixHits].sum(),
+		prefixQueries: fams[famPrefixQueries].sum(),
+		kvCapacity:    capacity,
 	}
 	if math.IsNaN(m.kv) {
 		m.kv = fams[famKVLegacy].max()
@@ -181,6 +201,31 @@ func parseMetrics(k engineKind, body []byte) engineMetrics {
 		m.kv = min(1, max(0, m.kv))
 	}
 	return m
+}
+
+var cacheConfigInfo = []byte("vllm:cache_config_info{")
+
+// labelNumber returns the number in label key of a sample line, 0 if the
+// label is absent or not a number (vLLM writes "None" for unknowns).
+func labelNumber(line []byte, key string) float64 {
+	for rest := line; ; {
+		i := bytes.Index(rest, []byte(key+`="`))
+		if i < 0 {
+			return 0
+		}
+		if i > 0 && (rest[i-1] == '{' || rest[i-1] == ',' || rest[i-1] == ' ') {
+			v := rest[i+len(key)+2:]
+			if j := bytes.IndexByte(v, '"'); j >= 0 {
+				f, err := strconv.ParseFloat(string(v[:j]), 64)
+				if err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
+					return 0
+				}
+				return f
+			}
+			return 0
+		}
+		rest = rest[i+len(key):]
+	}
 }
 
 // parseSample splits `name{labels} value [timestamp]`. rank is the value of
@@ -284,8 +329,40 @@ func (p *Pool) record(n *Node, m engineMetrics, inflight int64) {
 			n.slots.Store(math.Float64bits(m.running))
 		}
 	}
+	if m.kvCapacity >= 1 && m.kvCapacity < 1<<50 {
+		n.kvCapacity.Store(int64(m.kvCapacity))
+	}
+	n.notePrefixHits(n.scraped.Load(), &m)
 	n.scraped.Store(&m)
 	n.evaluateEjection(&m, m.at)
+}
+
+// notePrefixHits updates the node's prefix-cache hit rate from two
+// scrapes: the hits over the queries since the previous one, or since the
+// engine started when there is none (or its counters were reset). Without
+// new queries the last rate stands.
+func (n *Node) notePrefixHits(prev, m *engineMetrics) {
+	if math.IsNaN(m.prefixQueries) || math.IsNaN(m.prefixHits) {
+		return
+	}
+	dq, dh := m.prefixQueries, m.prefixHits
+	if prev != nil && !math.IsNaN(prev.prefixQueries) && !math.IsNaN(prev.prefixHits) && prev.prefixQueries <= m.prefixQueries {
+		dq, dh = m.prefixQueries-prev.prefixQueries, m.prefixHits-prev.prefixHits
+	}
+	if dq > 0 {
+		n.prefixHits.Store(math.Float64bits(min(1, max(0, dh/dq)) + 1)) // +1: 0 bits mean unknown
+	}
+}
+
+// PrefixCacheHitRate returns the engine's own prefix-cache hit rate over
+// the last scrape interval with queries (vLLM's prefix_cache_hits_total
+// over prefix_cache_queries_total); ok is false if it publishes none.
+func (n *Node) PrefixCacheHitRate() (rate float64, ok bool) {
+	b := n.prefixHits.Load()
+	if b == 0 {
+		return 0, false
+	}
+	return math.Float64frombits(b) - 1, true
 }
 
 // probe asks the node's health endpoint; 200 is healthy.

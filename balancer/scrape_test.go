@@ -109,7 +109,7 @@ func TestScrapeOverHTTP(t *testing.T) {
 	if !st.Metrics.Stale || !strings.Contains(st.Metrics.Error, "status 500") || st.Metrics.AgeSeconds != 6 {
 		t.Fatalf("after failed scrape: %+v", st.Metrics)
 	}
-	if got := p.score(n, p.nowNanos(), 0, false, false); got.Memory != unknownScore {
+	if got := p.score(n, p.nowNanos(), factors{}); got.Memory != unknownScore {
 		t.Fatalf("stale memory score %v, want %v", got.Memory, unknownScore)
 	}
 

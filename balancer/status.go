@@ -35,6 +35,7 @@ type NodeStatus struct {
 	Metrics        *MetricsStatus    `json:"metrics"` // null: never scraped (or kind openai)
 	EWMATTFT       *float64          `json:"ewma_ttft_seconds"`
 	EWMATPOT       *float64          `json:"ewma_tpot_seconds"`
+	PrefixIndex    PrefixIndexStatus `json:"prefix_index"`
 	Score          float64           `json:"score"`
 	ScoreParts     ScoreParts        `json:"score_parts"`
 	Breaker        BreakerStatus     `json:"breaker"`
@@ -47,12 +48,22 @@ type NodeStatus struct {
 // MetricsStatus is the last scrape of a node's engine metrics. A null
 // value was absent from it.
 type MetricsStatus struct {
-	Waiting    *float64 `json:"waiting"`
-	Running    *float64 `json:"running"`
-	KVUsage    *float64 `json:"kv_usage"`
-	AgeSeconds float64  `json:"age_seconds"`
-	Stale      bool     `json:"stale"` // older than stale_after: scored as unknown
-	Error      string   `json:"error,omitempty"`
+	Waiting *float64 `json:"waiting"`
+	Running *float64 `json:"running"`
+	KVUsage *float64 `json:"kv_usage"`
+	// PrefixCacheHitRate is the engine's own prefix-cache hit rate
+	// (tokens hit ÷ tokens queried) over the last scrape interval that
+	// had queries; null if it publishes none.
+	PrefixCacheHitRate *float64 `json:"prefix_cache_hit_rate"`
+	AgeSeconds         float64  `json:"age_seconds"`
+	Stale              bool     `json:"stale"` // older than stale_after: scored as unknown
+	Error              string   `json:"error,omitempty"`
+}
+
+// PrefixIndexStatus is the prefix scorer's view of a node.
+type PrefixIndexStatus struct {
+	Blocks         int   `json:"blocks"`          // prefix hashes in the index (aged-out ones included until pruned)
+	CapacityTokens int64 `json:"capacity_tokens"` // the KV capacity it ages out by
 }
 
 // BreakerStatus is the circuit breaker's state.
@@ -113,6 +124,7 @@ func (p *Pool) Status() []NodeStatus {
 		for o := range n.requests {
 			st.Requests[Outcome(o).String()] = n.requests[o].Load()
 		}
+		st.PrefixIndex = PrefixIndexStatus{Blocks: n.prefix.size(), CapacityTokens: p.capacityTokens(n)}
 		st.ScoreParts = p.nodeScore(n, now)
 		st.Score = st.ScoreParts.Total
 		if v, _, ok := n.ttft.get(); ok {
@@ -130,6 +142,9 @@ func (p *Pool) Status() []NodeStatus {
 			ms := &MetricsStatus{Error: scrapeErr, Stale: true}
 			if m != nil {
 				ms.Waiting, ms.Running, ms.KVUsage = optional(m.waiting), optional(m.running), optional(m.kv)
+				if r, ok := n.PrefixCacheHitRate(); ok {
+					ms.PrefixCacheHitRate = &r
+				}
 				ms.AgeSeconds = time.Duration(now - m.at).Seconds()
 				ms.Stale = now-m.at > int64(p.conf().StaleAfter)
 			}
@@ -155,7 +170,7 @@ func (p *Pool) Status() []NodeStatus {
 // normalised against every node sharing its first model.
 func (p *Pool) nodeScore(n *Node, now int64) ScoreParts {
 	peers := p.set.Load().byModel[n.cfg.Models[0]]
-	return p.score(n, now, p.bestTTFT(peers, now), false, false)
+	return p.score(n, now, factors{bestTTFT: p.bestTTFT(peers, now)})
 }
 
 func optional(v float64) *float64 {

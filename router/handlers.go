@@ -223,6 +223,8 @@ type exchange struct {
 	flight       *flight
 	finished     bool                     // finish ran
 	tries        attempts                 // where forward stands
+	prefix       *balancer.Prefix         // the prompt's prefix hashes (prefix weight > 0)
+	prefixDone   bool                     // prefix was computed
 	upstreamReq  adapters.UpstreamRequest // what toUpstream built
 	trc          *requestTrace            // nil when tracing is off
 }
@@ -454,7 +456,10 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.Up
 }
 
 func (g *Gateway) candidates(x *exchange) *attempts {
-	cands, _ := g.pool.Pick(x.model, systemPromptHash(x.req))
+	if !x.prefixDone {
+		x.prefix, x.prefixDone = requestPrefix(g.pool.PrefixHasher(), x.req), true
+	}
+	cands, _ := g.pool.PickWith(x.model, balancer.Hints{Affinity: systemPromptHash(x.req), Prefix: x.prefix})
 	x.tries = attempts{cands: cands, lastReason: "other"}
 	return &x.tries
 }
@@ -501,6 +506,7 @@ func (g *Gateway) nextNode(x *exchange, st *attempts) *balancer.Node {
 		st.next++
 		if n.TryAcquire() {
 			x.slot.hold(n, nil)
+			g.pool.Routed(n, x.prefix)
 			return n
 		}
 	}
@@ -582,6 +588,38 @@ func systemPromptHash(req *adapters.Request) uint64 {
 	h := fnv.New64a()
 	_, _ = h.Write(msgs[0].GetStringBytes("content"))
 	return h.Sum64() | 1
+}
+
+// requestPrefix feeds the prompt to h, message by message (role, then the
+// text content), for the prefix scorer. nil when h is (prefix weight 0).
+func requestPrefix(h *balancer.PrefixHasher, req *adapters.Request) *balancer.Prefix {
+	if h == nil {
+		return nil
+	}
+	root := req.Root()
+	if req.Endpoint == adapters.EndpointCompletion {
+		h.Message(nil)
+		if p := root.Get("prompt"); p != nil && p.Type() == fastjson.TypeString {
+			h.Write(p.GetStringBytes())
+		} else {
+			for _, it := range p.GetArray() {
+				h.Write(it.GetStringBytes())
+			}
+		}
+		return h.Prefix()
+	}
+	for _, m := range root.GetArray("messages") {
+		h.Message(m.GetStringBytes("role"))
+		c := m.Get("content")
+		if c != nil && c.Type() == fastjson.TypeString {
+			h.Write(c.GetStringBytes())
+			continue
+		}
+		for _, part := range c.GetArray() {
+			h.Write(part.GetStringBytes("text"))
+		}
+	}
+	return h.Prefix()
 }
 
 // failFlight tells the followers of x's flight that it got no answer.

@@ -4,9 +4,12 @@
 // and answer lengths, streaming) runs against frontdoor under round_robin,
 // least_inflight and score, restarting frontdoor for each; TTFT is measured
 // at the client. A second scenario sends a few long shared system prompts
-// with affinity weight 0 and 0.3.
+// with affinity weight 0 and 0.3. A third, prefix-heavy, runs multi-turn
+// conversations on long system prompts against 4 gpusim nodes with a
+// prefix cache, comparing the score policy without prefix, with
+// rendezvous affinity and with the prefix scorer.
 //
-//	go run ./bench/balancer [-duration 20s] [-rate 10] [-seed 1]
+//	go run ./bench/balancer [-scenario all|policies|prefix-heavy] [-duration 20s] [-rate 10] [-seed 1]
 package main
 
 import (
@@ -47,24 +50,72 @@ func main() {
 	rate := flag.Float64("rate", 10, "mean arrivals per second (Poisson)")
 	affDur := flag.Duration("affinity-duration", 12*time.Second, "measured length of each affinity run")
 	seed := flag.Uint64("seed", 1, "workload seed (the same workload for every policy)")
+	scenario := flag.String("scenario", "all", "all | policies (with the shared system prompts) | prefix-heavy")
+	var po prefixOpts
+	flag.IntVar(&po.conversations, "conversations", 200, "prefix-heavy: conversations")
+	flag.IntVar(&po.turns, "turns", 5, "prefix-heavy: turns per conversation")
+	flag.IntVar(&po.prompts, "system-prompts", 10, "prefix-heavy: distinct system prompts")
+	flag.IntVar(&po.promptChars, "system-chars", 8000, "prefix-heavy: characters per system prompt (gpusim counts 4 a token)")
+	flag.Float64Var(&po.rate, "conversation-rate", 4, "prefix-heavy: conversation starts per second (Poisson)")
+	flag.DurationVar(&po.think, "think", time.Second, "prefix-heavy: mean pause between an answer and the next turn")
+	flag.IntVar(&po.kvBlocks, "kv-blocks", 1536, "prefix-heavy: each node's KV capacity in 16-token blocks")
+	flag.Float64Var(&po.prefix, "prefix-weight", 3, "prefix-heavy: the prefix weight tried")
+	flag.Float64Var(&po.affinity, "affinity-weight", 0.5, "prefix-heavy: the affinity weight tried")
+	flag.Float64Var(&po.balanceAbs, "balance-abs", 0, "prefix-heavy: balancer.prefix.balance_abs (0 = the default)")
+	flag.Float64Var(&po.balanceRel, "balance-rel", 0, "prefix-heavy: balancer.prefix.balance_rel (0 = the default)")
+	flag.StringVar(&po.only, "only", "", "prefix-heavy: run only the policies whose name contains this")
 	flag.Parse()
-	if err := run(*dur, *warm, *affDur, *rate, *seed); err != nil {
+	po.seed = *seed
+	var err error
+	switch *scenario {
+	case "all", "policies":
+		err = run(*dur, *warm, *affDur, *rate, *seed)
+		if err == nil && *scenario == "all" {
+			err = prefixHeavy(po)
+		}
+	case "prefix-heavy":
+		err = prefixHeavy(po)
+	default:
+		err = fmt.Errorf("-scenario %q: want all, policies or prefix-heavy", *scenario)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "balancer bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(dur, warm, affDur time.Duration, rate float64, seed uint64) error {
-	dir, err := os.MkdirTemp("", "fd-balancer-bench")
+// build builds frontdoor and gpusim into a temporary directory.
+func build() (dir string, err error) {
+	dir, err = os.MkdirTemp("", "fd-balancer-bench")
+	if err != nil {
+		return "", err
+	}
+	for _, b := range []string{"frontdoor", "gpusim"} {
+		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, b), "./cmd/"+b).CombinedOutput(); err != nil {
+			os.RemoveAll(dir)
+			return "", fmt.Errorf("build %s: %w\n%s", b, err, out)
+		}
+	}
+	return dir, nil
+}
+
+func prefixHeavy(o prefixOpts) error {
+	dir, err := build()
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	for _, b := range []string{"frontdoor", "gpusim"} {
-		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, b), "./cmd/"+b).CombinedOutput(); err != nil {
-			return fmt.Errorf("build %s: %w\n%s", b, err, out)
-		}
+	fmt.Printf("command: go run ./bench/balancer -scenario prefix-heavy -conversations %d -turns %d -system-prompts %d -system-chars %d -conversation-rate %g -think %s -kv-blocks %d -prefix-weight %g -affinity-weight %g -seed %d\n",
+		o.conversations, o.turns, o.prompts, o.promptChars, o.rate, o.think, o.kvBlocks, o.prefix, o.affinity, o.seed)
+	return runPrefixHeavy(dir, o)
+}
+
+func run(dur, warm, affDur time.Duration, rate float64, seed uint64) error {
+	dir, err := build()
+	if err != nil {
+		return err
 	}
+	defer os.RemoveAll(dir)
 	cluster := []*node{
 		{name: "fast", role: "fast: TTFT 50ms, ITL 10ms, 16 seqs", maxConc: 32,
 			flags: []string{"--ttft", "50ms", "--itl", "10ms", "--max-num-seqs", "16"}},
@@ -128,8 +179,9 @@ func run(dur, warm, affDur time.Duration, rate float64, seed uint64) error {
 		fmt.Printf("| %g | %d | %s | %s | %s | %d | %.0f%% | %s |\n", w, s.ok, ms(s.ttftP50), ms(s.ttftP95), ms(s.e2eP95), s.errors, 100*s.stickiness, s.shares(cluster))
 	}
 	fmt.Println("\nstickiness: per system prompt, the share of its requests on its most used node, averaged.")
-	fmt.Println("gpusim has no prefix cache, so affinity cannot lower TTFT here; it shows only whether requests sharing a prompt")
-	fmt.Println("land together. The router passes a hash of the system prompt as the affinity key; on a cluster this uneven, load and latency dominate the score.")
+	fmt.Println("These nodes run without --prefix-cache, so affinity cannot lower TTFT here; it shows only whether requests sharing a prompt")
+	fmt.Println("land together (the prefix weight is 0 in this scenario). On a cluster this uneven, load and latency dominate the score.")
+	fmt.Println("The prefix-heavy scenario measures prefix-aware routing against nodes with a prefix cache.")
 	return nil
 }
 
@@ -233,6 +285,18 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d.Micros
 // runPolicy starts frontdoor with the policy, replays jobs against it and
 // stops it.
 func runPolicy(dir string, cluster []*node, policy string, affinity float64, jobs []job, warm time.Duration) (summary, error) {
+	base, stop, err := startFrontdoor(dir, cluster, policy, fmt.Sprintf("{queue: 0.5, latency: 0.3, memory: 0.2, affinity: %g, prefix: 0}", affinity))
+	if err != nil {
+		return summary{}, err
+	}
+	defer stop()
+	return replay(base+"/v1/chat/completions", jobs, warm), nil
+}
+
+// startFrontdoor starts frontdoor in front of cluster with the policy and
+// the weights (a YAML flow mapping) and returns its base URL and a stop
+// function.
+func startFrontdoor(dir string, cluster []*node, policy, weights string) (base string, stop func(), err error) {
 	port := load.FreePort()
 	var nodes strings.Builder
 	for _, n := range cluster {
@@ -243,24 +307,25 @@ logging: {level: warn, access_log: false}
 cache: {backend: off}
 balancer:
   policy: %s
-  weights: {queue: 0.5, latency: 0.3, memory: 0.2, affinity: %g}
+  weights: %s
 nodes:
-%s`, port, policy, affinity, nodes.String())
+%s`, port, policy, weights, nodes.String())
 	cfgPath := filepath.Join(dir, "fd.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		return summary{}, err
+		return "", nil, err
 	}
 	logFile, err := os.Create(filepath.Join(dir, "fd-"+policy+".log"))
 	if err != nil {
-		return summary{}, err
+		return "", nil, err
 	}
-	defer logFile.Close()
 	fd := exec.Command(filepath.Join(dir, "frontdoor"), "serve", "--config", cfgPath)
 	fd.Stderr = logFile
 	if err := fd.Start(); err != nil {
-		return summary{}, err
+		logFile.Close()
+		return "", nil, err
 	}
-	defer func() {
+	stop = func() {
+		defer logFile.Close()
 		_ = fd.Process.Signal(syscall.SIGTERM)
 		done := make(chan struct{})
 		go func() { _ = fd.Wait(); close(done) }()
@@ -270,13 +335,14 @@ nodes:
 			_ = fd.Process.Kill()
 			<-done
 		}
-	}()
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	if err := load.WaitUp(base + "/readyz"); err != nil {
-		log, _ := os.ReadFile(logFile.Name())
-		return summary{}, fmt.Errorf("frontdoor not ready: %w\n%s", err, log)
 	}
-	return replay(base+"/v1/chat/completions", jobs, warm), nil
+	base = fmt.Sprintf("http://127.0.0.1:%d", port)
+	if err := load.WaitUp(base + "/readyz"); err != nil {
+		stop()
+		log, _ := os.ReadFile(logFile.Name())
+		return "", nil, fmt.Errorf("frontdoor not ready: %w\n%s", err, log)
+	}
+	return base, stop, nil
 }
 
 // replay sends every job at its arrival time (open loop) and waits for

@@ -56,6 +56,10 @@ func parseFlags(args []string, stderr io.Writer) (sim.Config, error) {
 	fs.StringVar(&def.APIKey, "api-key", def.APIKey, "require Authorization: Bearer <key> (default $GPUSIM_API_KEY)")
 	fs.IntVar(&def.RPM, "rpm", def.RPM, "requests per minute before 429 (0 = unlimited)")
 	fs.IntVar(&def.KVCapacityTokens, "kv-capacity", def.KVCapacityTokens, "KV cache capacity in tokens (for usage metrics)")
+	fs.BoolVar(&def.PrefixCache, "prefix-cache", def.PrefixCache, "cache prompt KV blocks (LRU) and skip their prefill, like vLLM's automatic prefix caching")
+	fs.IntVar(&def.BlockSize, "block-size", def.BlockSize, "tokens per KV block (prefix-cache granularity)")
+	fs.IntVar(&def.KVBlocks, "kv-blocks", def.KVBlocks, "KV capacity in blocks; overrides --kv-capacity (0 = kv-capacity / block-size)")
+	fs.DurationVar(&def.PrefillPerToken, "prefill-per-token", def.PrefillPerToken, "prefill time per uncached prompt token, added to ttft (0.2ms = 400ms for 2k tokens)")
 	fs.IntVar(&def.EmbeddingDims, "embedding-dims", def.EmbeddingDims, "vector length of /v1/embeddings (a request's \"dimensions\" overrides it)")
 	fs.Int64Var(&def.Seed, "seed", def.Seed, "RNG seed for jitter/fail/hang draws (0 = time-based)")
 	if err := fs.Parse(args); err != nil {
@@ -75,7 +79,7 @@ func parseFlags(args []string, stderr io.Writer) (sim.Config, error) {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"max-num-seqs", def.MaxNumSeqs}, {"output-tokens", def.OutputTokens}, {"kv-capacity", def.KVCapacityTokens}} {
+	}{{"max-num-seqs", def.MaxNumSeqs}, {"output-tokens", def.OutputTokens}, {"kv-capacity", def.KVCapacityTokens}, {"block-size", def.BlockSize}} {
 		if f.v < 1 {
 			return sim.Config{}, fmt.Errorf("--%s: must be >= 1", f.name)
 		}

@@ -34,6 +34,11 @@ func TestParseFlags(t *testing.T) {
 		t.Errorf("got %+v\nwant %+v", got, want)
 	}
 
+	cfg, err = parseFlags([]string{"--prefix-cache", "--block-size", "32", "--kv-blocks", "100", "--prefill-per-token", "200us"}, &stderr)
+	if err != nil || !cfg.PrefixCache || cfg.BlockSize != 32 || cfg.KVBlocks != 100 || cfg.PrefillPerToken != 200*time.Microsecond {
+		t.Errorf("prefix cache flags: %+v %v", cfg, err)
+	}
+
 	cfg, err = parseFlags([]string{"--api-key", "flag"}, &stderr)
 	if err != nil || cfg.APIKey != "flag" || cfg.Kind != sim.KindVLLM || cfg.Models[0] != sim.DefaultModel {
 		t.Errorf("flag api key / defaults: %+v %v", cfg, err)
@@ -48,6 +53,9 @@ func TestInvalidFlagsExit2(t *testing.T) {
 		{"--ttft", "soon"},
 		{"--nope"},
 		{"extra"},
+		{"--block-size", "0"},
+		{"--kv-blocks", "-1"},
+		{"--prefill-per-token", "-1ms"},
 	} {
 		var stderr bytes.Buffer
 		if code := run(args, &stderr); code != 2 || stderr.Len() == 0 {

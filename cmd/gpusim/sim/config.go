@@ -47,7 +47,11 @@ type Config struct {
 	HangRate         float64       // 0..1: fraction that take a slot and never answer until the client goes away or shutdown
 	APIKey           string        // if set: require "Authorization: Bearer <key>" on /v1/*, else 401
 	RPM              int           // 0 = unlimited; requests per minute (token bucket, burst RPM); above -> 429
-	KVCapacityTokens int           // default 65536: KV usage = tokens in flight / this
+	KVCapacityTokens int           // default 65536: KV usage = tokens in flight / this; KVBlocks×BlockSize when KVBlocks is set
+	PrefixCache      bool          // cache prompt KV blocks (see prefixCache) and skip their prefill
+	BlockSize        int           // default 16: tokens per KV block
+	KVBlocks         int           // prefix-cache capacity in blocks (LRU); 0 = KVCapacityTokens ÷ BlockSize
+	PrefillPerToken  time.Duration // prefill time per prompt token not found in the prefix cache, added to TTFT; 0 = none
 	Seed             int64         // RNG seed for jitter/fail/hang draws (0 = time-based)
 	EmbeddingDims    int           // default 1024: vector length of /v1/embeddings unless the request asks for "dimensions"
 }
@@ -61,6 +65,7 @@ const (
 	DefaultITL              = 20 * time.Millisecond
 	DefaultOutputTokens     = 64
 	DefaultKVCapacityTokens = 65536
+	DefaultBlockSize        = 16
 	DefaultEmbeddingDims    = 1024
 )
 
@@ -75,6 +80,7 @@ func DefaultConfig() Config {
 		ITL:              DefaultITL,
 		OutputTokens:     DefaultOutputTokens,
 		KVCapacityTokens: DefaultKVCapacityTokens,
+		BlockSize:        DefaultBlockSize,
 		EmbeddingDims:    DefaultEmbeddingDims,
 	}
 }
@@ -100,6 +106,14 @@ func (c Config) withDefaults() Config {
 	}
 	if c.KVCapacityTokens == 0 {
 		c.KVCapacityTokens = DefaultKVCapacityTokens
+	}
+	if c.BlockSize == 0 {
+		c.BlockSize = DefaultBlockSize
+	}
+	if c.KVBlocks > 0 {
+		c.KVCapacityTokens = c.KVBlocks * c.BlockSize
+	} else if c.KVBlocks == 0 && c.BlockSize > 0 {
+		c.KVBlocks = max(1, c.KVCapacityTokens/c.BlockSize)
 	}
 	if c.EmbeddingDims == 0 {
 		c.EmbeddingDims = DefaultEmbeddingDims
@@ -160,6 +174,15 @@ func (c Config) Validate() error {
 	}
 	if c.KVCapacityTokens < 1 {
 		bad("kv_capacity_tokens", "must be >= 1")
+	}
+	if c.BlockSize < 1 {
+		bad("block_size", "must be >= 1")
+	}
+	if c.KVBlocks < 0 {
+		bad("kv_blocks", "must be >= 0 (0 = kv_capacity_tokens / block_size)")
+	}
+	if c.PrefillPerToken < 0 {
+		bad("prefill_per_token", "must be >= 0")
 	}
 	if c.EmbeddingDims < embed.MinDims || c.EmbeddingDims > embed.MaxDims {
 		bad("embedding_dims", "must be between %d and %d", embed.MinDims, embed.MaxDims)

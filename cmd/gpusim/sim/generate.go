@@ -34,7 +34,9 @@ type job struct {
 	n            int    // content tokens to generate
 	reasoning    int    // DashScope reasoning tokens (streams only)
 	promptTokens int
-	hash         uint64 // FNV-64a of the prompt text: the token stream seed
+	blocks       []uint64      // cumulative prompt block hashes (prefix cache on)
+	prefill      time.Duration // prefill time of the uncached prompt tokens
+	hash         uint64        // FNV-64a of the prompt text: the token stream seed
 	arrival      time.Time
 	created      int64
 	id           uint64
@@ -83,6 +85,11 @@ func (j *job) start() {
 	j.kv = int64(j.promptTokens)
 	j.s.kvTokens.Add(j.kv)
 	j.s.promptTokens.Add(j.kv)
+	uncached := j.promptTokens
+	if c := j.s.prefix; c != nil {
+		uncached -= c.lookupAndInsert(j.blocks, j.s.cfg.BlockSize, j.promptTokens)
+	}
+	j.prefill = time.Duration(uncached) * j.s.cfg.PrefillPerToken
 }
 
 // produced accounts for k generated tokens.
@@ -202,7 +209,7 @@ func (j *job) runUnary(ctx *fasthttp.RequestCtx) {
 		err = j.hangWait()
 	}
 	if err == nil {
-		err = j.pause(s.jittered(s.cfg.TTFT))
+		err = j.pause(s.jittered(s.cfg.TTFT + j.prefill))
 	}
 	bp := bufPool.Get().(*[]byte)
 	b := (*bp)[:0]
@@ -289,7 +296,7 @@ const (
 
 func (j *job) streamTokens(w *bufio.Writer) error {
 	s := j.s
-	if err := j.pause(s.jittered(s.cfg.TTFT)); err != nil {
+	if err := j.pause(s.jittered(s.cfg.TTFT + j.prefill)); err != nil {
 		return err
 	}
 	object := "text_completion"

@@ -140,6 +140,9 @@ func (s *Server) generate(ctx *fasthttp.RequestCtx, now time.Time, chat bool) {
 	j := &job{s: s, chat: chat, model: model, arrival: now, stream: v.GetBool("stream")}
 	hash, promptBytes := promptInfo(v)
 	j.hash, j.promptTokens = hash, estimateTokens(promptBytes)
+	if s.prefix != nil {
+		j.blocks = promptBlocks(func(f func([]byte)) { walkPrompt(v, f) }, s.cfg.BlockSize)
+	}
 	j.n = s.cfg.OutputTokens
 	maxTok := v.GetInt("max_completion_tokens")
 	if maxTok <= 0 {

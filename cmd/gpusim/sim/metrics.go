@@ -163,6 +163,14 @@ func (s *Server) appendMetrics(dst []byte) []byte {
 		w.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage)
 		w.counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", prompt)
 		w.counter("vllm:generation_tokens_total", "Number of generation tokens processed.", gen)
+		var queries, hits float64
+		if s.prefix != nil {
+			queries, hits = float64(s.prefix.queries.Load()), float64(s.prefix.hits.Load())
+		}
+		w.counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", queries)
+		w.counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", hits)
+		w.header("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig")
+		w.sample("vllm:cache_config_info", s.cacheConfigLabels, 1)
 		w.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", s.ttft)
 		w.histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", s.e2e)
 	}

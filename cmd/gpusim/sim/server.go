@@ -31,17 +31,18 @@ type Stats struct {
 
 // Server is one simulated inference node.
 type Server struct {
-	cfg        Config
-	srv        *fasthttp.Server
-	sched      *scheduler
-	limiter    *rateLimiter // nil when RPM == 0
-	wantAuth   []byte       // "Bearer <key>", nil when no key
-	modelsBody []byte       // precomputed /v1/models response
-	modelLabel string       // `model_name="<first model>"`
-	idPrefix   [16]byte     // random hex prefix of response ids
-	idSeq      atomic.Uint64
-	failRate   atomic.Uint64 // float64 bits
-	healthy    atomic.Bool
+	cfg               Config
+	srv               *fasthttp.Server
+	sched             *scheduler
+	limiter           *rateLimiter // nil when RPM == 0
+	wantAuth          []byte       // "Bearer <key>", nil when no key
+	modelsBody        []byte       // precomputed /v1/models response
+	modelLabel        string       // `model_name="<first model>"`
+	cacheConfigLabels string       // vllm:cache_config_info's labels
+	idPrefix          [16]byte     // random hex prefix of response ids
+	idSeq             atomic.Uint64
+	failRate          atomic.Uint64 // float64 bits
+	healthy           atomic.Bool
 
 	rngMu sync.Mutex
 	rng   *mrand.Rand
@@ -62,6 +63,7 @@ type Server struct {
 	received, completed, cancelled, failed, rejected atomic.Int64
 	kvTokens, promptTokens, genTokens                atomic.Int64
 	ttft, e2e                                        *histogram
+	prefix                                           *prefixCache // nil unless PrefixCache
 
 	rec recorder
 }
@@ -82,6 +84,9 @@ func New(cfg Config) (*Server, error) {
 		ttft:     newHistogram(ttftBuckets),
 		e2e:      newHistogram(e2eBuckets),
 	}
+	if cfg.PrefixCache {
+		s.prefix = newPrefixCache(cfg.KVBlocks)
+	}
 	if cfg.RPM > 0 {
 		s.limiter = newRateLimiter(cfg.RPM, time.Now())
 	}
@@ -99,6 +104,8 @@ func New(cfg Config) (*Server, error) {
 	s.failRate.Store(math.Float64bits(cfg.FailRate))
 	s.healthy.Store(true)
 	s.modelLabel = `model_name="` + string(appendLabelValue(nil, cfg.Models[0])) + `"`
+	s.cacheConfigLabels = fmt.Sprintf(`block_size="%d",enable_prefix_caching="%s",num_gpu_blocks="%d"`,
+		cfg.BlockSize, map[bool]string{true: "True", false: "False"}[cfg.PrefixCache], cfg.KVBlocks)
 	s.modelsBody = appendModels(nil, cfg.Models, time.Now().Unix())
 	s.srv = &fasthttp.Server{
 		Handler:                      s.handle,

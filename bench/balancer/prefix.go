@@ -1,0 +1,288 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"frontdoor/bench/internal/load"
+)
+
+// prefixOpts shapes the prefix-heavy scenario: conversations of several
+// turns, each on one of a few long system prompts, against identical
+// gpusim nodes with a prefix cache too small to hold everything.
+type prefixOpts struct {
+	conversations, turns int
+	prompts, promptChars int
+	rate                 float64       // conversation starts per second (Poisson)
+	think                time.Duration // mean pause between an answer and the next turn
+	kvBlocks             int           // each node's KV capacity, blocks of 16 tokens
+	prefix, affinity     float64       // the weights tried
+	balanceAbs           float64       // balancer.prefix.balance_abs (0 = frontdoor's default)
+	balanceRel           float64       // balancer.prefix.balance_rel (0 = frontdoor's default)
+	only                 string        // run only the policies whose name contains this
+	seed                 uint64
+}
+
+// conversation is one scripted chat: its system prompt, start and turns.
+type conversation struct {
+	system int
+	at     time.Duration
+	users  []string
+	think  []time.Duration
+	maxTok []int
+}
+
+func conversations(o prefixOpts) (systems []string, convs []conversation) {
+	rng := rand.New(rand.NewPCG(o.seed, 0x9e3779b9))
+	for i := range o.prompts {
+		systems = append(systems, fmt.Sprintf("You are assistant number %d. ", i)+text(rng, o.promptChars))
+	}
+	var at time.Duration
+	for range o.conversations {
+		at += time.Duration(rng.ExpFloat64() / o.rate * float64(time.Second))
+		c := conversation{system: rng.IntN(o.prompts), at: at}
+		for range o.turns {
+			c.users = append(c.users, text(rng, 200+rng.IntN(600)))
+			c.think = append(c.think, time.Duration(rng.ExpFloat64()*float64(o.think)))
+			c.maxTok = append(c.maxTok, 16+rng.IntN(49))
+		}
+		convs = append(convs, c)
+	}
+	return systems, convs
+}
+
+// prefixCluster is 4 identical gpusim nodes with a prefix cache.
+func prefixCluster(o prefixOpts) []*node {
+	var cluster []*node
+	for i := range 4 {
+		cluster = append(cluster, &node{name: fmt.Sprintf("gpu%d", i+1), maxConc: 16, flags: []string{
+			"--ttft", "40ms", "--itl", "10ms", "--max-num-seqs", "8",
+			"--prefix-cache", "--block-size", "16", "--kv-blocks", strconv.Itoa(o.kvBlocks), "--prefill-per-token", "200us",
+		}})
+	}
+	return cluster
+}
+
+func startNodes(dir string, cluster []*node) (stop func(), err error) {
+	stop = func() {
+		for _, n := range cluster {
+			if n.cmd != nil {
+				_ = n.cmd.Process.Kill()
+				_ = n.cmd.Wait()
+				n.cmd = nil
+			}
+		}
+	}
+	for i, n := range cluster {
+		n.port = load.FreePort()
+		args := append([]string{"--listen", fmt.Sprintf("127.0.0.1:%d", n.port), "--model", "qwen3-8b",
+			"--output-tokens", "64", "--jitter", "0.1", "--seed", fmt.Sprint(i + 1)}, n.flags...)
+		n.cmd = exec.Command(filepath.Join(dir, "gpusim"), args...)
+		if err := n.cmd.Start(); err != nil {
+			stop()
+			return nil, err
+		}
+		if err := load.WaitUp(fmt.Sprintf("http://127.0.0.1:%d/health", n.port)); err != nil {
+			stop()
+			return nil, fmt.Errorf("gpusim %s: %w", n.name, err)
+		}
+	}
+	return stop, nil
+}
+
+func runPrefixHeavy(dir string, o prefixOpts) error {
+	systems, convs := conversations(o)
+	fmt.Printf("\nprefix-heavy: %d conversations of %d turns, Poisson %.1f conversation starts/s, think time exp(mean %s)\n",
+		o.conversations, o.turns, o.rate, o.think)
+	fmt.Printf("  %d system prompts of ~%d tokens; user turns 50-200 tokens; the answers (16-64 tokens) are sent back in later turns\n",
+		o.prompts, o.promptChars/4)
+	fmt.Printf("  4 gpusim nodes: TTFT 40ms + 0.2ms per uncached prompt token, ITL 10ms, 8 seqs, --prefix-cache with %d blocks of 16 tokens (%d tokens; all system prompts are %d); max_concurrency 16\n",
+		o.kvBlocks, o.kvBlocks*16, o.prompts*o.promptChars/4)
+	fmt.Println("  fresh nodes and a fresh frontdoor for each policy; every request is measured; TTFT = first SSE event at the client")
+	fmt.Println()
+	fmt.Println("| policy | requests | TTFT p50 | TTFT p95 | nodes' prefix-cache hit rate | throughput | errors | load balance (max/min share) | shares |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	type pol struct{ name, weights string }
+	pols := []pol{
+		{"score, no prefix", "{queue: 0.5, latency: 0.3, memory: 0.2, affinity: 0, prefix: 0}"},
+		{fmt.Sprintf("score + affinity %g (rendezvous)", o.affinity), fmt.Sprintf("{queue: 0.5, latency: 0.3, memory: 0.2, affinity: %g, prefix: 0}", o.affinity)},
+		{fmt.Sprintf("score + prefix %g", o.prefix), fmt.Sprintf("{queue: 0.5, latency: 0.3, memory: 0.2, affinity: 0, prefix: %g}", o.prefix) + guard(o)},
+	}
+	var base time.Duration
+	var footer strings.Builder
+	for i, p := range pols {
+		if !strings.Contains(p.name, o.only) {
+			continue
+		}
+		cluster := prefixCluster(o)
+		stopNodes, err := startNodes(dir, cluster)
+		if err != nil {
+			return err
+		}
+		url, stopFD, err := startFrontdoor(dir, cluster, "score", p.weights)
+		if err != nil {
+			stopNodes()
+			return err
+		}
+		s, hitRate := driveConversations(url+"/v1/chat/completions", systems, convs), nodesHitRate(cluster)
+		stopFD()
+		stopNodes()
+		lo, hi := 1<<62, 0
+		for _, n := range cluster {
+			lo, hi = min(lo, s.byNode[n.name]), max(hi, s.byNode[n.name])
+		}
+		fmt.Printf("| %s | %d | %s | %s | %.0f%% | %.2f req/s | %d | %.2f | %s |\n", p.name, s.ok, ms(s.ttftP50), ms(s.ttftP95),
+			100*hitRate, s.throughput, s.errors, float64(hi)/float64(max(lo, 1)), s.shares(cluster))
+		if i == 0 {
+			base = s.ttftP95
+		} else if base > 0 {
+			fmt.Fprintf(&footer, "%s: TTFT p95 %.2f× the score policy without prefix\n", p.name, s.ttftP95.Seconds()/base.Seconds())
+		}
+	}
+	fmt.Println()
+	fmt.Print(footer.String())
+	return nil
+}
+
+// guard renders the load-guard settings as balancer keys after weights.
+func guard(o prefixOpts) string {
+	var kv []string
+	if o.balanceAbs > 0 {
+		kv = append(kv, fmt.Sprintf("balance_abs: %g", o.balanceAbs))
+	}
+	if o.balanceRel > 0 {
+		kv = append(kv, fmt.Sprintf("balance_rel: %g", o.balanceRel))
+	}
+	if len(kv) == 0 {
+		return ""
+	}
+	return "\n  prefix: {" + strings.Join(kv, ", ") + "}"
+}
+
+// driveConversations runs every conversation from its start time, turn
+// after turn, each turn sending the whole history, and summarises them.
+func driveConversations(url string, systems []string, convs []conversation) summary {
+	client := &http.Client{Timeout: 120 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1024, DisableCompression: true}}
+	var mu sync.Mutex
+	var res []result
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, c := range convs {
+		time.Sleep(time.Until(start.Add(c.at)))
+		wg.Go(func() {
+			msgs := []chatMsg{{"system", systems[c.system]}}
+			for t, u := range c.users {
+				msgs = append(msgs, chatMsg{"user", u})
+				r, answer := sendChat(client, url, msgs, c.maxTok[t])
+				r.measured, r.system = true, c.system
+				mu.Lock()
+				res = append(res, r)
+				mu.Unlock()
+				msgs = append(msgs, chatMsg{"assistant", answer})
+				time.Sleep(c.think[t])
+			}
+		})
+	}
+	wg.Wait()
+	end := time.Now()
+	return summarise(res, start, end.Sub(start))
+}
+
+type chatMsg struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// sendChat streams one chat turn and returns its result and the answer's
+// text.
+func sendChat(client *http.Client, url string, msgs []chatMsg, maxTokens int) (r result, answer string) {
+	body, _ := json.Marshal(map[string]any{"model": "qwen3-8b", "messages": msgs, "max_tokens": maxTokens, "stream": true})
+	r.start = time.Now()
+	defer func() { r.end = time.Now(); r.e2e = r.end.Sub(r.start) }()
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		r.err = err
+		return r, ""
+	}
+	defer resp.Body.Close()
+	r.node = resp.Header.Get("X-Upstream")
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+		r.err = fmt.Errorf("status %d: %s", resp.StatusCode, b)
+		return r, ""
+	}
+	var sb strings.Builder
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadBytes('\n')
+		if data, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("data: ")); ok {
+			if string(data) == "[DONE]" {
+				return r, sb.String()
+			}
+			if r.ttft == 0 {
+				r.ttft = time.Since(r.start)
+			}
+			var chunk struct {
+				Choices []struct {
+					Delta struct {
+						Content string `json:"content"`
+					} `json:"delta"`
+				} `json:"choices"`
+			}
+			if json.Unmarshal(data, &chunk) == nil && len(chunk.Choices) > 0 {
+				sb.WriteString(chunk.Choices[0].Delta.Content)
+			}
+		}
+		if err != nil {
+			r.err = fmt.Errorf("stream ended without [DONE]: %w", err)
+			return r, ""
+		}
+	}
+}
+
+// nodesHitRate is the cluster's prefix-cache hit rate from the nodes'
+// own counters: tokens hit over tokens queried, summed over the nodes
+// (they start empty, so the totals are this run's).
+func nodesHitRate(cluster []*node) float64 {
+	var hits, queries float64
+	for _, n := range cluster {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", n.port))
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for line := range strings.SplitSeq(string(b), "\n") {
+			name, rest, _ := strings.Cut(line, "{")
+			_, val, ok := strings.Cut(rest, "} ")
+			if !ok {
+				continue
+			}
+			v, _ := strconv.ParseFloat(strings.TrimSpace(val), 64)
+			switch name {
+			case "vllm:prefix_cache_hits_total":
+				hits += v
+			case "vllm:prefix_cache_queries_total":
+				queries += v
+			}
+		}
+	}
+	if queries == 0 {
+		return 0
+	}
+	return hits / queries
+}

@@ -1,0 +1,97 @@
+package router
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"frontdoor/balancer"
+	"frontdoor/cmd/gpusim/sim"
+	"frontdoor/internal/testenv"
+)
+
+// chatTurns is a chat body: a system prompt, then alternating user and
+// assistant turns.
+func chatTurns(system string, turns ...string) string {
+	type msg struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	msgs := []msg{{"system", system}}
+	for i, t := range turns {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		msgs = append(msgs, msg{role, t})
+	}
+	b, _ := json.Marshal(map[string]any{"model": "qwen3-8b", "max_tokens": 4, "messages": msgs})
+	return string(b)
+}
+
+// TestPrefixRouting: with the prefix weight, every turn of a conversation
+// goes where its earlier turns went (the node whose prefix cache holds
+// them), and /admin/nodes shows the nodes' own prefix-cache hit rate.
+func TestPrefixRouting(t *testing.T) {
+	var sims []*sim.Server
+	for range 3 {
+		sims = append(sims, testenv.GPUSim(t, func(c *sim.Config) { c.PrefixCache = true }))
+	}
+	cfg := testConfig(sims...)
+	cfg.Balancer.Weights.Prefix = 0.5
+	cfg.Balancer.ScrapeInterval, cfg.Balancer.StaleAfter = 100e6, 500e6
+	gw := startGateway(t, cfg)
+
+	where := map[string]string{} // system prompt -> node of turn 1
+	for turn := 1; turn <= 3; turn++ {
+		for c := range 6 {
+			system := fmt.Sprintf("system prompt %d: ", c) + strings.Repeat(fmt.Sprintf("rule %d applies. ", c), 300)
+			var turns []string
+			for i := 1; i <= turn; i++ {
+				turns = append(turns, fmt.Sprintf("question %d of conversation %d", i, c))
+				if i < turn {
+					turns = append(turns, fmt.Sprintf("answer %d", i))
+				}
+			}
+			resp, body := post(t, gw.URL+"/v1/chat/completions", chatTurns(system, turns...))
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			node := resp.Header.Get("X-Upstream")
+			if turn == 1 {
+				where[system] = node
+			} else if node != where[system] {
+				t.Fatalf("conversation %d turn %d went to %s, its turn 1 to %s", c, turn, node, where[system])
+			}
+		}
+	}
+	// 12 of the 18 requests repeat a prefix their node holds.
+	var nodes []balancer.NodeStatus
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		resp, err := httpClient.Get(gw.URL + "/admin/nodes")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 || json.NewDecoder(resp.Body).Decode(&nodes) != nil {
+			return false
+		}
+		for _, n := range nodes {
+			if n.PrefixIndex.Blocks > 0 && (n.Metrics == nil || n.Metrics.PrefixCacheHitRate == nil) {
+				return false
+			}
+		}
+		return true
+	}, "no prefix-cache hit rate in /admin/nodes")
+	hits := 0.0
+	for _, n := range nodes {
+		if r := n.Metrics.PrefixCacheHitRate; r != nil {
+			hits += *r
+		}
+	}
+	if hits == 0 {
+		t.Fatalf("no node reports prefix-cache hits: %+v", nodes)
+	}
+}
