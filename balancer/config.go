@@ -89,8 +89,8 @@ type Config struct {
 	Queue          QueueConfig    `yaml:"queue"`
 	// DNSResolver is the DNS server ("host:port") that discover: dns
 	// entries ask; empty: the system's resolver (/etc/resolv.conf).
-	DNSResolver string `yaml:"dns_resolver"`
-	Prefix         PrefixConfig   `yaml:"prefix"`
+	DNSResolver string       `yaml:"dns_resolver"`
+	Prefix      PrefixConfig `yaml:"prefix"`
 }
 
 // ModelTarget is one weighted target of an alias.

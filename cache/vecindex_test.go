@@ -164,8 +164,11 @@ func TestVectorIndexRecall(t *testing.T) {
 func TestVectorIndexRemove(t *testing.T) {
 	const dims = 64
 	rng := rand.New(rand.NewPCG(27, 28))
-	for _, n := range []int{1000, 2 * (DefaultIndexConfig().ExactMax + 1000)} { // flat, then a graph
+	for _, n := range []int{1000, 1200} { // flat, then a graph (small graphs: exact_max 256)
 		x := NewVectorIndex(dims)
+		if n == 1200 {
+			x = NewVectorIndexWith(dims, smallGraph)
+		}
 		ref := map[string][]float32{}
 		for i := range n {
 			id := fmt.Sprint("v", i)
@@ -198,7 +201,7 @@ func TestVectorIndexRemove(t *testing.T) {
 			t.Fatalf("n=%d: Len = %d; want %d", n, x.Len(), len(ref))
 		}
 		now := time.Now()
-		if n <= DefaultIndexConfig().ExactMax {
+		if n == 1000 {
 			for i := range 50 {
 				q := memUnit(rng, dims)
 				viSameHits(t, fmt.Sprint("n=", n, " query ", i), x.Search("s", q, 8, now), viBruteForce(ref, q, 8))
@@ -278,17 +281,17 @@ func TestVectorIndexSweep(t *testing.T) {
 	}
 }
 
+// smallGraph moves scopes to the graph early, so tests of its mechanics
+// (deletion, expiry, slot reuse, similarities) stay small and quick.
+var smallGraph = IndexConfig{ExactMax: 256, M: 8, EfConstruction: 40, EfSearch: 40}
+
 // TestVectorIndexGraphExpiry checks expiry in a scope large enough for the
 // graph: expired vectors are never returned, Sweep removes exactly them,
 // and their slots, reused, still find themselves.
 func TestVectorIndexGraphExpiry(t *testing.T) {
-	const dims = 128
-	n := 3000
-	if raceEnabled {
-		n = 1400
-	}
+	const dims, n = 128, 1200
 	rng := rand.New(rand.NewPCG(41, 42))
-	x := NewVectorIndex(dims)
+	x := NewVectorIndexWith(dims, smallGraph)
 	now := time.Now()
 	vecs := map[string][]float32{}
 	for i := range n {
@@ -360,7 +363,7 @@ func TestVectorIndexRecallUnderChurn(t *testing.T) {
 		n = 1500
 	}
 	rng := rand.New(rand.NewPCG(43, 44))
-	x := NewVectorIndex(dims)
+	x := NewVectorIndex(dims) // the shipped settings
 	live := map[string][]float32{}
 	next := 0
 	add := func() {
@@ -464,9 +467,9 @@ func TestVectorIndexConcurrent(t *testing.T) {
 // graph scope reports (int8 codes) against exact float32 cosines, since the
 // semantic threshold is applied to them.
 func TestVectorIndexGraphSimilarityError(t *testing.T) {
-	const dims, n = 512, 2000
+	const dims, n = 512, 600
 	rng := rand.New(rand.NewPCG(47, 48))
-	x := NewVectorIndex(dims)
+	x := NewVectorIndexWith(dims, smallGraph)
 	ref := map[string][]float32{}
 	for i := range n {
 		id := fmt.Sprint("v", i)
