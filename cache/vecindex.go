@@ -89,6 +89,19 @@ func NewVectorIndexWith(dims int, cfg IndexConfig) *VectorIndex {
 // Dims returns the vector length.
 func (x *VectorIndex) Dims() int { return x.dims }
 
+// SetEfSearch changes the candidate list size of searches, at once and for
+// every scope (like RediSearch's EF_RUNTIME): recall against latency.
+func (x *VectorIndex) SetEfSearch(ef int) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.cfg.EfSearch = ef
+	for _, s := range x.scopes {
+		if g, ok := s.(*graphScope); ok {
+			g.efSearch = ef
+		}
+	}
+}
+
 // BytesPerVector estimates the index memory of one vector in a large scope
 // (graph, codes and bookkeeping), for byte budgets.
 func (x *VectorIndex) BytesPerVector() int {
@@ -243,6 +256,7 @@ func pushHit(hits []IndexHit, k int, h IndexHit) []IndexHit {
 
 // toGraph moves the scope's vectors into a graph.
 func (s *flatScope) toGraph(cfg IndexConfig) *graphScope {
+	// cfg is the index's current one, EfSearch included
 	g := newGraphScope(s.dims, cfg)
 	for i, id := range s.ids {
 		g.add(id, s.vecs[i*s.dims:(i+1)*s.dims], s.expires[i])

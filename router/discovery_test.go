@@ -36,6 +36,7 @@ func TestDNSDiscoveryFollowsTheRecords(t *testing.T) {
 	cfg := testConfig()
 	cfg.Balancer.DNSResolver = d.Addr()
 	cfg.Balancer.HealthInterval = 50e6
+	cfg.Balancer.Weights.Prefix = 0 // the same prompt again must spread over the nodes found, not follow its prefix
 	cfg.Nodes = []balancer.NodeConfig{{Name: "vllm", URL: fmt.Sprintf("http://%s:%d/v1", host, port), Kind: "vllm",
 		Models: []string{"qwen3-8b"}, MaxConcurrency: 8, Weight: 1, Discover: "dns", DiscoverInterval: 50e6}}
 	gw := startGateway(t, cfg)

@@ -58,6 +58,7 @@ type options struct {
 	queries int
 	dims    int
 	cfg     cache.IndexConfig
+	efs     []int
 	exact   bool
 }
 
@@ -69,7 +70,7 @@ func run() error {
 	flag.IntVar(&o.dims, "dims", 512, "dimensions of the local embedder")
 	flag.IntVar(&o.cfg.M, "m", o.cfg.M, "graph links per node")
 	flag.IntVar(&o.cfg.EfConstruction, "ef-construction", o.cfg.EfConstruction, "candidate list while inserting")
-	flag.IntVar(&o.cfg.EfSearch, "ef-search", o.cfg.EfSearch, "candidate list while searching")
+	efList := flag.String("ef-search", strconv.Itoa(o.cfg.EfSearch), "candidate lists while searching, comma-separated: each is measured on the same index")
 	flag.BoolVar(&o.exact, "exact", false, "also time the exact scan (float32 vectors, no graph) at each size")
 	profile := flag.String("cpuprofile", "", "write a CPU profile here")
 	flag.Parse()
@@ -83,6 +84,14 @@ func run() error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	for _, s := range strings.Split(*efList, ",") {
+		ef, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || ef <= 0 {
+			return fmt.Errorf("-ef-search: bad value %q", s)
+		}
+		o.efs = append(o.efs, ef)
+	}
+	o.cfg.EfSearch = o.efs[0]
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n <= 0 {
@@ -99,10 +108,10 @@ func run() error {
 	}
 	emb := embed.NewLocal(o.dims)
 	fmt.Printf("command: go run ./bench/semantic-scale %s\n", strings.Join(os.Args[1:], " "))
-	fmt.Printf("data: %d distinct sentences from %s; local embedder, %d dims; index m=%d ef_construction=%d ef_search=%d exact_max=%d; GOMAXPROCS=%d\n\n",
-		len(sentences), o.data, o.dims, o.cfg.M, o.cfg.EfConstruction, o.cfg.EfSearch, o.cfg.ExactMax, runtime.GOMAXPROCS(0))
-	fmt.Println("| entries | insert CPU µs/entry | index bytes/entry | queries | p50 µs | p99 µs | recall@1, close match (queries) | recall@1, no close match | recall@1, all | exact scan p50 µs |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Printf("data: %d distinct sentences from %s; local embedder, %d dims; index m=%d ef_construction=%d exact_max=%d; GOMAXPROCS=%d\n\n",
+		len(sentences), o.data, o.dims, o.cfg.M, o.cfg.EfConstruction, o.cfg.ExactMax, runtime.GOMAXPROCS(0))
+	fmt.Println("| entries | insert CPU µs/entry | index bytes/entry | ef_search | queries | p50 µs | p99 µs | recall@1, close match (queries) | recall@1, no close match | recall@1, all | exact scan p50 µs |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, n := range o.sizes {
 		if err := measure(o, emb, sentences, paraphrases, n); err != nil {
 			return err
@@ -224,58 +233,61 @@ func measure(o options, emb *embed.Local, sentences, paraphrases []string, n int
 		perEntry = -1
 	}
 
-	lat := make([]time.Duration, 0, len(qs))
-	found := map[string]int{}
-	total := map[string]int{}
-	now := time.Now()
-	for _, q := range qs {
-		t0 := time.Now()
-		hits := x.Search("s", q.vec, 1, now)
-		lat = append(lat, time.Since(t0))
-		kind := "far"
-		if q.best >= closeMatch {
-			kind = "close"
-		}
-		total[kind]++
-		if len(hits) == 1 {
-			id, _ := strconv.Atoi(hits[0].ID)
-			got := vek32.Dot(q.vec, vecOf(text(sentences, id)))
-			if got >= q.best-1e-6 {
-				found[kind]++
-				found["all"]++
-			} else if os.Getenv("SCALE_DEBUG") != "" && kind == "close" {
-				fmt.Fprintf(os.Stderr, "miss: best %.4f got %.4f (index said %.4f)\n", q.best, got, hits[0].Similarity)
-			}
-		}
-	}
-	recall := func(kind string) string {
-		n := total[kind]
-		if kind == "all" {
-			n = len(qs)
-		}
-		if n == 0 {
-			return "–"
-		}
-		return fmt.Sprintf("%.4f (%d)", float64(found[kind])/float64(n), n)
-	}
-	exactP50 := "–"
-	if exact != nil {
-		el := make([]time.Duration, 0, len(qs))
+	for _, ef := range o.efs {
+		x.SetEfSearch(ef)
+		lat := make([]time.Duration, 0, len(qs))
+		found := map[string]int{}
+		total := map[string]int{}
+		now := time.Now()
 		for _, q := range qs {
 			t0 := time.Now()
-			exact.Search("s", q.vec, 1, now)
-			el = append(el, time.Since(t0))
+			hits := x.Search("s", q.vec, 1, now)
+			lat = append(lat, time.Since(t0))
+			kind := "far"
+			if q.best >= closeMatch {
+				kind = "close"
+			}
+			total[kind]++
+			if len(hits) == 1 {
+				id, _ := strconv.Atoi(hits[0].ID)
+				got := vek32.Dot(q.vec, vecOf(text(sentences, id)))
+				if got >= q.best-1e-6 {
+					found[kind]++
+					found["all"]++
+				} else if os.Getenv("SCALE_DEBUG") != "" && kind == "close" {
+					fmt.Fprintf(os.Stderr, "miss: best %.4f got %.4f (index said %.4f)\n", q.best, got, hits[0].Similarity)
+				}
+			}
 		}
-		slices.Sort(el)
-		exactP50 = fmt.Sprintf("%.0f", us(el[len(el)/2]))
+		recall := func(kind string) string {
+			n := total[kind]
+			if kind == "all" {
+				n = len(qs)
+			}
+			if n == 0 {
+				return "–"
+			}
+			return fmt.Sprintf("%.4f (%d)", float64(found[kind])/float64(n), n)
+		}
+		exactP50 := "–"
+		if exact != nil {
+			el := make([]time.Duration, 0, len(qs))
+			for _, q := range qs {
+				t0 := time.Now()
+				exact.Search("s", q.vec, 1, now)
+				el = append(el, time.Since(t0))
+			}
+			slices.Sort(el)
+			exactP50 = fmt.Sprintf("%.0f", us(el[len(el)/2]))
+		}
+		slices.Sort(lat)
+		bytes := "–"
+		if perEntry >= 0 {
+			bytes = fmt.Sprintf("%.0f", perEntry)
+		}
+		fmt.Printf("| %d | %.1f | %s | %d | %d | %.0f | %.0f | %s | %s | %s | %s |\n", n, us(insert)/float64(n), bytes, ef, len(qs),
+			us(lat[len(lat)/2]), us(lat[len(lat)*99/100]), recall("close"), recall("far"), recall("all"), exactP50)
 	}
-	slices.Sort(lat)
-	bytes := "–"
-	if perEntry >= 0 {
-		bytes = fmt.Sprintf("%.0f", perEntry)
-	}
-	fmt.Printf("| %d | %.1f | %s | %d | %.0f | %.0f | %s | %s | %s | %s |\n", n, us(insert)/float64(n), bytes, len(qs),
-		us(lat[len(lat)/2]), us(lat[len(lat)*99/100]), recall("close"), recall("far"), recall("all"), exactP50)
 	runtime.KeepAlive(x)
 	debug.FreeOSMemory()
 	return nil
