@@ -266,7 +266,7 @@ func (h *hnsw) layerSearch(q []uint64, eps []cand, ef, l int, vs *visitSet, keep
 	}
 	for len(frontier) > 0 {
 		c := frontier.pop()
-		if len(found) >= ef && c.d > found[0].d {
+		if len(found.h) >= ef && c.d > found.farthest() {
 			break
 		}
 		for _, n := range h.links(c.s, l) {
@@ -277,18 +277,18 @@ func (h *hnsw) layerSearch(q []uint64, eps []cand, ef, l int, vs *visitSet, keep
 				continue
 			}
 			d := h.hamming(q, n)
-			if len(found) < ef || d < found[0].d {
+			if len(found.h) < ef || d < found.farthest() {
 				frontier.push(cand{d, n})
 				if keep == nil || keep(n) {
 					found.push(cand{d, n})
-					if len(found) > ef {
+					if len(found.h) > ef {
 						found.pop()
 					}
 				}
 			}
 		}
 	}
-	out := make([]cand, len(found))
+	out := make([]cand, len(found.h))
 	for i := len(out) - 1; i >= 0; i-- {
 		out[i] = found.pop()
 	}
@@ -575,41 +575,14 @@ func (p *minHeap) pop() cand {
 	return top
 }
 
-type maxHeap []cand
+// maxHeap keeps the farthest on top: a minHeap of negated distances.
+type maxHeap struct{ h minHeap }
 
-func (p *maxHeap) push(c cand) {
-	*p = append(*p, c)
-	a := *p
-	for j := len(a) - 1; j > 0; {
-		i := (j - 1) / 2
-		if a[i].d >= a[j].d {
-			break
-		}
-		a[i], a[j] = a[j], a[i]
-		j = i
-	}
-}
+func (p *maxHeap) push(c cand) { p.h.push(cand{-c.d, c.s}) }
 
 func (p *maxHeap) pop() cand {
-	a := *p
-	top := a[0]
-	last := len(a) - 1
-	a[0] = a[last]
-	a = a[:last]
-	for j := 0; ; {
-		l, m := 2*j+1, j
-		if l < len(a) && a[l].d > a[m].d {
-			m = l
-		}
-		if l+1 < len(a) && a[l+1].d > a[m].d {
-			m = l + 1
-		}
-		if m == j {
-			break
-		}
-		a[j], a[m] = a[m], a[j]
-		j = m
-	}
-	*p = a
-	return top
+	c := p.h.pop()
+	return cand{-c.d, c.s}
 }
+
+func (p *maxHeap) farthest() int { return -p.h[0].d }
