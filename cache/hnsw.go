@@ -69,10 +69,6 @@ func newHNSW(dims, m, efBuild int) *hnsw {
 
 func (h *hnsw) slots() int { return len(h.levels) }
 
-// bytesPerSlot is the graph's memory per slot, without the upper layers
-// (about 1 in m slots has them).
-func (h *hnsw) bytesPerSlot() int { return h.words*8 + h.dims + 4 + 2 + 4*h.m0 }
-
 // grow appends a slot with a random level and returns it.
 func (h *hnsw) grow() int32 {
 	s := int32(len(h.levels))

@@ -102,12 +102,6 @@ func (x *VectorIndex) SetEfSearch(ef int) {
 	}
 }
 
-// BytesPerVector estimates the index memory of one vector in a large scope
-// (graph, codes and bookkeeping), for byte budgets.
-func (x *VectorIndex) BytesPerVector() int {
-	return newHNSW(x.dims, x.cfg.M, x.cfg.EfConstruction).bytesPerSlot() + 8 + 96 // expiry, id and map entries
-}
-
 // Add indexes vec under id in scope, replacing an earlier vector of id.
 // A zero expires never expires.
 func (x *VectorIndex) Add(scope, id string, vec []float32, expires time.Time) {
@@ -254,9 +248,8 @@ func pushHit(hits []IndexHit, k int, h IndexHit) []IndexHit {
 	return hits
 }
 
-// toGraph moves the scope's vectors into a graph.
+// toGraph moves the scope's vectors into a graph with cfg, the index's current settings (SetEfSearch included).
 func (s *flatScope) toGraph(cfg IndexConfig) *graphScope {
-	// cfg is the index's current one, EfSearch included
 	g := newGraphScope(s.dims, cfg)
 	for i, id := range s.ids {
 		g.add(id, s.vecs[i*s.dims:(i+1)*s.dims], s.expires[i])
