@@ -418,7 +418,7 @@ func TestTwoProcessesShareTheCache(t *testing.T) {
 	r := testenv.StartRedis(t)
 	cfg := fmt.Sprintf("cache: {backend: redis}\nredis: {url: %s}\nnodes:\n  - {name: a, url: %s, models: [qwen3-8b]}\n", r.URL(), node.URL())
 	a, _, _ := startServe(t, cfg)
-	b, _, _ := startServe(t, cfg)
+	b, _, logsB := startServe(t, cfg)
 	ask := func(base, question string) string {
 		resp, err := http.Post(base+"/v1/chat/completions", "application/json",
 			strings.NewReader(`{"model":"qwen3-8b","messages":[{"role":"user","content":"`+question+`"}]}`))
@@ -447,7 +447,7 @@ func TestTwoProcessesShareTheCache(t *testing.T) {
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
 		return strings.Contains(string(body), `"vector_entries":1`)
-	}, "A's vector never reached B's index")
+	}, "A's vector never reached B's index; B's log:\n%s", logsB)
 	received := node.Stats().Received
 	if xc := ask(b, "which ocean is the largest"); xc != "hit-semantic" {
 		t.Fatalf("reworded on B: %q", xc)
