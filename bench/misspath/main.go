@@ -13,7 +13,7 @@
 // script that makes every prompt unique; the table gives medians of
 // requests/s and of each process's CPU time per request (from /proc).
 //
-//	go run ./bench/misspath [-preload 100000] [-rounds 5] [-duration 5s] [-conc 32] [-stream] [-profile cpu.pprof]
+//	go run ./bench/misspath [-preload 100000] [-rounds 5] [-duration 5s] [-conc 32] [-stream] [-dims N] [-profile cpu.pprof]
 //
 // -profile writes a CPU profile of the default-config frontdoor taken from
 // /debug/pprof/profile during one extra wrk run after the rounds.
@@ -45,7 +45,7 @@ type opts struct {
 	dur                   time.Duration
 	stream                bool
 	profile               string
-	keep                  bool
+	dims                  int
 }
 
 func main() {
@@ -55,6 +55,7 @@ func main() {
 	flag.DurationVar(&o.dur, "duration", 5*time.Second, "length of each wrk run")
 	flag.IntVar(&o.conc, "conc", 32, "wrk connections (one thread)")
 	flag.BoolVar(&o.stream, "stream", false, "also measure streaming requests")
+	flag.IntVar(&o.dims, "dims", 0, "cache.embedder.dims of the default-config frontdoor (0: the default)")
 	flag.StringVar(&o.profile, "profile", "", "write a CPU profile of the default-config frontdoor under load to this file")
 	flag.Parse()
 	if err := run(o); err != nil {
@@ -64,8 +65,10 @@ func main() {
 }
 
 // The request every wrk run sends, but for its prompt: the prompt differs
-// in a number, so it is never an exact hit, and the semantic cache's number
-// guard rejects its near twins, so it is never a semantic hit either.
+// in one number, unique over the whole run (run k counts from k*runStride),
+// so it is never an exact hit, and the semantic cache's number guard
+// rejects its near twins, so it is never a semantic hit either (checked:
+// the run fails on any hit).
 const (
 	system = "You are a helpful assistant."
 	model  = "qwen3-8b"
@@ -80,12 +83,14 @@ func body(prompt string, stream bool) []byte {
 	return b
 }
 
-func prompt(prefix string, n uint64) string {
-	return fmt.Sprintf("Order %s-%d: what is the capital of France? Answer in one word.", prefix, n)
+const runStride = 10_000_000
+
+func prompt(n uint64) string {
+	return fmt.Sprintf("Order %d: what is the capital of France? Answer in one word.", n)
 }
 
-// wrkScript builds each request's body from a per-run prefix (the first
-// script argument) and a counter, the same shape as prompt.
+// wrkScript builds each request's body from a counter that starts at the
+// first script argument times runStride, the same shape as prompt.
 func wrkScript(stream bool) string {
 	s := "false"
 	if stream {
@@ -93,15 +98,14 @@ func wrkScript(stream bool) string {
 	}
 	return `wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
-local prefix = "run"
 local n = 0
 function init(args)
-  if args[1] ~= nil then prefix = args[1] end
+  n = tonumber(args[1]) * ` + strconv.Itoa(runStride) + `
 end
 function request()
   n = n + 1
   local b = '{"model":"` + model + `","messages":[{"role":"system","content":"` + system + `"},{"role":"user","content":"Order ' ..
-    prefix .. '-' .. n .. ': what is the capital of France? Answer in one word."}],"temperature":0.7,"max_tokens":16,"stream":` + s + `}'
+    string.format("%d", n) .. ': what is the capital of France? Answer in one word."}],"temperature":0.7,"max_tokens":16,"stream":` + s + `}'
   return wrk.format(nil, nil, nil, b)
 end
 `
@@ -170,7 +174,11 @@ func run(o opts) error {
 	if err != nil {
 		return err
 	}
-	def, err := frontdoor("default", "")
+	defCache := ""
+	if o.dims > 0 {
+		defCache = fmt.Sprintf("cache: {embedder: {dims: %d}}\n", o.dims)
+	}
+	def, err := frontdoor("default", defCache)
 	if err != nil {
 		return err
 	}
@@ -185,8 +193,8 @@ func run(o opts) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("command: go run ./bench/misspath -preload %d -rounds %d -duration %s -conc %d -stream=%v\n",
-		o.preload, o.rounds, o.dur, o.conc, o.stream)
+	fmt.Printf("command: go run ./bench/misspath -preload %d -rounds %d -duration %s -conc %d -stream=%v -dims %d\n",
+		o.preload, o.rounds, o.dur, o.conc, o.stream, o.dims)
 	fmt.Printf("preload: %d unique prompts in %.1f s (%.0f µs of frontdoor CPU each); vector entries after: %d; RSS %d MB\n\n",
 		o.preload, time.Since(t0).Seconds(), load.Micros(cpu1-cpu0)/float64(o.preload), vecs, rssMB(def.pid))
 
@@ -197,6 +205,7 @@ func run(o opts) error {
 	fmt.Printf("wrk -t1 -c%d -d%s, every prompt unique; medians of %d alternating rounds\n\n", o.conc, o.dur, o.rounds)
 	fmt.Println("| requests | target | req/s | ratio to cache off | frontdoor CPU/req | gpusim CPU/req | write-backs dropped | vector entries at the end |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
+	runID := 0 // 0 is the preload's
 	for _, stream := range modes {
 		script := filepath.Join(dir, fmt.Sprintf("unique-%v.lua", stream))
 		if err := os.WriteFile(script, []byte(wrkScript(stream)), 0o600); err != nil {
@@ -206,10 +215,12 @@ func run(o opts) error {
 		samples := map[string][]sample{}
 		for r := 0; r < o.rounds; r++ {
 			for _, t := range []target{off, def} {
+				runID++
 				d0, _ := drops(t.url)
+				h0, _ := counter(t.url, hitSeries)
 				sc0, _ := load.CPUTime(sim.Process.Pid)
 				c0, _ := load.CPUTime(t.pid)
-				res, err := wrkRun(script, t.url+"/v1/chat/completions", o.conc, o.dur, fmt.Sprintf("s%v-r%d", stream, r))
+				res, err := wrkRun(script, t.url+"/v1/chat/completions", o.conc, o.dur, runID)
 				if err != nil {
 					return fmt.Errorf("wrk %s: %w", t.name, err)
 				}
@@ -219,6 +230,9 @@ func run(o opts) error {
 				// after it: wait for the queue to drain before counting.
 				time.Sleep(time.Second)
 				d1, _ := drops(t.url)
+				if h1, _ := counter(t.url, hitSeries); h1 != h0 {
+					return fmt.Errorf("%s: %.0f cache hits in a run of unique prompts", t.name, h1-h0)
+				}
 				samples[t.name] = append(samples[t.name], sample{res.rps,
 					load.Micros(c1-c0) / float64(res.requests), load.Micros(sc1-sc0) / float64(res.requests),
 					float64(d1-d0) / float64(res.requests)})
@@ -320,7 +334,7 @@ func send(client *fasthttp.Client, url string, next *atomic.Uint64, last uint64,
 				req.SetRequestURI(url)
 				req.Header.SetMethod(fasthttp.MethodPost)
 				req.Header.SetContentType("application/json")
-				req.SetBodyRaw(body(prompt("pre", i), false))
+				req.SetBodyRaw(body(prompt(i), false))
 				if err := client.Do(req, resp); err != nil {
 					errc <- err
 					return
@@ -360,19 +374,29 @@ func vectorEntries(base string) (int64, error) {
 
 // drops is frontdoor_cache_writes_dropped_total summed over its reasons.
 func drops(base string) (int64, error) {
+	n, err := counter(base, dropCounter)
+	return int64(n), err
+}
+
+// hitSeries are the cache's hit counters, exact and semantic.
+var hitSeries = regexp.MustCompile(`(?m)^frontdoor_cache_requests_total\{result="hit_[a-z]+"[^}]*\} ([0-9.e+]+)$`)
+
+// counter sums the series re matches (its first group is the value); a
+// target without them counts 0.
+func counter(base string, re *regexp.Regexp) (float64, error) {
 	b, err := scrape(base)
 	if err != nil {
 		return 0, err
 	}
 	var n float64
-	for _, m := range dropCounter.FindAllSubmatch(b, -1) {
+	for _, m := range re.FindAllSubmatch(b, -1) {
 		f, err := strconv.ParseFloat(string(m[1]), 64)
 		if err != nil {
 			return 0, err
 		}
 		n += f
 	}
-	return int64(n), nil
+	return n, nil
 }
 
 func scrape(base string) ([]byte, error) {
@@ -403,7 +427,7 @@ func profile(o opts, dir string, t target) error {
 	secs := max(int(o.dur.Seconds())-1, 1)
 	done := make(chan error, 1)
 	go func() {
-		_, err := wrkRun(script, t.url+"/v1/chat/completions", o.conc, o.dur+2*time.Second, "profile")
+		_, err := wrkRun(script, t.url+"/v1/chat/completions", o.conc, o.dur+2*time.Second, 99)
 		done <- err
 	}()
 	time.Sleep(time.Second)
@@ -442,9 +466,9 @@ var (
 
 // wrkRun drives url with wrk, one thread; any non-2xx answer or socket
 // error fails the run.
-func wrkRun(script, url string, conc int, dur time.Duration, prefix string) (wrkResult, error) {
+func wrkRun(script, url string, conc int, dur time.Duration, runID int) (wrkResult, error) {
 	out, err := exec.Command("wrk", "-t1", fmt.Sprintf("-c%d", conc), fmt.Sprintf("-d%ds", int(dur.Seconds())),
-		"-s", script, url, "--", prefix).CombinedOutput()
+		"-s", script, url, "--", strconv.Itoa(runID)).CombinedOutput()
 	if err != nil {
 		return wrkResult{}, fmt.Errorf("%w: %s", err, out)
 	}
