@@ -13,9 +13,11 @@
 // script that makes every prompt unique; the table gives medians of
 // requests/s and of each process's CPU time per request (from /proc).
 //
-//	go run ./bench/misspath [-preload 100000] [-rounds 5] [-duration 5s] [-conc 32] [-stream] [-dims N] [-profile cpu.pprof]
+//	go run ./bench/misspath [-preload 100000] [-rounds 5] [-duration 5s] [-conc 32] [-stream] [-dims 512,256] [-profile cpu.pprof]
 //
-// -profile writes a CPU profile of the default-config frontdoor taken from
+// -dims runs one default-config frontdoor per vector length listed (each
+// preloaded alike), to compare embedding sizes side by side. -profile
+// writes a CPU profile of each default-config frontdoor, taken from
 // /debug/pprof/profile during one extra wrk run after the rounds.
 package main
 
@@ -31,6 +33,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,7 +48,8 @@ type opts struct {
 	dur                   time.Duration
 	stream                bool
 	profile               string
-	dims                  int
+	dims                  []int
+	dimsFlag              string
 }
 
 func main() {
@@ -55,9 +59,17 @@ func main() {
 	flag.DurationVar(&o.dur, "duration", 5*time.Second, "length of each wrk run")
 	flag.IntVar(&o.conc, "conc", 32, "wrk connections (one thread)")
 	flag.BoolVar(&o.stream, "stream", false, "also measure streaming requests")
-	flag.IntVar(&o.dims, "dims", 0, "cache.embedder.dims of the default-config frontdoor (0: the default)")
+	flag.StringVar(&o.dimsFlag, "dims", "0", "cache.embedder.dims of the default-config frontdoor (0: the default); a comma-separated list runs one frontdoor each")
 	flag.StringVar(&o.profile, "profile", "", "write a CPU profile of the default-config frontdoor under load to this file")
 	flag.Parse()
+	for _, f := range strings.Split(o.dimsFlag, ",") {
+		d, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || d < 0 {
+			fmt.Fprintf(os.Stderr, "misspath: -dims: %q is no vector length\n", f)
+			os.Exit(2)
+		}
+		o.dims = append(o.dims, d)
+	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "misspath:", err)
 		os.Exit(1)
@@ -89,13 +101,13 @@ func prompt(n uint64) string {
 	return fmt.Sprintf("Order %d: what is the capital of France? Answer in one word.", n)
 }
 
-// wrkScript builds each request's body from a counter that starts at the
-// first script argument times runStride, the same shape as prompt.
+// wrkScript sends body(prompt(n), stream) with n counting up from the
+// first script argument times runStride: the body is cut around the number
+// here, so the load and the preload share one scope by construction.
 func wrkScript(stream bool) string {
-	s := "false"
-	if stream {
-		s = "true"
-	}
+	const mark = 987654321
+	b := string(body(prompt(mark), stream))
+	k := strings.Index(b, strconv.Itoa(mark))
 	return `wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 local n = 0
@@ -104,9 +116,7 @@ function init(args)
 end
 function request()
   n = n + 1
-  local b = '{"model":"` + model + `","messages":[{"role":"system","content":"` + system + `"},{"role":"user","content":"Order ' ..
-    string.format("%d", n) .. ': what is the capital of France? Answer in one word."}],"temperature":0.7,"max_tokens":16,"stream":` + s + `}'
-  return wrk.format(nil, nil, nil, b)
+  return wrk.format(nil, nil, nil, ` + strconv.Quote(b[:k]) + ` .. string.format("%d", n) .. ` + strconv.Quote(b[k+len(strconv.Itoa(mark)):]) + `)
 end
 `
 }
@@ -174,35 +184,43 @@ func run(o opts) error {
 	if err != nil {
 		return err
 	}
-	defCache := ""
-	if o.dims > 0 {
-		defCache = fmt.Sprintf("cache: {embedder: {dims: %d}}\n", o.dims)
-	}
-	def, err := frontdoor("default", defCache)
-	if err != nil {
-		return err
+	var defs []target
+	for _, d := range o.dims {
+		name, cache := "default", ""
+		if d > 0 {
+			name, cache = fmt.Sprintf("default, dims %d", d), fmt.Sprintf("cache: {embedder: {dims: %d}}\n", d)
+		}
+		t, err := frontdoor(fmt.Sprintf("default-%d", d), cache)
+		if err != nil {
+			return err
+		}
+		t.name = name
+		defs = append(defs, t)
 	}
 
-	t0 := time.Now()
-	cpu0, _ := load.CPUTime(def.pid)
-	if err := preload(def.url+"/v1/chat/completions", o.preload); err != nil {
-		return err
+	fmt.Printf("command: go run ./bench/misspath -preload %d -rounds %d -duration %s -conc %d -stream=%v -dims %s\n",
+		o.preload, o.rounds, o.dur, o.conc, o.stream, o.dimsFlag)
+	for _, def := range defs {
+		t0 := time.Now()
+		cpu0, _ := load.CPUTime(def.pid)
+		if err := preload(def.url+"/v1/chat/completions", o.preload); err != nil {
+			return fmt.Errorf("%s: %w", def.name, err)
+		}
+		cpu1, _ := load.CPUTime(def.pid)
+		vecs, err := vectorEntries(def.url)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("preload of %s: %d unique prompts in %.1f s (%.0f µs of frontdoor CPU each); vector entries after: %d; RSS %d MB\n",
+			def.name, o.preload, time.Since(t0).Seconds(), load.Micros(cpu1-cpu0)/float64(o.preload), vecs, rssMB(def.pid))
 	}
-	cpu1, _ := load.CPUTime(def.pid)
-	vecs, err := vectorEntries(def.url)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("command: go run ./bench/misspath -preload %d -rounds %d -duration %s -conc %d -stream=%v -dims %d\n",
-		o.preload, o.rounds, o.dur, o.conc, o.stream, o.dims)
-	fmt.Printf("preload: %d unique prompts in %.1f s (%.0f µs of frontdoor CPU each); vector entries after: %d; RSS %d MB\n\n",
-		o.preload, time.Since(t0).Seconds(), load.Micros(cpu1-cpu0)/float64(o.preload), vecs, rssMB(def.pid))
+	targets := append([]target{off}, defs...)
 
 	modes := []bool{false}
 	if o.stream {
 		modes = append(modes, true)
 	}
-	fmt.Printf("wrk -t1 -c%d -d%s, every prompt unique; medians of %d alternating rounds\n\n", o.conc, o.dur, o.rounds)
+	fmt.Printf("\nwrk -t1 -c%d -d%s, every prompt unique; medians of %d alternating rounds\n\n", o.conc, o.dur, o.rounds)
 	fmt.Println("| requests | target | req/s | ratio to cache off | frontdoor CPU/req | gpusim CPU/req | write-backs dropped | vector entries at the end |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
 	runID := 0 // 0 is the preload's
@@ -214,7 +232,7 @@ func run(o opts) error {
 		type sample struct{ rps, cpu, simCPU, dropped float64 }
 		samples := map[string][]sample{}
 		for r := 0; r < o.rounds; r++ {
-			for _, t := range []target{off, def} {
+			for _, t := range targets {
 				runID++
 				d0, _ := drops(t.url)
 				h0, _ := counter(t.url, hitSeries)
@@ -250,12 +268,12 @@ func run(o opts) error {
 			kind = "streaming (16 chunks)"
 		}
 		base := med(off.name, func(s sample) float64 { return s.rps })
-		for _, t := range []target{off, def} {
+		for _, t := range targets {
 			rps := med(t.name, func(s sample) float64 { return s.rps })
 			n, dropped := "–", "–"
-			if t.name == def.name {
+			if t.name != off.name {
 				dropped = fmt.Sprintf("%.0f%%", 100*med(t.name, func(s sample) float64 { return s.dropped }))
-				v, err := vectorEntries(def.url)
+				v, err := vectorEntries(t.url)
 				if err != nil {
 					return err
 				}
@@ -265,13 +283,23 @@ func run(o opts) error {
 				med(t.name, func(s sample) float64 { return s.cpu }), med(t.name, func(s sample) float64 { return s.simCPU }), dropped, n)
 		}
 	}
-	fmt.Printf("\nRSS at the end: cache off %d MB, default %d MB\n", rssMB(off.pid), rssMB(def.pid))
+	fmt.Printf("\nRSS at the end: cache off %d MB", rssMB(off.pid))
+	for _, def := range defs {
+		fmt.Printf(", %s %d MB", def.name, rssMB(def.pid))
+	}
+	fmt.Println()
 
 	if o.profile != "" {
-		if err := profile(o, dir, def); err != nil {
-			return err
+		for i, def := range defs {
+			path := o.profile
+			if len(defs) > 1 {
+				path = fmt.Sprintf("%s.%d", o.profile, o.dims[i])
+			}
+			if err := profile(o, dir, def, path); err != nil {
+				return err
+			}
+			fmt.Printf("CPU profile of %s under the same load: %s\n", def.name, path)
 		}
-		fmt.Printf("CPU profile of the default config under the same load: %s\n", o.profile)
 	}
 	return nil
 }
@@ -422,7 +450,7 @@ func rssMB(pid int) int64 {
 }
 
 // profile takes a CPU profile of t while wrk drives it with unique prompts.
-func profile(o opts, dir string, t target) error {
+func profile(o opts, dir string, t target, path string) error {
 	script := filepath.Join(dir, "unique-false.lua")
 	secs := max(int(o.dur.Seconds())-1, 1)
 	done := make(chan error, 1)
@@ -439,7 +467,7 @@ func profile(o opts, dir string, t target) error {
 	if resp.StatusCode != 200 {
 		return fmt.Errorf("profile: status %d", resp.StatusCode)
 	}
-	f, err := os.Create(o.profile)
+	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
