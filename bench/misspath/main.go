@@ -13,9 +13,10 @@
 // script that makes every prompt unique; the table gives medians of
 // requests/s and of each process's CPU time per request (from /proc).
 //
-//	go run ./bench/misspath [-preload 100000] [-rounds 5] [-duration 5s] [-conc 32] [-stream] [-dims 512,256] [-profile cpu.pprof]
+//	go run ./bench/misspath [-preload 100000] [-rounds 5] [-duration 5s] [-conc 32] [-stream] [-dims 512,256] [-exact] [-profile cpu.pprof]
 //
-// -dims runs one default-config frontdoor per vector length listed (each
+// -exact adds frontdoor with the exact cache only, which shows what the
+// semantic cache's part of a miss costs. -dims runs one default-config frontdoor per vector length listed (each
 // preloaded alike), to compare embedding sizes side by side. -profile
 // writes a CPU profile of each default-config frontdoor, taken from
 // /debug/pprof/profile during one extra wrk run after the rounds.
@@ -50,6 +51,7 @@ type opts struct {
 	profile               string
 	dims                  []int
 	dimsFlag              string
+	exact                 bool
 }
 
 func main() {
@@ -60,6 +62,7 @@ func main() {
 	flag.IntVar(&o.conc, "conc", 32, "wrk connections (one thread)")
 	flag.BoolVar(&o.stream, "stream", false, "also measure streaming requests")
 	flag.StringVar(&o.dimsFlag, "dims", "0", "cache.embedder.dims of the default-config frontdoor (0: the default); a comma-separated list runs one frontdoor each")
+	flag.BoolVar(&o.exact, "exact", false, "also measure frontdoor with the exact cache only (semantic off)")
 	flag.StringVar(&o.profile, "profile", "", "write a CPU profile of the default-config frontdoor under load to this file")
 	flag.Parse()
 	for _, f := range strings.Split(o.dimsFlag, ",") {
@@ -198,8 +201,20 @@ func run(o opts) error {
 		defs = append(defs, t)
 	}
 
-	fmt.Printf("command: go run ./bench/misspath -preload %d -rounds %d -duration %s -conc %d -stream=%v -dims %s\n",
-		o.preload, o.rounds, o.dur, o.conc, o.stream, o.dimsFlag)
+	var exact []target
+	if o.exact {
+		// Exact cache only: a miss is a hash lookup and a stored entry, so
+		// a preload would change nothing.
+		t, err := frontdoor("exact-only", "cache: {semantic: {enabled: false}}\n")
+		if err != nil {
+			return err
+		}
+		t.name = "exact cache only"
+		exact = append(exact, t)
+	}
+
+	fmt.Printf("command: go run ./bench/misspath -preload %d -rounds %d -duration %s -conc %d -stream=%v -dims %s -exact=%v\n",
+		o.preload, o.rounds, o.dur, o.conc, o.stream, o.dimsFlag, o.exact)
 	for _, def := range defs {
 		t0 := time.Now()
 		cpu0, _ := load.CPUTime(def.pid)
@@ -214,7 +229,7 @@ func run(o opts) error {
 		fmt.Printf("preload of %s: %d unique prompts in %.1f s (%.0f µs of frontdoor CPU each); vector entries after: %d; RSS %d MB\n",
 			def.name, o.preload, time.Since(t0).Seconds(), load.Micros(cpu1-cpu0)/float64(o.preload), vecs, rssMB(def.pid))
 	}
-	targets := append([]target{off}, defs...)
+	targets := append(append([]target{off}, exact...), defs...)
 
 	modes := []bool{false}
 	if o.stream {
