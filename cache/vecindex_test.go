@@ -283,7 +283,7 @@ func TestVectorIndexSweep(t *testing.T) {
 
 // smallGraph moves scopes to the graph early, so tests of its mechanics
 // (deletion, expiry, slot reuse, similarities) stay small and quick.
-var smallGraph = IndexConfig{ExactMax: 256, M: 8, EfConstruction: 40, EfSearch: 40}
+var smallGraph = IndexConfig{ExactMax: 256, ListSize: 64, Probes: 8, Rerank: 16}
 
 // TestVectorIndexGraphExpiry checks expiry in a scope large enough for the
 // graph: expired vectors are never returned, Sweep removes exactly them,
