@@ -3,6 +3,7 @@ package cache
 import (
 	"math"
 	"math/bits"
+	"slices"
 
 	"github.com/viterin/vek/vek32"
 )
@@ -34,7 +35,8 @@ type ivf struct {
 	listSize    int // a list past this splits
 	rot         rotation
 
-	codes  rows[int8] // dims a slot
+	codes  rows[int8]   // dims a slot
+	bin    rows[uint64] // words a slot: the binary code
 	scales []float32  // by slot
 	loc    []ivfLoc   // by slot; list -1: free
 
@@ -48,7 +50,7 @@ type ivf struct {
 type ivfLoc struct{ list, pos int32 }
 
 type ivfList struct {
-	codes   []uint64 // words a member, in member order
+	codes   []uint64 // preWords a member, in member order: the code's first bits
 	slots   []int32
 	sum     []float32 // of the members' vectors
 	splitAt int       // the list splits past this many members
@@ -66,6 +68,7 @@ func newIVF(dims, listSize int) *ivf {
 func (x *ivf) grow() int32 {
 	s := int32(len(x.loc))
 	x.codes.grow(s, x.dims)
+	x.bin.grow(s, x.words)
 	x.scales = append(x.scales, 0)
 	x.loc = append(x.loc, ivfLoc{-1, -1})
 	return s
@@ -74,7 +77,7 @@ func (x *ivf) grow() int32 {
 // insert stores vec (L2-normalised, len dims) in the free slot s.
 func (x *ivf) insert(s int32, vec []float32) {
 	x.quantize(s, vec)
-	code := make([]uint64, x.words)
+	code := x.bin.row(s, x.words)
 	x.rot.code(code, vec, x.buf)
 	li := x.nearestList(vec)
 	if li < 0 {
@@ -84,7 +87,7 @@ func (x *ivf) insert(s int32, vec []float32) {
 	}
 	l := x.lists[li]
 	x.loc[s] = ivfLoc{int32(li), int32(len(l.slots))}
-	l.codes = append(l.codes, code...)
+	l.codes = append(l.codes, code[:preWords]...)
 	l.slots = append(l.slots, s)
 	vek32.Add_Inplace(l.sum, vec)
 	x.center(li)
@@ -116,7 +119,7 @@ func (x *ivf) remove(s int32) {
 	at := x.loc[s]
 	x.loc[s] = ivfLoc{-1, -1}
 	l := x.lists[at.list]
-	w := x.words
+	w := preWords
 	last := int32(len(l.slots) - 1)
 	if at.pos != last {
 		moved := l.slots[last]
@@ -187,7 +190,7 @@ func (x *ivf) cent(i int) []float32 { return x.cents[i*x.dims : (i+1)*x.dims : (
 // be divided (all vectors alike) waits until it has doubled to try again.
 func (x *ivf) split(li int) {
 	l := x.lists[li]
-	w, d, n := x.words, x.dims, len(l.slots)
+	w, d, n := preWords, x.dims, len(l.slots)
 	if cap(x.tmp) < n*d {
 		x.tmp = make([]float32, n*d)
 	}
@@ -265,6 +268,100 @@ func (x *ivf) split(li int) {
 	x.lists = append(x.lists, nl)
 	x.center(li)
 	x.center(int(nli))
+	x.reassign(li, int(nli))
+}
+
+// reassignNear is the number of lists, nearest a split's two, whose
+// members reassign considers.
+const reassignNear = 8
+
+// reassign keeps lists consistent with their centroids after list a split
+// into a and b: a vector belongs in the list of its nearest centroid, but
+// the split moved two centroids. Members of a and b move to the nearest of
+// the lists around them, and members of those lists to a or b when nearer.
+// Without it, a fifth of the vectors ended up outside their nearest list
+// and a query needed more probes to find them.
+func (x *ivf) reassign(a, b int) {
+	near := x.nearLists(x.cent(a), reassignNear, []int{a, b})
+	near = x.nearLists(x.cent(b), reassignNear, near)
+	type move struct{ s, from, to int32 }
+	var moves []move
+	v := x.buf[:x.dims]
+	for _, li := range near {
+		cands := near
+		if li != a && li != b {
+			cands = []int{a, b}
+		}
+		for _, s := range x.lists[li].slots {
+			x.vector(s, v)
+			best, bestSim := li, vek32.Dot(v, x.cent(li))
+			for _, c := range cands {
+				if c == li {
+					continue
+				}
+				if sim := vek32.Dot(v, x.cent(c)); sim > bestSim {
+					best, bestSim = c, sim
+				}
+			}
+			if best != li {
+				moves = append(moves, move{s, int32(li), int32(best)})
+			}
+		}
+	}
+	if len(moves) == 0 {
+		return
+	}
+	w := preWords
+	for _, m := range moves {
+		at := x.loc[m.s]
+		from, to := x.lists[m.from], x.lists[m.to]
+		x.loc[m.s] = ivfLoc{m.to, int32(len(to.slots))}
+		to.slots = append(to.slots, m.s)
+		to.codes = append(to.codes, from.codes[int(at.pos)*w:int(at.pos+1)*w]...)
+		last := int32(len(from.slots) - 1)
+		if at.pos != last {
+			moved := from.slots[last]
+			from.slots[at.pos] = moved
+			copy(from.codes[int(at.pos)*w:int(at.pos+1)*w], from.codes[int(last)*w:])
+			x.loc[moved].pos = at.pos
+		}
+		from.slots, from.codes = from.slots[:last], from.codes[:int(last)*w]
+		x.vector(m.s, v)
+		vek32.Sub_Inplace(from.sum, v)
+		vek32.Add_Inplace(to.sum, v)
+	}
+	for _, li := range near {
+		x.center(li)
+	}
+	// a list emptied by the moves is dropped, highest number first so
+	// that dropping one does not renumber another still to check
+	slices.Sort(near)
+	for i := len(near) - 1; i >= 0; i-- {
+		if len(x.lists[near[i]].slots) == 0 {
+			x.dropList(near[i])
+		}
+	}
+}
+
+// nearLists appends to dst the k lists whose centroids are nearest c,
+// leaving out those already in dst.
+func (x *ivf) nearLists(c []float32, k int, dst []int) []int {
+	var h minHeap // by similarity x 2^20, the least similar on top
+	for i := range x.lists {
+		if slices.Contains(dst, i) {
+			continue
+		}
+		sim := int(vek32.Dot(c, x.cent(i)) * (1 << 20))
+		if len(h) < k {
+			h.push(cand{sim, int32(i)})
+		} else if sim > h[0].d {
+			h.replaceTop(cand{sim, int32(i)})
+		}
+	}
+	for _, c := range h {
+		dst = append(dst, int(c.s))
+	}
+	return dst
 }
 
 // ivfScratch is one search's working memory, pooled.
@@ -272,20 +369,28 @@ type ivfScratch struct {
 	buf   []float32
 	q     []uint64
 	lists minHeap // the probes nearest lists by similarity (x 2^20), the least similar on top
-	found maxHeap // the best candidates, farthest on top
+	pre   maxHeap // the best candidates by their codes' first bits, farthest on top
+	found maxHeap // the best candidates by their whole codes, farthest on top
 	out   []cand
 }
 
+// preWords is the part of a code that a scan reads (128 bits): the nearest
+// by it, preFactor times as many as wanted, are then ranked by whole codes.
+const (
+	preWords  = 2
+	preFactor = 4
+)
+
 // search appends to sc.out up to n slots that keep accepts, of Hamming
 // distance at most maxD to vec's code, nearest first, from the probes lists
-// nearest vec.
-func (x *ivf) search(vec []float32, probes, n, maxD int, sc *ivfScratch, keep func(int32) bool) []cand {
+// nearest vec. minSim bounds the distances as maxD does.
+func (x *ivf) search(vec []float32, probes, n int, minSim float32, sc *ivfScratch, keep func(int32) bool) []cand {
 	if len(sc.buf) != len(x.buf) {
 		sc.buf, sc.q = make([]float32, len(x.buf)), make([]uint64, x.words)
 	}
 	q := sc.q
 	x.rot.code(q, vec, sc.buf)
-	sc.lists, sc.found.h, sc.out = sc.lists[:0], sc.found.h[:0], sc.out[:0]
+	sc.lists, sc.pre.h, sc.found.h, sc.out = sc.lists[:0], sc.pre.h[:0], sc.found.h[:0], sc.out[:0]
 	for i := range x.lists {
 		sim := int(vek32.Dot(vec, x.cent(i)) * (1 << 20))
 		if len(sc.lists) < probes {
@@ -295,10 +400,15 @@ func (x *ivf) search(vec []float32, probes, n, maxD int, sc *ivfScratch, keep fu
 			sc.lists.push(cand{sim, int32(i)})
 		}
 	}
-	worst := maxD + 1 // a candidate must be nearer than this
+	worst := hammingBound(minSim, preWords*64) + 1 // a candidate must be nearer than this
 	for _, lc := range sc.lists {
-		l := x.lists[lc.s]
-		worst = x.scan(q, l, n, worst, &sc.found, keep)
+		worst = scanPrefix(q, x.lists[lc.s], n*preFactor, worst, &sc.pre)
+	}
+	worst = hammingBound(minSim, x.words*64) + 1
+	for _, c := range sc.pre.h {
+		if d := hamming(q, x.bin.row(c.s, x.words)); d < worst && keep(c.s) {
+			worst = sc.found.keep(cand{d, c.s}, n, worst)
+		}
 	}
 	for len(sc.found.h) > 0 {
 		sc.out = append(sc.out, sc.found.pop())
@@ -309,28 +419,15 @@ func (x *ivf) search(vec []float32, probes, n, maxD int, sc *ivfScratch, keep fu
 	return sc.out
 }
 
-// scan adds list l's members nearer q than worst to found (at most n, the
-// farthest on top) and returns the new bound.
-func (x *ivf) scan(q []uint64, l *ivfList, n, worst int, found *maxHeap, keep func(int32) bool) int {
-	w := x.words
-	if w == 8 { // 512 bits, the default: unrolled
-		q8 := (*[8]uint64)(q)
-		for i, s := range l.slots {
-			r := (*[8]uint64)(l.codes[i*8 : i*8+8])
-			// half the code first: most entries are already too far
-			d := bits.OnesCount64(q8[0]^r[0]) + bits.OnesCount64(q8[1]^r[1]) + bits.OnesCount64(q8[2]^r[2]) + bits.OnesCount64(q8[3]^r[3])
-			if d >= worst {
-				continue
-			}
-			d += bits.OnesCount64(q8[4]^r[4]) + bits.OnesCount64(q8[5]^r[5]) + bits.OnesCount64(q8[6]^r[6]) + bits.OnesCount64(q8[7]^r[7])
-			if d < worst && keep(s) {
-				worst = found.keep(cand{d, s}, n, worst)
-			}
-		}
-		return worst
-	}
+// scanPrefix adds list l's members nearer q than worst, by their codes'
+// first preWords words, to found (at most n, the farthest on top) and
+// returns the new bound. Expiry is checked later, on the few it keeps.
+func scanPrefix(q []uint64, l *ivfList, n, worst int, found *maxHeap) int {
+	q0, q1 := q[0], q[1]
+	codes := l.codes[:2*len(l.slots)]
 	for i, s := range l.slots {
-		if d := hamming(q, l.codes[i*w:(i+1)*w]); d < worst && keep(s) {
+		d := bits.OnesCount64(q0^codes[2*i]) + bits.OnesCount64(q1^codes[2*i+1])
+		if d < worst {
 			worst = found.keep(cand{d, s}, n, worst)
 		}
 	}
@@ -340,9 +437,10 @@ func (x *ivf) scan(q []uint64, l *ivfList, n, worst int, found *maxHeap, keep fu
 // keep adds c to a heap of at most n and returns the distance a newcomer
 // must beat: bound until the heap is full, then its farthest.
 func (p *maxHeap) keep(c cand, n, bound int) int {
-	p.push(c)
-	if len(p.h) > n {
-		p.pop()
+	if len(p.h) < n {
+		p.push(c)
+	} else {
+		p.h.replaceTop(cand{-c.d, c.s})
 	}
 	if len(p.h) == n {
 		return min(bound, p.farthest())
@@ -516,7 +614,20 @@ func (p *minHeap) pop() cand {
 	top := a[0]
 	last := len(a) - 1
 	a[0] = a[last]
-	a = a[:last]
+	*p = a[:last]
+	p.down()
+	return top
+}
+
+// replaceTop puts c in place of the top: a pop and a push in one pass.
+func (p *minHeap) replaceTop(c cand) {
+	(*p)[0] = c
+	p.down()
+}
+
+// down moves the top down to its place.
+func (p *minHeap) down() {
+	a := *p
 	for j := 0; ; {
 		l, m := 2*j+1, j
 		if l < len(a) && a[l].d < a[m].d {
@@ -531,8 +642,6 @@ func (p *minHeap) pop() cand {
 		a[j], a[m] = a[m], a[j]
 		j = m
 	}
-	*p = a
-	return top
 }
 
 // maxHeap keeps the farthest on top: a minHeap of negated distances.

@@ -333,7 +333,7 @@ func (s *listScope) search(vec []float32, k int, minSim float32, nowNs int64) []
 		e := s.expires[slot]
 		return e == 0 || e > nowNs
 	}
-	found := s.x.search(vec, s.probes, max(s.rerank, k), hammingBound(minSim, s.x.words*64), sc, live)
+	found := s.x.search(vec, s.probes, max(s.rerank, k), minSim, sc, live)
 	hits := make([]IndexHit, 0, min(k, len(found))+1)
 	for _, c := range found {
 		if sim := s.x.similarity(vec, c.s); sim >= minSim {
