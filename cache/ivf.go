@@ -37,8 +37,8 @@ type ivf struct {
 
 	codes  rows[int8]   // dims a slot
 	bin    rows[uint64] // words a slot: the binary code
-	scales []float32  // by slot
-	loc    []ivfLoc   // by slot; list -1: free
+	scales []float32    // by slot
+	loc    []ivfLoc     // by slot; list -1: free
 
 	cents []float32 // dims a list: the list's mean, normalised
 	lists []*ivfList
