@@ -66,7 +66,7 @@ type VectorIndex struct {
 	where  map[string]scopeIndex // id -> its scope
 }
 
-// scopeIndex is one scope's vectors, flat or in a graph.
+// scopeIndex is one scope's vectors, flat or in lists.
 type scopeIndex interface {
 	add(id string, vec []float32, exp int64)
 	remove(id string) bool
