@@ -369,7 +369,8 @@ type ivfScratch struct {
 	buf   []float32
 	q     []uint64
 	lists minHeap // the probes nearest lists by similarity (x 2^20), the least similar on top
-	pre   maxHeap // the best candidates by their codes' first bits, farthest on top
+	dist  []uint8 // prefix distances of the scanned members, in scan order
+	pre   []cand  // the best candidates by their codes' first bits
 	found maxHeap // the best candidates by their whole codes, farthest on top
 	out   []cand
 }
@@ -390,7 +391,7 @@ func (x *ivf) search(vec []float32, probes, n int, minSim float32, sc *ivfScratc
 	}
 	q := sc.q
 	x.rot.code(q, vec, sc.buf)
-	sc.lists, sc.pre.h, sc.found.h, sc.out = sc.lists[:0], sc.pre.h[:0], sc.found.h[:0], sc.out[:0]
+	sc.lists, sc.dist, sc.pre, sc.found.h, sc.out = sc.lists[:0], sc.dist[:0], sc.pre[:0], sc.found.h[:0], sc.out[:0]
 	for i := range x.lists {
 		sim := int(vek32.Dot(vec, x.cent(i)) * (1 << 20))
 		if len(sc.lists) < probes {
@@ -400,12 +401,39 @@ func (x *ivf) search(vec []float32, probes, n int, minSim float32, sc *ivfScratc
 			sc.lists.push(cand{sim, int32(i)})
 		}
 	}
-	worst := hammingBound(minSim, preWords*64) + 1 // a candidate must be nearer than this
+	// Two passes instead of a heap: the prefix distances and their
+	// histogram, then the members at or under the distance that admits
+	// n*preFactor of them.
+	var hist [preWords*64 + 1]int32
 	for _, lc := range sc.lists {
-		worst = scanPrefix(q, x.lists[lc.s], n*preFactor, worst, &sc.pre)
+		sc.dist = scanPrefix(q, x.lists[lc.s], sc.dist, &hist)
 	}
-	worst = hammingBound(minSim, x.words*64) + 1
-	for _, c := range sc.pre.h {
+	want, limit := n*preFactor, hammingBound(minSim, preWords*64)
+	cut, below := 0, 0 // take every distance under cut, and atCut at cut
+	for cut < limit && below+int(hist[cut]) < want {
+		below += int(hist[cut])
+		cut++
+	}
+	atCut := want - below
+	if cut == limit {
+		atCut = int(hist[cut])
+	}
+	j := 0
+	for _, lc := range sc.lists {
+		l := x.lists[lc.s]
+		dist := sc.dist[j : j+len(l.slots)]
+		j += len(l.slots)
+		for i, d := range dist {
+			if int(d) < cut || int(d) == cut && atCut > 0 {
+				if int(d) == cut {
+					atCut--
+				}
+				sc.pre = append(sc.pre, cand{int(d), l.slots[i]})
+			}
+		}
+	}
+	worst := hammingBound(minSim, x.words*64) + 1
+	for _, c := range sc.pre {
 		if d := hamming(q, x.bin.row(c.s, x.words)); d < worst && keep(c.s) {
 			worst = sc.found.keep(cand{d, c.s}, n, worst)
 		}
@@ -419,19 +447,18 @@ func (x *ivf) search(vec []float32, probes, n int, minSim float32, sc *ivfScratc
 	return sc.out
 }
 
-// scanPrefix adds list l's members nearer q than worst, by their codes'
-// first preWords words, to found (at most n, the farthest on top) and
-// returns the new bound. Expiry is checked later, on the few it keeps.
-func scanPrefix(q []uint64, l *ivfList, n, worst int, found *maxHeap) int {
+// scanPrefix appends to dist the distances of q to list l's members by
+// their codes' first preWords words, and counts them in hist. Expiry is
+// checked later, on the few kept.
+func scanPrefix(q []uint64, l *ivfList, dist []uint8, hist *[preWords*64 + 1]int32) []uint8 {
 	q0, q1 := q[0], q[1]
 	codes := l.codes[:2*len(l.slots)]
-	for i, s := range l.slots {
+	for i := range l.slots {
 		d := bits.OnesCount64(q0^codes[2*i]) + bits.OnesCount64(q1^codes[2*i+1])
-		if d < worst {
-			worst = found.keep(cand{d, s}, n, worst)
-		}
+		dist = append(dist, uint8(d))
+		hist[d]++
 	}
-	return worst
+	return dist
 }
 
 // keep adds c to a heap of at most n and returns the distance a newcomer
