@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/bits"
 	"slices"
+	"sync"
 
 	"github.com/viterin/vek/vek32"
 )
@@ -44,8 +45,11 @@ type ivf struct {
 	lists []*ivfList
 
 	buf []float32 // insert scratch (the write lock is held)
-	tmp []float32 // split scratch
 }
+
+// splitScratch holds a splitting list's vectors (2 MB at the defaults),
+// shared by all scopes rather than kept by each.
+var splitScratch sync.Pool // *[]float32
 
 type ivfLoc struct{ list, pos int32 }
 
@@ -191,10 +195,15 @@ func (x *ivf) cent(i int) []float32 { return x.cents[i*x.dims : (i+1)*x.dims : (
 func (x *ivf) split(li int) {
 	l := x.lists[li]
 	w, d, n := preWords, x.dims, len(l.slots)
-	if cap(x.tmp) < n*d {
-		x.tmp = make([]float32, n*d)
+	tmp, _ := splitScratch.Get().(*[]float32)
+	if tmp == nil {
+		tmp = new([]float32)
 	}
-	vecs := x.tmp[:n*d]
+	defer splitScratch.Put(tmp)
+	if cap(*tmp) < n*d {
+		*tmp = make([]float32, n*d)
+	}
+	vecs := (*tmp)[:n*d]
 	vec := func(i int) []float32 { return vecs[i*d : (i+1)*d : (i+1)*d] }
 	for i, s := range l.slots {
 		x.vector(s, vec(i))
