@@ -15,9 +15,11 @@
 //
 // Recall@1 counts a search whose top result is as similar to the query (by
 // exact float32 cosine) as the exact best of the whole scope, found by a
-// brute-force pass over every stored vector.
+// brute-force pass over every stored vector. Each size is searched with
+// each -probes value on the same index, timed by the wall clock and by the
+// searching thread's CPU time, and with SearchMin at -min-sim.
 //
-//	go run ./bench/semantic-scale [-sizes 10000,100000,1000000] [-queries 500]
+//	go run ./bench/semantic-scale [-sizes 10000,100000,1000000] [-queries 500] [-probes 16,32,64]
 package main
 
 import (
