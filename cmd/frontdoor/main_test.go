@@ -67,7 +67,7 @@ func TestCheckConfigAcceptsTheExamples(t *testing.T) {
 
 func TestCheckConfigReportsEveryProblemWithItsPath(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "bad.yaml")
-	bad := "nodes:\n  - {name: a, url: http://x:1, models: [m]}\n  - {name: b, url: \"127.0.0.1:9001\", models: [m]}\n  - {name: \"c\\r\\nX-Evil: 1\", url: http://x:2, models: [m]}\nbalancer: {policy: fastest}\ntimeouts: {client: 0s}\nserver: {engine: loop, io_uring: auto}\ncache: {bogus: 1, local_index: {m: 2, ef_search: 0}}\n"
+	bad := "nodes:\n  - {name: a, url: http://x:1, models: [m]}\n  - {name: b, url: \"127.0.0.1:9001\", models: [m]}\n  - {name: \"c\\r\\nX-Evil: 1\", url: http://x:2, models: [m]}\nbalancer: {policy: fastest}\ntimeouts: {client: 0s}\nserver: {engine: loop, io_uring: auto}\ncache: {bogus: 1, local_index: {list_size: 2, probes: 0}}\n"
 	if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestCheckConfigReportsEveryProblemWithItsPath(t *testing.T) {
 		// The event-loop engine is gone: its keys are refused, by name.
 		"server.engine: removed in this version: frontdoor has one HTTP server (fasthttp); delete the key",
 		"server.io_uring: removed in this version",
-		"cache.local_index.m must be within 4..64, got 2"} {
+		"cache.local_index.list_size must be within 16..1048576, got 2"} {
 		if !strings.Contains(errOut.String(), want) {
 			t.Fatalf("missing %q in:\n%s", want, errOut.String())
 		}
