@@ -96,6 +96,7 @@ func TestCheckConfigCatchesRunTimeBreakage(t *testing.T) {
 cache:
   ttl: forever
   max_bytes: lots
+  local_index: {ef_search: 64}
 nodes:
   - name: a
     url: http://127.0.0.1:9001
@@ -129,13 +130,14 @@ models:
 		`listen: "28591" has no host part: write ":28591"`,
 		`cache.ttl: invalid duration "forever" (use units such as 50ms, 2s, 10m) (line 3)`,
 		`cache.max_bytes: invalid size "lots"`, "(line 4)",
-		"nodes[0].modles: unknown key \"modles\" (did you mean `models`?) (line 8)",
-		"nodes[1].max_concurency: unknown key \"max_concurency\" (did you mean `max_concurrency`?) (line 12)",
-		`balancer.retries: "many" is not an integer (line 16)`,
+		"nodes[0].modles: unknown key \"modles\" (did you mean `models`?) (line 9)",
+		"nodes[1].max_concurency: unknown key \"max_concurency\" (did you mean `max_concurrency`?) (line 13)",
+		`balancer.retries: "many" is not an integer (line 17)`,
 		`models[0].targets[1].model: "qwen3-8b-v2" is served by no node and is not in spillover.model_map`,
 		`models[1].targets[0].model: "qwen-plus-local" is served by no node`,
 		`tenants[0].models[2]: "qwen9" is neither a served model nor an alias`,
 		"spillover.api_key_env: environment variable DASHSCOPE_API_KEY is not set",
+		`cache.local_index.ef_search: removed key "ef_search": the in-process index is an inverted file now, not a graph; its settings are list_size, probes and rerank (docs/config.md) (line 5)`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %q in:\n%s", want, got)
