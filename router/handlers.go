@@ -730,7 +730,7 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.N
 	g.streams.Add(1)
 	g.live.add(resp)
 	g.metrics.streams.Add(1)
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+	setStreamBody(ctx, func(w *bufio.Writer) {
 		r := pumped{broken: true}
 		defer func() {
 			if r := recover(); r != nil {
@@ -891,7 +891,7 @@ func (g *Gateway) follow(ctx *fasthttp.RequestCtx, x *exchange, f *flight) bool 
 	wantUsage := x.req.IncludeUsage
 	f.followers.Add(1)
 	done := x.handOff()
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+	setStreamBody(ctx, func(w *bufio.Writer) {
 		defer done(-1)
 		defer f.followers.Add(-1)
 		for i := 0; ; i++ {
