@@ -1,7 +1,6 @@
 package router
 
 import (
-	"bufio"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -269,7 +268,7 @@ func (g *Gateway) replay(ctx *fasthttp.RequestCtx, x *exchange, a *adapters.Answ
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
 	done := x.handOff()
-	setStreamBody(ctx, func(w *bufio.Writer) {
+	setStreamBody(ctx, func(w flushWriter) {
 		defer done(-1)
 		for i, ev := range events {
 			if _, err := w.Write(ev); err != nil {
