@@ -64,6 +64,7 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "semicolon-separated target names to run besides direct (default all)")
 	flag.StringVar(&o.profile, "profile", "", "write frontdoor's CPU and heap profiles of the first round of each N into this folder")
 	flag.BoolVar(&o.noStreams, "no-streams", false, "skip the slow streams (with -wrk: only the throughput runs)")
+	flag.StringVar(&o.before, "before", "", "a frontdoor binary built from an earlier commit, run as extra targets (\"before: ...\") for side-by-side ratios")
 	flag.Parse()
 	for _, s := range strings.Split(ns, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -86,7 +87,7 @@ type opts struct {
 	tokens, conc     int
 	wrk, noStreams   bool
 	nginxDir, only   string
-	profile          string
+	profile, before  string
 }
 
 // target is one process to measure and how to reach it.
@@ -143,14 +144,19 @@ func setup(o opts, bin string, maxConns int, simArgs ...string) (*env, []target,
 		return e, nil, err
 	}
 	ts = append(ts, ng)
-	for _, fd := range []struct{ name, cache string }{
-		{"frontdoor, cache off", "cache: {backend: off}\n"},
-		{"frontdoor, default", ""},
-	} {
+	fds := []struct{ name, cache, bin string }{
+		{"frontdoor, cache off", "cache: {backend: off}\n", filepath.Join(bin, "frontdoor")},
+		{"frontdoor, default", "", filepath.Join(bin, "frontdoor")},
+	}
+	if o.before != "" {
+		fds = append(fds, struct{ name, cache, bin string }{"before: frontdoor, cache off", "cache: {backend: off}\n", o.before},
+			struct{ name, cache, bin string }{"before: frontdoor, default", "", o.before})
+	}
+	for _, fd := range fds {
 		port := load.FreePort()
 		cfg := fmt.Sprintf("listen: %s\nlogging: {level: info}\n%snodes:\n  - {name: sim, url: http://%s, models: [qwen3-8b], max_concurrency: %d}\n",
 			addr(port), fd.cache, simAddr, maxConns)
-		name := strings.NewReplacer(",", "", " ", "-").Replace(fd.name)
+		name := strings.NewReplacer(",", "", " ", "-", ":", "").Replace(fd.name)
 		path := filepath.Join(bin, name+".yaml")
 		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 			return e, nil, err
@@ -159,7 +165,7 @@ func setup(o opts, bin string, maxConns int, simArgs ...string) (*env, []target,
 		if err != nil {
 			return e, nil, err
 		}
-		c := exec.Command(filepath.Join(bin, "frontdoor"), "serve", "--config", path)
+		c := exec.Command(fd.bin, "serve", "--config", path)
 		c.Stderr = logFile
 		if err := e.start(c, fmt.Sprintf("http://%s/healthz", addr(port))); err != nil {
 			return e, nil, fmt.Errorf("%s: %w", fd.name, err)
@@ -233,8 +239,8 @@ func run(o opts) error {
 	if err := load.Build(bin, "frontdoor", "gpusim"); err != nil {
 		return err
 	}
-	fmt.Printf("command: go run ./bench/streams -n %s -rounds %d -duration %s -itl %s -tokens %d -wrk=%v -conc %d -wrk-duration %s\n",
-		joinInts(o.ns), o.rounds, o.dur, o.itl, o.tokens, o.wrk, o.conc, o.wrkDur)
+	fmt.Printf("command: go run ./bench/streams -n %s -rounds %d -duration %s -itl %s -tokens %d -wrk=%v -conc %d -wrk-duration %s -before %q -only %q\n",
+		joinInts(o.ns), o.rounds, o.dur, o.itl, o.tokens, o.wrk, o.conc, o.wrkDur, o.before, o.only)
 	fmt.Printf("open files: soft limit %d\n\n", rl.Cur)
 	if !o.noStreams {
 		if err := slowStreams(o, bin); err != nil {
@@ -492,7 +498,7 @@ func oneStream(ctx context.Context, c *http.Client, url string, id uint64) (time
 // profiler fetches a CPU profile (most of the window) and a heap profile of
 // frontdoor while the streams run.
 func profiler(dir string, t target, n int, d time.Duration) func() {
-	name := strings.NewReplacer(",", "", " ", "-").Replace(t.name)
+	name := strings.NewReplacer(",", "", " ", "-", ":", "").Replace(t.name)
 	return func() {
 		_ = os.MkdirAll(dir, 0o700)
 		secs := max(1, int(d.Seconds())-2)
@@ -509,7 +515,8 @@ func profiler(dir string, t target, n int, d time.Duration) func() {
 			defer f.Close()
 			_, _ = io.Copy(f, resp.Body)
 		}
-		get("/debug/pprof/heap", fmt.Sprintf("%s-%d.heap", name, n))
+		get("/debug/pprof/heap?gc=1", fmt.Sprintf("%s-%d.heap", name, n))
+		get("/debug/pprof/heap?debug=1", fmt.Sprintf("%s-%d.heap.txt", name, n))
 		get("/debug/pprof/goroutine", fmt.Sprintf("%s-%d.goroutine", name, n))
 		get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), fmt.Sprintf("%s-%d.cpu", name, n))
 	}
@@ -564,7 +571,8 @@ func wrkPart(o opts, bin string) error {
 	var cols []column
 	for _, t := range ts {
 		if t.unique {
-			cols = append(cols, column{t, "frontdoor default, unique prompts", true}, column{t, "frontdoor default, repeated prompt", false})
+			pre := strings.TrimSuffix(t.name, "frontdoor, default")
+			cols = append(cols, column{t, pre + "frontdoor default, unique prompts", true}, column{t, pre + "frontdoor default, repeated prompt", false})
 		} else {
 			cols = append(cols, column{t, t.name, false})
 		}
