@@ -64,6 +64,7 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "semicolon-separated target names to run besides direct (default all)")
 	flag.StringVar(&o.profile, "profile", "", "write frontdoor's CPU and heap profiles of the first round of each N into this folder")
 	flag.BoolVar(&o.noStreams, "no-streams", false, "skip the slow streams (with -wrk: only the throughput runs)")
+	flag.StringVar(&o.fdEnv, "frontdoor-env", "", "extra environment for the frontdoor processes, such as GOMAXPROCS=1 (space-separated KEY=VALUE)")
 	flag.StringVar(&o.before, "before", "", "a frontdoor binary built from an earlier commit, run as extra targets (\"before: ...\") for side-by-side ratios")
 	flag.Parse()
 	for _, s := range strings.Split(ns, ",") {
@@ -88,6 +89,7 @@ type opts struct {
 	wrk, noStreams   bool
 	nginxDir, only   string
 	profile, before  string
+	fdEnv            string
 }
 
 // target is one process to measure and how to reach it.
@@ -166,6 +168,7 @@ func setup(o opts, bin string, maxConns int, simArgs ...string) (*env, []target,
 			return e, nil, err
 		}
 		c := exec.Command(fd.bin, "serve", "--config", path)
+		c.Env = append(os.Environ(), strings.Fields(o.fdEnv)...)
 		c.Stderr = logFile
 		if err := e.start(c, fmt.Sprintf("http://%s/healthz", addr(port))); err != nil {
 			return e, nil, fmt.Errorf("%s: %w", fd.name, err)
@@ -239,8 +242,8 @@ func run(o opts) error {
 	if err := load.Build(bin, "frontdoor", "gpusim"); err != nil {
 		return err
 	}
-	fmt.Printf("command: go run ./bench/streams -n %s -rounds %d -duration %s -itl %s -tokens %d -wrk=%v -conc %d -wrk-duration %s -before %q -only %q\n",
-		joinInts(o.ns), o.rounds, o.dur, o.itl, o.tokens, o.wrk, o.conc, o.wrkDur, o.before, o.only)
+	fmt.Printf("command: go run ./bench/streams -n %s -rounds %d -duration %s -itl %s -tokens %d -wrk=%v -conc %d -wrk-duration %s -before %q -only %q -frontdoor-env %q\n",
+		joinInts(o.ns), o.rounds, o.dur, o.itl, o.tokens, o.wrk, o.conc, o.wrkDur, o.before, o.only, o.fdEnv)
 	fmt.Printf("open files: soft limit %d\n\n", rl.Cur)
 	if !o.noStreams {
 		if err := slowStreams(o, bin); err != nil {
@@ -307,7 +310,7 @@ func slowStreams(o opts, bin string) error {
 				}
 				rd, err := streamRound(t, simPID, n, o.dur, prof)
 				if err != nil {
-					return fmt.Errorf("N=%d %s: %w", n, t.name, err)
+					return fmt.Errorf("%d streams, %s: %w", n, t.name, err)
 				}
 				res[t.name] = append(res[t.name], rd)
 			}
@@ -394,16 +397,21 @@ func streamRound(t target, simPID, n int, d time.Duration, prof func()) (round, 
 					return
 				}
 				mu.Lock()
-				if err != nil {
+				switch {
+				case err != nil:
 					if in || measuring.Load() {
 						rd.errs++
 						rd.lastErr = err
 					}
-				} else if measuring.Load() && !stop.Load() {
-					rd.streams++
-					rd.chunks += chunks
-					if in {
-						rd.ttft = append(rd.ttft, ttft)
+				case in:
+					// Started in the window: its first token counts, even
+					// when it ends after the window (long streams at large N).
+					rd.ttft = append(rd.ttft, ttft)
+					fallthrough
+				default:
+					if measuring.Load() && !stop.Load() {
+						rd.streams++
+						rd.chunks += chunks
 					}
 				}
 				mu.Unlock()
