@@ -254,13 +254,17 @@ func NewHTTPBackend(t Target, cfg Config) (*HTTPBackend, error) {
 	}
 	dialer := &net.Dialer{Timeout: cfg.Connect, KeepAlive: 30 * time.Second}
 	b.client = &fasthttp.HostClient{
-		Addr:                          host,
-		Name:                          "frontdoor",
-		IsTLS:                         u.Scheme == "https",
-		TLSConfig:                     cfg.TLS,
-		MaxConns:                      cfg.MaxConns,
-		MaxIdleConnDuration:           30 * time.Second,
-		ReadBufferSize:                16 << 10,
+		Addr:                host,
+		Name:                "frontdoor",
+		IsTLS:               u.Scheme == "https",
+		TLSConfig:           cfg.TLS,
+		MaxConns:            cfg.MaxConns,
+		MaxIdleConnDuration: 30 * time.Second,
+		// The read buffer is held by every open stream; it bounds the
+		// answer's header, as nginx's proxy_buffer_size (4 KiB on x86-64)
+		// does.
+		// The write buffer is only held while a request is written.
+		ReadBufferSize:                upstreamReadBuffer,
 		WriteBufferSize:               16 << 10,
 		MaxResponseBodySize:           64 << 20,
 		DisableHeaderNamesNormalizing: false,
@@ -278,6 +282,9 @@ func NewHTTPBackend(t Target, cfg Config) (*HTTPBackend, error) {
 	}
 	return b, nil
 }
+
+// upstreamReadBuffer is the upstream connections' read buffer.
+const upstreamReadBuffer = 4 << 10
 
 var headerRequestID = []byte("X-Request-Id")
 

@@ -1,7 +1,6 @@
 package router
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -803,7 +802,7 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.N
 	g.streams.Add(1)
 	g.live.add(resp)
 	g.metrics.streams.Add(1)
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+	setStreamBody(ctx, func(w flushWriter) {
 		r := pumped{broken: true}
 		defer func() {
 			if r := recover(); r != nil {
@@ -865,7 +864,7 @@ func (g *Gateway) settle(x *exchange, u adapters.Usage, known bool) {
 // whenever nothing more is buffered, and publishes them to the flight. When
 // the client goes away the upstream is closed at once, unless followers of
 // the flight still read it. It reports whether the stream broke.
-func (g *Gateway) pump(w *bufio.Writer, id string, resp *adapters.UpstreamResponse, f *flight, asm *adapters.Assembler, wantUsage bool) (r pumped) {
+func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse, f *flight, asm *adapters.Assembler, wantUsage bool) (r pumped) {
 	clientOK := true
 	for ; ; r.events++ {
 		ev, err := resp.Next()
@@ -966,7 +965,7 @@ func (g *Gateway) follow(ctx *fasthttp.RequestCtx, x *exchange, f *flight) bool 
 	wantUsage := x.req.IncludeUsage
 	f.followers.Add(1)
 	done := x.handOff()
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+	setStreamBody(ctx, func(w flushWriter) {
 		defer done(-1)
 		defer f.followers.Add(-1)
 		for i := 0; ; i++ {
