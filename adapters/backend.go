@@ -141,7 +141,8 @@ type UpstreamResponse struct {
 	resp     *fasthttp.Response
 	conn     *trackedConn
 	sse      *SSEReader
-	first    *SSEEvent // read before Send returned; handed out by the first Next
+	first    *SSEEvent    // read before Send returned; handed out by the first Next
+	onRead   func() error // see OnRead
 	idle     time.Duration
 	deadline time.Time
 }
@@ -160,12 +161,10 @@ func (r *UpstreamResponse) Next() (SSEEvent, error) {
 		r.first = nil
 		return r.rename(ev), nil
 	}
-	if r.conn != nil && !r.sse.Buffered() {
-		d := time.Now().Add(r.idle)
-		if d.After(r.deadline) {
-			d = r.deadline
+	if r.conn == nil && r.onRead != nil && !r.sse.Buffered() {
+		if err := r.onRead(); err != nil {
+			return SSEEvent{}, err
 		}
-		_ = r.conn.Conn.SetReadDeadline(d)
 	}
 	ev, err := r.sse.Next()
 	if err != nil && isTimeout(err) {
@@ -182,10 +181,30 @@ func (r *UpstreamResponse) rename(ev SSEEvent) SSEEvent {
 	return ev
 }
 
-// Buffered reports whether the next event is already in memory, so a flush
-// to the client can wait.
-func (r *UpstreamResponse) Buffered() bool {
-	return r.first != nil || (r.sse != nil && r.sse.Buffered())
+// OnRead sets f to run each time reading the stream is about to read the
+// upstream's socket, where it may wait for the node: a caller that batches
+// events (a pump writing to a client) flushes them in f, so what arrived in
+// one read leaves in one write and no event waits for the next. Without a
+// socket to watch, f runs before every Next that finds the event reader's
+// buffer empty. An error from f fails that read, and so Next.
+func (r *UpstreamResponse) OnRead(f func() error) {
+	r.onRead = f
+}
+
+// beforeRead runs before each read of a stream's socket: the caller's
+// OnRead, then the idle deadline for this read (never past the total one).
+func (r *UpstreamResponse) beforeRead() error {
+	if r.onRead != nil {
+		if err := r.onRead(); err != nil {
+			return err
+		}
+	}
+	d := time.Now().Add(r.idle)
+	if d.After(r.deadline) {
+		d = r.deadline
+	}
+	_ = r.conn.Conn.SetReadDeadline(d)
+	return nil
 }
 
 // Interrupt cuts a streaming answer's connection from another goroutine;
@@ -199,6 +218,9 @@ func (r *UpstreamResponse) Interrupt() {
 // Close releases the answer. An unfinished stream closes its connection, so
 // the upstream sees the request end at once.
 func (r *UpstreamResponse) Close() {
+	if r.conn != nil {
+		r.conn.before = nil
+	}
 	if r.resp != nil {
 		_ = r.resp.CloseBodyStream()
 		fasthttp.ReleaseResponse(r.resp)
@@ -415,6 +437,9 @@ func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamR
 		return nil, classify(err)
 	}
 	out.first = ev.Clone()
+	if out.conn != nil {
+		out.conn.before = out.beforeRead
+	}
 	return out, nil
 }
 
@@ -447,7 +472,17 @@ func isTimeout(err error) bool {
 // deadlines) through the local address fasthttp records on the response.
 type trackedConn struct {
 	net.Conn
-	local connAddr
+	local  connAddr
+	before func() error // while a stream is read: its beforeRead
+}
+
+func (c *trackedConn) Read(p []byte) (int, error) {
+	if c.before != nil {
+		if err := c.before(); err != nil {
+			return 0, err
+		}
+	}
+	return c.Conn.Read(p)
 }
 
 func (c *trackedConn) LocalAddr() net.Addr { return &c.local }
