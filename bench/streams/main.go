@@ -65,6 +65,7 @@ func main() {
 	flag.StringVar(&o.profile, "profile", "", "write frontdoor's CPU and heap profiles of the first round of each N into this folder")
 	flag.BoolVar(&o.noStreams, "no-streams", false, "skip the slow streams (with -wrk: only the throughput runs)")
 	flag.StringVar(&o.fdEnv, "frontdoor-env", "", "extra environment for the frontdoor processes, such as GOMAXPROCS=1 (space-separated KEY=VALUE)")
+	flag.StringVar(&o.variant, "variant", "", "extra environment (space-separated KEY=VALUE, such as GOMAXPROCS=1) for one more target, \"frontdoor, cache off, VARIANT\", measured side by side")
 	flag.StringVar(&o.before, "before", "", "a frontdoor binary built from an earlier commit, run as extra targets (\"before: ...\") for side-by-side ratios")
 	flag.Parse()
 	for _, s := range strings.Split(ns, ",") {
@@ -89,7 +90,7 @@ type opts struct {
 	wrk, noStreams   bool
 	nginxDir, only   string
 	profile, before  string
-	fdEnv            string
+	fdEnv, variant   string
 }
 
 // target is one process to measure and how to reach it.
@@ -146,13 +147,17 @@ func setup(o opts, bin string, maxConns int, simArgs ...string) (*env, []target,
 		return e, nil, err
 	}
 	ts = append(ts, ng)
-	fds := []struct{ name, cache, bin string }{
-		{"frontdoor, cache off", "cache: {backend: off}\n", filepath.Join(bin, "frontdoor")},
-		{"frontdoor, default", "", filepath.Join(bin, "frontdoor")},
+	type fdTarget struct{ name, cache, bin, env string }
+	fds := []fdTarget{
+		{"frontdoor, cache off", "cache: {backend: off}\n", filepath.Join(bin, "frontdoor"), ""},
+		{"frontdoor, default", "", filepath.Join(bin, "frontdoor"), ""},
+	}
+	if o.variant != "" {
+		fds = append(fds, fdTarget{"frontdoor, cache off, " + o.variant, "cache: {backend: off}\n", filepath.Join(bin, "frontdoor"), o.variant})
 	}
 	if o.before != "" {
-		fds = append(fds, struct{ name, cache, bin string }{"before: frontdoor, cache off", "cache: {backend: off}\n", o.before},
-			struct{ name, cache, bin string }{"before: frontdoor, default", "", o.before})
+		fds = append(fds, fdTarget{"before: frontdoor, cache off", "cache: {backend: off}\n", o.before, ""},
+			fdTarget{"before: frontdoor, default", "", o.before, ""})
 	}
 	for _, fd := range fds {
 		port := load.FreePort()
@@ -168,7 +173,7 @@ func setup(o opts, bin string, maxConns int, simArgs ...string) (*env, []target,
 			return e, nil, err
 		}
 		c := exec.Command(fd.bin, "serve", "--config", path)
-		c.Env = append(os.Environ(), strings.Fields(o.fdEnv)...)
+		c.Env = append(append(os.Environ(), strings.Fields(o.fdEnv)...), strings.Fields(fd.env)...)
 		c.Stderr = logFile
 		if err := e.start(c, fmt.Sprintf("http://%s/healthz", addr(port))); err != nil {
 			return e, nil, fmt.Errorf("%s: %w", fd.name, err)
@@ -242,8 +247,8 @@ func run(o opts) error {
 	if err := load.Build(bin, "frontdoor", "gpusim"); err != nil {
 		return err
 	}
-	fmt.Printf("command: go run ./bench/streams -n %s -rounds %d -duration %s -itl %s -tokens %d -wrk=%v -conc %d -wrk-duration %s -before %q -only %q -frontdoor-env %q\n",
-		joinInts(o.ns), o.rounds, o.dur, o.itl, o.tokens, o.wrk, o.conc, o.wrkDur, o.before, o.only, o.fdEnv)
+	fmt.Printf("command: go run ./bench/streams -n %s -rounds %d -duration %s -itl %s -tokens %d -wrk=%v -conc %d -wrk-duration %s -before %q -only %q -frontdoor-env %q -variant %q\n",
+		joinInts(o.ns), o.rounds, o.dur, o.itl, o.tokens, o.wrk, o.conc, o.wrkDur, o.before, o.only, o.fdEnv, o.variant)
 	fmt.Printf("open files: soft limit %d\n\n", rl.Cur)
 	if !o.noStreams {
 		if err := slowStreams(o, bin); err != nil {
