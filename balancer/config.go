@@ -82,11 +82,15 @@ type Config struct {
 	ScrapeInterval units.Duration `yaml:"scrape_interval"`
 	StaleAfter     units.Duration `yaml:"stale_after"`
 	HealthInterval units.Duration `yaml:"health_interval"`
-	Retries        int            `yaml:"retries"`
-	Backoff        Backoff        `yaml:"backoff"`
-	Eject          EjectConfig    `yaml:"eject"`
-	Breaker        BreakerConfig  `yaml:"breaker"`
-	Queue          QueueConfig    `yaml:"queue"`
+	// HealthFailures is how many probes in a row must fail before an
+	// active probe marks a node unhealthy: one slow answer on a busy
+	// machine is not an outage.
+	HealthFailures int           `yaml:"health_failures"`
+	Retries        int           `yaml:"retries"`
+	Backoff        Backoff       `yaml:"backoff"`
+	Eject          EjectConfig   `yaml:"eject"`
+	Breaker        BreakerConfig `yaml:"breaker"`
+	Queue          QueueConfig   `yaml:"queue"`
 	// DNSResolver is the DNS server ("host:port") that discover: dns
 	// entries ask; empty: the system's resolver (/etc/resolv.conf).
 	DNSResolver string       `yaml:"dns_resolver"`
@@ -113,6 +117,7 @@ func DefaultConfig() Config {
 		ScrapeInterval: units.Duration(1e9),
 		StaleAfter:     units.Duration(5e9),
 		HealthInterval: units.Duration(5e9),
+		HealthFailures: 2,
 		Retries:        2,
 		Backoff:        Backoff{Base: units.Duration(50e6), Max: units.Duration(1e9)},
 		Eject:          EjectConfig{KVUsageAbove: 0.92, QueueAbove: 8, After: 2, RestoreAfter: 2, Cooldown: units.Duration(30e9)},
@@ -159,6 +164,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HealthInterval <= 0 {
 		add("health_interval: must be > 0")
+	}
+	if c.HealthFailures < 1 {
+		add("health_failures: must be >= 1")
 	}
 	if c.Retries < 0 || c.Retries > 10 {
 		add("retries: must be between 0 and 10")

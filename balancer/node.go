@@ -4,6 +4,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 )
@@ -42,11 +43,14 @@ type Node struct {
 	mReq     [3]atomic.Pointer[metrics.Counter]
 	mTTFT    atomic.Pointer[metrics.PrometheusHistogram]
 
-	mu        sync.Mutex // guards br, ej, scrapeErr, probeErr
-	br        breaker
-	ej        ejection
-	scrapeErr string
-	probeErr  string
+	mu         sync.Mutex // guards br, ej, scrapeErr, probeErr, probeFails, downLogged
+	br         breaker
+	ej         ejection
+	scrapeErr  string
+	probeErr   string
+	probeFails int       // failed probes in a row
+	downLogged time.Time // when the last "node unhealthy" line was written
+	downQuiet  int       // times it turned unhealthy since, not logged
 }
 
 // Name returns the node's configured name.

@@ -365,18 +365,37 @@ func (n *Node) PrefixCacheHitRate() (rate float64, ok bool) {
 	return math.Float64frombits(b) - 1, true
 }
 
-// probe asks the node's health endpoint; 200 is healthy.
+// probe asks the node's health endpoint; 200 is healthy. A node is marked
+// unhealthy after health_failures failed probes in a row, healthy again
+// after one good one. It reports whether the node is healthy now.
 func (p *Pool) probe(n *Node) bool {
 	err := p.get(n.healthURL, p.conf().HealthInterval.D(), nil)
 	ok := err == nil
 	n.mu.Lock()
-	n.probeErr = ""
-	if err != nil {
+	defer n.mu.Unlock()
+	if ok {
+		n.probeErr, n.probeFails = "", 0
+	} else {
 		n.probeErr = err.Error()
+		n.probeFails++
 	}
-	n.mu.Unlock()
-	if was := n.healthy.Swap(ok); ok && !was {
+	if !ok && n.healthy.Load() && n.probeFails < p.conf().HealthFailures {
+		return true // a miss, not yet an outage
+	}
+	switch was := n.healthy.Swap(ok); {
+	case ok && !was:
 		n.wake()
+		p.log.Info("node healthy again", "node", n.cfg.Name)
+	case !ok && was:
+		// At most one line a minute per node, with the flips in between.
+		now := p.now()
+		if now.Sub(n.downLogged) < time.Minute {
+			n.downQuiet++
+			break
+		}
+		p.log.Warn("node unhealthy: its health probe failed; it gets no requests until a probe passes",
+			"node", n.cfg.Name, "failed_probes", n.probeFails, "times_unhealthy_since_last_line", n.downQuiet, "error", n.probeErr)
+		n.downLogged, n.downQuiet = now, 0
 	}
 	return ok
 }

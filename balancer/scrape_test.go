@@ -2,6 +2,7 @@ package balancer
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"frontdoor/internal/testenv"
 )
 
 func TestParseMetricsFixtures(t *testing.T) {
@@ -174,5 +177,62 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 			t.Fatalf("timed out waiting for: %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// One failed probe is a miss, not an outage: a node turns unhealthy only
+// after health_failures failed probes in a row, with one WARN line (then
+// at most one a minute), and one good probe restores it.
+func TestProbeNeedsFailuresInARow(t *testing.T) {
+	var status atomic.Int32
+	status.Store(200)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(int(status.Load()))
+	}))
+	defer srv.Close()
+	var logs testenv.Buffer
+	cfg := DefaultConfig()
+	cfg.HealthFailures = 3
+	p, err := New(cfg, []NodeConfig{{Name: "a", URL: srv.URL, Models: []string{"m"}}}, nil,
+		WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := p.Nodes()[0]
+	status.Store(503)
+	for i := 1; i <= 2; i++ {
+		p.ProbeAll()
+		if !n.Healthy() {
+			t.Fatalf("unhealthy after %d failed probe(s) of 3", i)
+		}
+	}
+	if st := p.Status()[0]; !strings.Contains(st.ProbeError, "status 503") {
+		t.Fatalf("status shows no probe error while the misses count: %+v", st)
+	}
+	p.ProbeAll()
+	if n.Healthy() {
+		t.Fatal("healthy after 3 failed probes in a row")
+	}
+	if c := strings.Count(logs.String(), `"msg":"node unhealthy`); c != 1 || !strings.Contains(logs.String(), `"failed_probes":3`) {
+		t.Fatalf("want one WARN line naming 3 failed probes:\n%s", logs.String())
+	}
+	status.Store(200)
+	p.ProbeAll()
+	if !n.Healthy() || !strings.Contains(logs.String(), `"msg":"node healthy again"`) {
+		t.Fatalf("one good probe did not restore the node:\n%s", logs.String())
+	}
+	// A flapping node: the next flips within the minute are counted, not logged.
+	status.Store(503)
+	for i := 0; i < 3; i++ {
+		p.ProbeAll()
+	}
+	if n.Healthy() || strings.Count(logs.String(), `"msg":"node unhealthy`) != 1 {
+		t.Fatalf("flip within the minute: healthy=%v\n%s", n.Healthy(), logs.String())
+	}
+
+	bad := DefaultConfig()
+	bad.HealthFailures = 0
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "health_failures") {
+		t.Fatalf("health_failures 0: %v", err)
 	}
 }

@@ -2,6 +2,6 @@
 
 package cache
 
-// raceEnabled: the race detector slows the graph down about tenfold, so
+// raceEnabled: the race detector slows the index down about tenfold, so
 // the largest index tests shrink under it.
 const raceEnabled = true

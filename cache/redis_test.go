@@ -98,10 +98,12 @@ func rdsVectors(t *testing.T, s *RedisStore) int {
 	return int(st.VectorEntries)
 }
 
-// startTestRedis starts redis-server and returns a client with a 100ms timeout.
+// startTestRedis starts redis-server and returns a client with a 1s
+// timeout: -race on two busy cores stalls Redis past 100ms at times. Tests
+// of timeouts build their own client.
 func startTestRedis(tb testing.TB) (*testenv.Redis, redis.UniversalClient) {
 	r := testenv.StartRedis(tb)
-	return r, newTestRedisClient(tb, r.Addr(), 100*time.Millisecond)
+	return r, newTestRedisClient(tb, r.Addr(), time.Second)
 }
 
 func rdsUnit(rng *rand.Rand) []float32 {
@@ -490,7 +492,7 @@ func TestRedisReplicasSync(t *testing.T) {
 	forEachRedisMode(t, func(t *testing.T, m redisMode) {
 		r, c := m.start(t)
 		a := newTestRedisStore(t, c, RedisOptions{VectorSearch: m.vs})
-		b := newTestRedisStore(t, newTestRedisClient(t, r.Addr(), 100*time.Millisecond), RedisOptions{VectorSearch: m.vs})
+		b := newTestRedisStore(t, newTestRedisClient(t, r.Addr(), time.Second), RedisOptions{VectorSearch: m.vs})
 		ctx := context.Background()
 		rng := rand.New(rand.NewPCG(7, 7))
 		e, v := rdsEntry("t", "s", "shared"), rdsUnit(rng)
@@ -562,7 +564,7 @@ func TestRedisExpiryRemovesVectors(t *testing.T) {
 	forEachRedisMode(t, func(t *testing.T, m redisMode) {
 		r, c := m.start(t)
 		a := newTestRedisStore(t, c, RedisOptions{VectorSearch: m.vs, sweepEvery: 50 * time.Millisecond})
-		b := newTestRedisStore(t, newTestRedisClient(t, r.Addr(), 100*time.Millisecond), RedisOptions{VectorSearch: m.vs, sweepEvery: 50 * time.Millisecond})
+		b := newTestRedisStore(t, newTestRedisClient(t, r.Addr(), time.Second), RedisOptions{VectorSearch: m.vs, sweepEvery: 50 * time.Millisecond})
 		ctx := context.Background()
 		rng := rand.New(rand.NewPCG(9, 9))
 		e, v := rdsEntry("t", "s", "short"), rdsUnit(rng)

@@ -12,20 +12,21 @@ import (
 type IndexConfig struct {
 	// ExactMax is the scope size up to which search scans every float32
 	// vector exactly (SIMD dot products). A scope that grows past it
-	// moves to an HNSW graph over compact codes (see hnsw).
+	// moves to lists of compact codes (see ivf).
 	ExactMax int `yaml:"exact_max"`
-	// M is the graph's links per node (2*M on the bottom layer).
-	M int `yaml:"m"`
-	// EfConstruction is the candidate list size while inserting.
-	EfConstruction int `yaml:"ef_construction"`
-	// EfSearch is the candidate list size of a search; the candidates
-	// are then re-ranked by cosine.
-	EfSearch int `yaml:"ef_search"`
+	// ListSize is the size past which a list splits in two.
+	ListSize int `yaml:"list_size"`
+	// Probes is the number of lists, nearest the query first, that a
+	// search scans.
+	Probes int `yaml:"probes"`
+	// Rerank is the number of candidates, nearest by Hamming distance,
+	// that a search re-ranks by cosine (at least k).
+	Rerank int `yaml:"rerank"`
 }
 
 // DefaultIndexConfig returns the settings measured by bench/semantic-scale.
 func DefaultIndexConfig() IndexConfig {
-	return IndexConfig{ExactMax: 1024, M: 16, EfConstruction: 100, EfSearch: 64}
+	return IndexConfig{ExactMax: 1024, ListSize: 1024, Probes: 32, Rerank: 32}
 }
 
 // Validate reports settings that cannot work.
@@ -33,12 +34,12 @@ func (c IndexConfig) Validate() error {
 	switch {
 	case c.ExactMax < 0:
 		return fmt.Errorf("exact_max must be >= 0, got %d", c.ExactMax)
-	case c.M < 4 || c.M > 64:
-		return fmt.Errorf("m must be within 4..64, got %d", c.M)
-	case c.EfConstruction < c.M:
-		return fmt.Errorf("ef_construction must be >= m (%d), got %d", c.M, c.EfConstruction)
-	case c.EfSearch < 1 || c.EfSearch > 4096:
-		return fmt.Errorf("ef_search must be within 1..4096, got %d", c.EfSearch)
+	case c.ListSize < 16 || c.ListSize > 1<<20:
+		return fmt.Errorf("list_size must be within 16..1048576, got %d", c.ListSize)
+	case c.Probes < 1 || c.Probes > 1<<16:
+		return fmt.Errorf("probes must be within 1..65536, got %d", c.Probes)
+	case c.Rerank < 1 || c.Rerank > 4096:
+		return fmt.Errorf("rerank must be within 1..4096, got %d", c.Rerank)
 	}
 	return nil
 }
@@ -52,9 +53,9 @@ type IndexHit struct {
 // VectorIndex is an in-process nearest-neighbour index over L2-normalised
 // vectors, partitioned by scope. Search never crosses scopes. Scopes of up
 // to ExactMax vectors keep float32 vectors and are scanned exactly with
-// SIMD dot products; larger ones move to an HNSW graph over sign bits and
-// int8 codes (about 3.5x smaller), whose candidates are re-ranked by
-// cosine on the int8 codes (error about 0.002; see hnsw). It is safe for
+// SIMD dot products; larger ones move to an inverted file over sign bits
+// and int8 codes (about 3.5x smaller), whose candidates are re-ranked by
+// cosine on the int8 codes (error about 0.002; see ivf). It is safe for
 // concurrent use: searches share a read lock, writers take the write lock.
 type VectorIndex struct {
 	dims int
@@ -65,11 +66,11 @@ type VectorIndex struct {
 	where  map[string]scopeIndex // id -> its scope
 }
 
-// scopeIndex is one scope's vectors, flat or in a graph.
+// scopeIndex is one scope's vectors, flat or in lists.
 type scopeIndex interface {
 	add(id string, vec []float32, exp int64)
 	remove(id string) bool
-	search(vec []float32, k int, nowNs int64) []IndexHit
+	search(vec []float32, k int, minSim float32, nowNs int64) []IndexHit
 	appendExpired(dst []string, nowNs int64) []string
 	expiry(id string) int64
 	size() int
@@ -89,15 +90,15 @@ func NewVectorIndexWith(dims int, cfg IndexConfig) *VectorIndex {
 // Dims returns the vector length.
 func (x *VectorIndex) Dims() int { return x.dims }
 
-// SetEfSearch changes the candidate list size of searches, at once and for
-// every scope (like RediSearch's EF_RUNTIME): recall against latency.
-func (x *VectorIndex) SetEfSearch(ef int) {
+// SetSearch changes the lists a search scans and the candidates it
+// re-ranks, at once and for every scope: recall against latency.
+func (x *VectorIndex) SetSearch(probes, rerank int) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.cfg.EfSearch = ef
+	x.cfg.Probes, x.cfg.Rerank = probes, rerank
 	for _, s := range x.scopes {
-		if g, ok := s.(*graphScope); ok {
-			g.efSearch = ef
+		if g, ok := s.(*listScope); ok {
+			g.probes, g.rerank = probes, rerank
 		}
 	}
 }
@@ -121,7 +122,7 @@ func (x *VectorIndex) Add(scope, id string, vec []float32, expires time.Time) {
 		x.scopes[scope] = s
 	}
 	if f, ok := s.(*flatScope); ok && f.size() >= x.cfg.ExactMax {
-		g := f.toGraph(x.cfg)
+		g := f.toLists(x.cfg)
 		for _, fid := range f.ids {
 			x.where[fid] = g
 		}
@@ -159,6 +160,14 @@ func (x *VectorIndex) removeLocked(id string) bool {
 
 // Search returns up to k live vectors of scope, most similar first.
 func (x *VectorIndex) Search(scope string, vec []float32, k int, now time.Time) []IndexHit {
+	return x.SearchMin(scope, vec, k, -1, now)
+}
+
+// SearchMin is Search for hits of similarity at least minSim only. It is
+// cheaper than Search followed by a filter: in a large scope, candidates
+// too far by Hamming distance to reach minSim are never re-ranked, so a
+// query without a close match (a cache miss) costs only the scan.
+func (x *VectorIndex) SearchMin(scope string, vec []float32, k int, minSim float32, now time.Time) []IndexHit {
 	if len(vec) != x.dims || k <= 0 {
 		return nil
 	}
@@ -168,7 +177,7 @@ func (x *VectorIndex) Search(scope string, vec []float32, k int, now time.Time) 
 	if s == nil {
 		return nil
 	}
-	return s.search(vec, k, now.UnixNano())
+	return s.search(vec, k, minSim, now.UnixNano())
 }
 
 // flatScope keeps float32 vectors, scanned exactly.
@@ -218,13 +227,15 @@ func (s *flatScope) appendExpired(dst []string, nowNs int64) []string {
 	return dst
 }
 
-func (s *flatScope) search(vec []float32, k int, nowNs int64) []IndexHit {
+func (s *flatScope) search(vec []float32, k int, minSim float32, nowNs int64) []IndexHit {
 	hits := make([]IndexHit, 0, min(k, len(s.ids))+1)
 	for i := range s.ids {
 		if e := s.expires[i]; e != 0 && e <= nowNs {
 			continue
 		}
-		hits = pushHit(hits, k, IndexHit{ID: s.ids[i], Similarity: vek32.Dot(vec, s.vecs[i*s.dims:(i+1)*s.dims])})
+		if sim := vek32.Dot(vec, s.vecs[i*s.dims:(i+1)*s.dims]); sim >= minSim {
+			hits = pushHit(hits, k, IndexHit{ID: s.ids[i], Similarity: sim})
+		}
 	}
 	return hits
 }
@@ -248,64 +259,62 @@ func pushHit(hits []IndexHit, k int, h IndexHit) []IndexHit {
 	return hits
 }
 
-// toGraph moves the scope's vectors into a graph with cfg, the index's current settings (SetEfSearch included).
-func (s *flatScope) toGraph(cfg IndexConfig) *graphScope {
-	g := newGraphScope(s.dims, cfg)
+// toLists moves the scope's vectors into lists with cfg, the index's
+// current settings (SetSearch included).
+func (s *flatScope) toLists(cfg IndexConfig) *listScope {
+	g := newListScope(s.dims, cfg)
 	for i, id := range s.ids {
 		g.add(id, s.vecs[i*s.dims:(i+1)*s.dims], s.expires[i])
 	}
 	return g
 }
 
-// graphScope keeps a scope's vectors in an HNSW graph, by slot.
-type graphScope struct {
-	g        *hnsw
-	efSearch int
-	ids      []string // slot -> id; "" for a free slot
-	expires  []int64
-	pos      map[string]int32
-	free     []int32
-	visits   sync.Pool // *visitSet, one per concurrent search
+// listScope keeps a scope's vectors in an inverted file, by slot.
+type listScope struct {
+	x              *ivf
+	probes, rerank int
+	ids            []string // slot -> id; "" for a free slot
+	expires        []int64
+	pos            map[string]int32
+	free           []int32
+	scratch        sync.Pool // *ivfScratch, one per concurrent search
 }
 
-func newGraphScope(dims int, cfg IndexConfig) *graphScope {
-	return &graphScope{g: newHNSW(dims, cfg.M, cfg.EfConstruction), efSearch: cfg.EfSearch, pos: map[string]int32{}}
+func newListScope(dims int, cfg IndexConfig) *listScope {
+	return &listScope{x: newIVF(dims, cfg.ListSize), probes: cfg.Probes, rerank: cfg.Rerank, pos: map[string]int32{}}
 }
 
-func (s *graphScope) size() int { return len(s.pos) }
+func (s *listScope) size() int { return len(s.pos) }
 
-func (s *graphScope) alive(slot int32) bool { return s.ids[slot] != "" }
-
-func (s *graphScope) add(id string, vec []float32, exp int64) {
+func (s *listScope) add(id string, vec []float32, exp int64) {
 	var slot int32
 	if n := len(s.free); n > 0 {
 		slot, s.free = s.free[n-1], s.free[:n-1]
 		s.ids[slot], s.expires[slot] = id, exp
 	} else {
-		slot = s.g.grow()
+		slot = s.x.grow()
 		s.ids = append(s.ids, id)
 		s.expires = append(s.expires, exp)
 	}
 	s.pos[id] = slot
-	s.g.set(slot, vec)
-	s.g.insert(slot, s.alive)
+	s.x.insert(slot, vec)
 }
 
-func (s *graphScope) remove(id string) bool {
+func (s *listScope) remove(id string) bool {
 	slot, ok := s.pos[id]
 	if !ok {
 		return false
 	}
 	delete(s.pos, id)
 	s.ids[slot], s.expires[slot] = "", 0
-	s.g.unlink(slot, s.alive)
+	s.x.remove(slot)
 	s.free = append(s.free, slot)
 	return true
 }
 
-func (s *graphScope) expiry(id string) int64 { return s.expires[s.pos[id]] }
+func (s *listScope) expiry(id string) int64 { return s.expires[s.pos[id]] }
 
-func (s *graphScope) appendExpired(dst []string, nowNs int64) []string {
+func (s *listScope) appendExpired(dst []string, nowNs int64) []string {
 	for i, e := range s.expires {
 		if e != 0 && e <= nowNs && s.ids[i] != "" {
 			dst = append(dst, s.ids[i])
@@ -314,22 +323,22 @@ func (s *graphScope) appendExpired(dst []string, nowNs int64) []string {
 	return dst
 }
 
-func (s *graphScope) search(vec []float32, k int, nowNs int64) []IndexHit {
-	q := make([]uint64, s.g.words)
-	s.g.rot.code(q, vec)
-	vs, _ := s.visits.Get().(*visitSet)
-	if vs == nil {
-		vs = &visitSet{}
+func (s *listScope) search(vec []float32, k int, minSim float32, nowNs int64) []IndexHit {
+	sc, _ := s.scratch.Get().(*ivfScratch)
+	if sc == nil {
+		sc = &ivfScratch{}
 	}
+	defer s.scratch.Put(sc)
 	live := func(slot int32) bool {
 		e := s.expires[slot]
-		return s.ids[slot] != "" && (e == 0 || e > nowNs)
+		return e == 0 || e > nowNs
 	}
-	found := s.g.search(q, max(s.efSearch, k), vs, live)
-	s.visits.Put(vs)
+	found := s.x.search(vec, s.probes, max(s.rerank, k), minSim, sc, live)
 	hits := make([]IndexHit, 0, min(k, len(found))+1)
 	for _, c := range found {
-		hits = pushHit(hits, k, IndexHit{ID: s.ids[c.s], Similarity: s.g.similarity(vec, c.s)})
+		if sim := s.x.similarity(vec, c.s); sim >= minSim {
+			hits = pushHit(hits, k, IndexHit{ID: s.ids[c.s], Similarity: sim})
+		}
 	}
 	return hits
 }

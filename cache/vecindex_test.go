@@ -115,7 +115,7 @@ func TestVectorIndexEdgeCases(t *testing.T) {
 }
 
 // TestVectorIndexRecall plants near-duplicates of each query in a large
-// random scope, which takes the Hamming prefilter path.
+// random scope, which takes the inverted-file path (Hamming scan, int8 rerank).
 func TestVectorIndexRecall(t *testing.T) {
 	const (
 		dims    = 512
@@ -138,7 +138,7 @@ func TestVectorIndexRecall(t *testing.T) {
 	for i := range qs {
 		qs[i] = memUnit(rng, dims)
 		// The best at cosine 0.88-0.97 and decoys between 0.85 and 0.01
-		// below it: the prefilter must keep enough candidates to rerank.
+		// below it: the scan must keep enough candidates to rerank.
 		c := 0.88 + 0.09*rng.Float32()
 		x.Add("s", fmt.Sprint("best", i), viNear(rng, qs[i], c), time.Time{})
 		for j := range decoys {
@@ -164,10 +164,10 @@ func TestVectorIndexRecall(t *testing.T) {
 func TestVectorIndexRemove(t *testing.T) {
 	const dims = 64
 	rng := rand.New(rand.NewPCG(27, 28))
-	for _, n := range []int{1000, 1200} { // flat, then a graph (small graphs: exact_max 256)
+	for _, n := range []int{1000, 1200} { // flat, then lists (small lists: exact_max 256)
 		x := NewVectorIndex(dims)
 		if n == 1200 {
-			x = NewVectorIndexWith(dims, smallGraph)
+			x = NewVectorIndexWith(dims, smallLists)
 		}
 		ref := map[string][]float32{}
 		for i := range n {
@@ -209,7 +209,7 @@ func TestVectorIndexRemove(t *testing.T) {
 		}
 		// Above ExactMax results are approximate and similarities come
 		// from int8 codes (error below 0.005), but each stored vector must
-		// find itself, in a graph whose slots were freed and reused, and no
+		// find itself, in lists whose slots were freed and reused, and no
 		// removed id may come back.
 		checked := 0
 		for id, v := range ref {
@@ -281,17 +281,18 @@ func TestVectorIndexSweep(t *testing.T) {
 	}
 }
 
-// smallGraph moves scopes to the graph early, so tests of its mechanics
-// (deletion, expiry, slot reuse, similarities) stay small and quick.
-var smallGraph = IndexConfig{ExactMax: 256, M: 8, EfConstruction: 40, EfSearch: 40}
+// smallLists moves scopes to lists early and splits them often, so tests
+// of their mechanics (splits, deletion, expiry, slot reuse, similarities)
+// stay small and quick.
+var smallLists = IndexConfig{ExactMax: 256, ListSize: 64, Probes: 8, Rerank: 16}
 
-// TestVectorIndexGraphExpiry checks expiry in a scope large enough for the
-// graph: expired vectors are never returned, Sweep removes exactly them,
+// TestVectorIndexListsExpiry checks expiry in a scope large enough for
+// lists: expired vectors are never returned, Sweep removes exactly them,
 // and their slots, reused, still find themselves.
-func TestVectorIndexGraphExpiry(t *testing.T) {
+func TestVectorIndexListsExpiry(t *testing.T) {
 	const dims, n = 128, 1200
 	rng := rand.New(rand.NewPCG(41, 42))
-	x := NewVectorIndexWith(dims, smallGraph)
+	x := NewVectorIndexWith(dims, smallLists)
 	now := time.Now()
 	vecs := map[string][]float32{}
 	for i := range n {
@@ -350,7 +351,7 @@ func TestVectorIndexGraphExpiry(t *testing.T) {
 	}
 }
 
-// TestVectorIndexRecallUnderChurn replaces a fifth of a graph scope ten
+// TestVectorIndexRecallUnderChurn replaces a fifth of a list scope ten
 // times over (each removal frees a slot that the next insert reuses), then
 // checks recall@1 of queries with a close match, as a semantic cache's are.
 func TestVectorIndexRecallUnderChurn(t *testing.T) {
@@ -463,13 +464,13 @@ func TestVectorIndexConcurrent(t *testing.T) {
 	}
 }
 
-// TestVectorIndexGraphSimilarityError bounds the error of the similarities a
-// graph scope reports (int8 codes) against exact float32 cosines, since the
+// TestVectorIndexListsSimilarityError bounds the error of the similarities a
+// list scope reports (int8 codes) against exact float32 cosines, since the
 // semantic threshold is applied to them.
-func TestVectorIndexGraphSimilarityError(t *testing.T) {
+func TestVectorIndexListsSimilarityError(t *testing.T) {
 	const dims, n = 512, 600
 	rng := rand.New(rand.NewPCG(47, 48))
-	x := NewVectorIndexWith(dims, smallGraph)
+	x := NewVectorIndexWith(dims, smallLists)
 	ref := map[string][]float32{}
 	for i := range n {
 		id := fmt.Sprint("v", i)
@@ -487,5 +488,45 @@ func TestVectorIndexGraphSimilarityError(t *testing.T) {
 	t.Logf("largest similarity error: %.5f", worst)
 	if worst > 0.005 {
 		t.Fatalf("similarity error %.5f; want <= 0.005", worst)
+	}
+}
+
+// TestVectorIndexSearchMin checks the threshold search on a flat and a
+// list scope: exactly Search's hits at or above minSim, none below, and no
+// hit at all for a query whose best is below it.
+func TestVectorIndexSearchMin(t *testing.T) {
+	const dims = 128
+	rng := rand.New(rand.NewPCG(49, 50))
+	for _, n := range []int{200, 1500} { // flat, then lists
+		x := NewVectorIndexWith(dims, smallLists)
+		ref := map[string][]float32{}
+		for i := range n {
+			id := fmt.Sprint("v", i)
+			ref[id] = memUnit(rng, dims)
+			x.Add("s", id, ref[id], time.Time{})
+		}
+		now := time.Now()
+		for i := range 100 {
+			c := 0.8 + 0.2*rng.Float32()
+			q := viNear(rng, ref[fmt.Sprint("v", i)], c)
+			all := x.Search("s", q, 3, now)
+			for _, minSim := range []float32{c - 0.05, c + 0.05} {
+				var want []IndexHit
+				for _, h := range all {
+					if h.Similarity >= minSim {
+						want = append(want, h)
+					}
+				}
+				got := x.SearchMin("s", q, 3, minSim, now)
+				viSameHits(t, fmt.Sprintf("n=%d query %d minSim %.3f", n, i, minSim), got, want)
+			}
+		}
+		// Unrelated queries: random vectors are at cosine ~0.1, so nothing
+		// reaches 0.5.
+		for range 50 {
+			if got := x.SearchMin("s", memUnit(rng, dims), 1, 0.5, now); len(got) != 0 {
+				t.Fatalf("n=%d: SearchMin(0.5) of a random vector = %+v; want none", n, got)
+			}
+		}
 	}
 }

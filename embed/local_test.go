@@ -2,6 +2,7 @@ package embed
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -212,13 +213,19 @@ const (
 		"熔断器应该在连续失败多少次之后打开，半开状态下又该放行多少请求来探测上游是否已经恢复正常？请给出具体的数字建议，并说明这些数字背后的理由和适用场景。"
 )
 
+// benchmarkLocal embeds text at each vector length the embedder is
+// measured at (bench/semantic chose the default among them).
 func benchmarkLocal(b *testing.B, text string) {
-	l := NewLocal(512)
-	ctx := context.Background()
-	l.Embed(ctx, text) // load the tokenizer and warm the word cache
-	b.ReportAllocs()
-	for b.Loop() {
-		l.Embed(ctx, text)
+	for _, dims := range []int{256, 512, 1024} {
+		b.Run(fmt.Sprintf("dims=%d", dims), func(b *testing.B) {
+			l := NewLocal(dims)
+			ctx := context.Background()
+			l.Embed(ctx, text) // load the tokenizer and warm the word cache
+			b.ReportAllocs()
+			for b.Loop() {
+				l.Embed(ctx, text)
+			}
+		})
 	}
 }
 

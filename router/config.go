@@ -253,6 +253,15 @@ var (
 	yamlQuoted = regexp.MustCompile(`"((?:[^"\\]|\\.)*)"`)
 )
 
+// removedKeys says, for keys earlier versions accepted, what replaced them.
+var removedKeys = map[string]string{
+	"cache.local_index.m":               localIndexMoved,
+	"cache.local_index.ef_construction": localIndexMoved,
+	"cache.local_index.ef_search":       localIndexMoved,
+}
+
+const localIndexMoved = "the in-process index is an inverted file now, not a graph; its settings are list_size, probes and rerank (docs/config.md)"
+
 // yamlProblems rewrites yaml.v3's "line N: ..." errors to name the YAML path.
 func yamlProblems(err error, root *yaml.Node) []string {
 	var msgs []string
@@ -276,7 +285,9 @@ func yamlProblems(err error, root *yaml.Node) []string {
 				hint, _ = strconv.Unquote(`"` + q[1] + `"`)
 			}
 			if p := pathAtLine(root, line, hint); p != "" {
-				if f != nil {
+				if why, ok := removedKeys[p]; ok && f != nil {
+					msg = "removed key " + strconv.Quote(f[1]) + ": " + why
+				} else if f != nil {
 					// Name the YAML key, never the Go type.
 					msg = "unknown key " + strconv.Quote(f[1])
 					if near := nearest(f[1], knownKeys(p)); near != "" {

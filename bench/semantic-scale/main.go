@@ -15,9 +15,11 @@
 //
 // Recall@1 counts a search whose top result is as similar to the query (by
 // exact float32 cosine) as the exact best of the whole scope, found by a
-// brute-force pass over every stored vector.
+// brute-force pass over every stored vector. Each size is searched with
+// each -probes value on the same index, timed by the wall clock and by the
+// searching thread's CPU time, and with SearchMin at -min-sim.
 //
-//	go run ./bench/semantic-scale [-sizes 10000,100000,1000000] [-queries 500]
+//	go run ./bench/semantic-scale [-sizes 10000,100000,1000000] [-queries 500] [-probes 16,32,64]
 package main
 
 import (
@@ -38,6 +40,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/viterin/vek/vek32"
 
@@ -58,7 +61,8 @@ type options struct {
 	queries int
 	dims    int
 	cfg     cache.IndexConfig
-	efs     []int
+	probes  []int
+	minSim  float64
 	exact   bool
 }
 
@@ -68,9 +72,10 @@ func run() error {
 	flag.StringVar(&o.data, "data", "../shared/eval", "directory holding the evaluation sets")
 	flag.IntVar(&o.queries, "queries", 500, "queries of each kind")
 	flag.IntVar(&o.dims, "dims", 512, "dimensions of the local embedder")
-	flag.IntVar(&o.cfg.M, "m", o.cfg.M, "graph links per node")
-	flag.IntVar(&o.cfg.EfConstruction, "ef-construction", o.cfg.EfConstruction, "candidate list while inserting")
-	efList := flag.String("ef-search", strconv.Itoa(o.cfg.EfSearch), "candidate lists while searching, comma-separated: each is measured on the same index")
+	flag.IntVar(&o.cfg.ListSize, "list-size", o.cfg.ListSize, "size past which a list splits")
+	flag.IntVar(&o.cfg.Rerank, "rerank", o.cfg.Rerank, "candidates re-ranked by cosine")
+	probeList := flag.String("probes", strconv.Itoa(o.cfg.Probes), "lists scanned by a search, comma-separated: each is measured on the same index")
+	flag.Float64Var(&o.minSim, "min-sim", 0.92, "also time SearchMin with this threshold (0: don't); its recall counts queries whose exact best reaches it")
 	flag.BoolVar(&o.exact, "exact", false, "also time the exact scan (float32 vectors, no graph) at each size")
 	profile := flag.String("cpuprofile", "", "write a CPU profile here")
 	flag.Parse()
@@ -84,14 +89,14 @@ func run() error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	for _, s := range strings.Split(*efList, ",") {
-		ef, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || ef <= 0 {
-			return fmt.Errorf("-ef-search: bad value %q", s)
+	for _, s := range strings.Split(*probeList, ",") {
+		p, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || p <= 0 {
+			return fmt.Errorf("-probes: bad value %q", s)
 		}
-		o.efs = append(o.efs, ef)
+		o.probes = append(o.probes, p)
 	}
-	o.cfg.EfSearch = o.efs[0]
+	o.cfg.Probes = o.probes[0]
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n <= 0 {
@@ -108,16 +113,16 @@ func run() error {
 	}
 	emb := embed.NewLocal(o.dims)
 	fmt.Printf("command: go run ./bench/semantic-scale %s\n", strings.Join(os.Args[1:], " "))
-	fmt.Printf("data: %d distinct sentences from %s; local embedder, %d dims; index m=%d ef_construction=%d exact_max=%d; GOMAXPROCS=%d\n\n",
-		len(sentences), o.data, o.dims, o.cfg.M, o.cfg.EfConstruction, o.cfg.ExactMax, runtime.GOMAXPROCS(0))
-	fmt.Println("| entries | insert CPU µs/entry | index bytes/entry | ef_search | queries | p50 µs | p99 µs | recall@1, close match (queries) | recall@1, no close match | recall@1, all | exact scan p50 µs |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Printf("data: %d distinct sentences from %s; local embedder, %d dims; index list_size=%d rerank=%d exact_max=%d; GOMAXPROCS=%d\n\n",
+		len(sentences), o.data, o.dims, o.cfg.ListSize, o.cfg.Rerank, o.cfg.ExactMax, runtime.GOMAXPROCS(0))
+	fmt.Printf("| entries | insert CPU µs/entry | index bytes/entry | probes | queries | p50 µs | p99 µs | CPU p50 µs | CPU p99 µs | recall@1, close match (queries) | recall@1, no close match | recall@1, all | SearchMin(%.2f) CPU p50 µs | CPU p99 µs | recall, best ≥ %.2f (queries) | exact scan p50 µs |\n", o.minSim, o.minSim)
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, n := range o.sizes {
 		if err := measure(o, emb, sentences, paraphrases, n); err != nil {
 			return err
 		}
 	}
-	fmt.Printf("\n(recall@1: the top result is as similar to the query, by exact float32 cosine, as the exact best of the scope; a close match: that best is at least %.2f, where a semantic cache can hit; bytes/entry: Go heap in use after GC, over entries)\n", closeMatch)
+	fmt.Printf("\n(p50, p99: wall clock; CPU: the searching thread's CPU time, less inflated by the shared VM's other load; recall@1: the top result is as similar to the query, by exact float32 cosine, as the exact best of the scope; a close match: that best is at least %.2f, where a semantic cache can hit; bytes/entry: Go heap in use after GC, over entries)\n", closeMatch)
 	return nil
 }
 
@@ -233,16 +238,19 @@ func measure(o options, emb *embed.Local, sentences, paraphrases []string, n int
 		perEntry = -1
 	}
 
-	for _, ef := range o.efs {
-		x.SetEfSearch(ef)
+	for _, probes := range o.probes {
+		x.SetSearch(probes, o.cfg.Rerank)
 		lat := make([]time.Duration, 0, len(qs))
+		cpu := make([]time.Duration, 0, len(qs))
 		found := map[string]int{}
 		total := map[string]int{}
 		now := time.Now()
+		runtime.LockOSThread() // for the thread's CPU clock
 		for _, q := range qs {
-			t0 := time.Now()
+			c0, t0 := threadCPU(), time.Now()
 			hits := x.Search("s", q.vec, 1, now)
 			lat = append(lat, time.Since(t0))
+			cpu = append(cpu, threadCPU()-c0)
 			kind := "far"
 			if q.best >= closeMatch {
 				kind = "close"
@@ -281,12 +289,39 @@ func measure(o options, emb *embed.Local, sentences, paraphrases []string, n int
 			exactP50 = fmt.Sprintf("%.0f", us(el[len(el)/2]))
 		}
 		slices.Sort(lat)
+		slices.Sort(cpu)
+		minP50, minP99, minRecall := "–", "–", "–"
+		if o.minSim > 0 {
+			ml := make([]time.Duration, 0, len(qs))
+			found, total := 0, 0
+			for _, q := range qs {
+				c0 := threadCPU()
+				hits := x.SearchMin("s", q.vec, 1, float32(o.minSim), now)
+				ml = append(ml, threadCPU()-c0)
+				if q.best < float32(o.minSim) {
+					continue
+				}
+				total++
+				if len(hits) == 1 {
+					id, _ := strconv.Atoi(hits[0].ID)
+					if vek32.Dot(q.vec, vecOf(text(sentences, id))) >= q.best-1e-6 {
+						found++
+					}
+				}
+			}
+			slices.Sort(ml)
+			minP50, minP99 = fmt.Sprintf("%.0f", us(ml[len(ml)/2])), fmt.Sprintf("%.0f", us(ml[len(ml)*99/100]))
+			if total > 0 {
+				minRecall = fmt.Sprintf("%.4f (%d)", float64(found)/float64(total), total)
+			}
+		}
+		runtime.UnlockOSThread()
 		bytes := "–"
 		if perEntry >= 0 {
 			bytes = fmt.Sprintf("%.0f", perEntry)
 		}
-		fmt.Printf("| %d | %.1f | %s | %d | %d | %.0f | %.0f | %s | %s | %s | %s |\n", n, us(insert)/float64(n), bytes, ef, len(qs),
-			us(lat[len(lat)/2]), us(lat[len(lat)*99/100]), recall("close"), recall("far"), recall("all"), exactP50)
+		fmt.Printf("| %d | %.1f | %s | %d | %d | %.0f | %.0f | %.0f | %.0f | %s | %s | %s | %s | %s | %s | %s |\n", n, us(insert)/float64(n), bytes, probes, len(qs),
+			us(lat[len(lat)/2]), us(lat[len(lat)*99/100]), us(cpu[len(cpu)/2]), us(cpu[len(cpu)*99/100]), recall("close"), recall("far"), recall("all"), minP50, minP99, minRecall, exactP50)
 	}
 	runtime.KeepAlive(x)
 	debug.FreeOSMemory()
@@ -296,6 +331,14 @@ func measure(o options, emb *embed.Local, sentences, paraphrases []string, n int
 // closeMatch is the exact best cosine from which a query counts as having
 // a close match: below the default threshold (0.91), with margin.
 const closeMatch = 0.8
+
+// threadCPU is the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID): a
+// query's cost without the time the shared machine took the CPU away.
+func threadCPU() time.Duration {
+	var ts syscall.Timespec
+	_, _, _ = syscall.Syscall(syscall.SYS_CLOCK_GETTIME, 3, uintptr(unsafe.Pointer(&ts)), 0)
+	return time.Duration(ts.Nano())
+}
 
 // cpuTime is the process's user and system CPU time so far.
 func cpuTime() time.Duration {

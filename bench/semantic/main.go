@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,6 +52,7 @@ type options struct {
 	guards      string
 	at          float64
 	vetoes      int
+	long        string
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -72,6 +74,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&o.sets, "sets", "gptcache,lcqmc,pawsx,mrpc", "data sets to run, comma-separated")
 	fs.StringVar(&o.guards, "guards", "numbers,negation,entity,order", "guards in the guards-on tables, comma-separated")
 	fs.IntVar(&o.vetoes, "show-vetoes", 0, "print up to this many label-1 pairs at or above --at that each guard vetoed, and label-0 pairs served")
+	fs.StringVar(&o.long, "long", "", "also measure long prompts: pairs that share this many sentences (comma-separated counts) and differ in a last one")
 	fs.Float64Var(&o.at, "at", cache.DefaultConfig().Semantic.Threshold, "threshold of the summary table")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -131,6 +134,23 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 				return fmt.Errorf("%s on %s: %w", ne.Name(), ds.Name, err)
 			}
 			summary = append(summary, row{ne.Name(), ds.Name, s})
+		}
+	}
+	if o.long != "" {
+		var shared []int
+		for _, f := range strings.Split(o.long, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 0 {
+				return fmt.Errorf("--long: %q is no sentence count", f)
+			}
+			shared = append(shared, n)
+		}
+		for _, ne := range embedders {
+			for _, ds := range datasets {
+				if err := reportLong(ctx, out, ne, guards, ds, shared, o.at); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	fmt.Fprintf(out, "\n## Summary at threshold %.2f, guards on\n\n", o.at)

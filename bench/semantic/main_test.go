@@ -52,6 +52,24 @@ func TestRunOnTinyData(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, text)
 		}
 	}
+	out.Reset()
+	if err := run(context.Background(), []string{"--data", dir, "--sets", "mrpc,lcqmc", "--long", "0,3"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	text = out.String()
+	for _, want := range []string{
+		"## Long prompts from mrpc_val.tsv, embedder local-512", "## Long prompts from lcqmc_dev.tsv, embedder local-512",
+		// With no shared sentence the pairs are the set's own first
+		// sentences, different ones: none reaches the threshold.
+		"| 0 |", "| 0.0% (0/2000) | 0.0% (0/2000) |", "| 3 |",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+	if err := run(context.Background(), []string{"--data", dir, "--long", "x"}, &out); err == nil {
+		t.Error("--long x succeeded")
+	}
 	if err := run(context.Background(), []string{"--data", filepath.Join(dir, "missing")}, &out); err == nil {
 		t.Error("run with a missing data directory succeeded")
 	}

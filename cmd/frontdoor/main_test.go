@@ -67,7 +67,7 @@ func TestCheckConfigAcceptsTheExamples(t *testing.T) {
 
 func TestCheckConfigReportsEveryProblemWithItsPath(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "bad.yaml")
-	bad := "nodes:\n  - {name: a, url: http://x:1, models: [m]}\n  - {name: b, url: \"127.0.0.1:9001\", models: [m]}\n  - {name: \"c\\r\\nX-Evil: 1\", url: http://x:2, models: [m]}\nbalancer: {policy: fastest}\ntimeouts: {client: 0s}\nserver: {engine: loop, io_uring: auto}\ncache: {bogus: 1, local_index: {m: 2, ef_search: 0}}\n"
+	bad := "nodes:\n  - {name: a, url: http://x:1, models: [m]}\n  - {name: b, url: \"127.0.0.1:9001\", models: [m]}\n  - {name: \"c\\r\\nX-Evil: 1\", url: http://x:2, models: [m]}\nbalancer: {policy: fastest}\ntimeouts: {client: 0s}\nserver: {engine: loop, io_uring: auto}\ncache: {bogus: 1, local_index: {list_size: 2, probes: 0}}\n"
 	if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestCheckConfigReportsEveryProblemWithItsPath(t *testing.T) {
 		// The event-loop engine is gone: its keys are refused, by name.
 		"server.engine: removed in this version: frontdoor has one HTTP server (fasthttp); delete the key",
 		"server.io_uring: removed in this version",
-		"cache.local_index.m must be within 4..64, got 2"} {
+		"cache.local_index.list_size must be within 16..1048576, got 2"} {
 		if !strings.Contains(errOut.String(), want) {
 			t.Fatalf("missing %q in:\n%s", want, errOut.String())
 		}
@@ -96,6 +96,7 @@ func TestCheckConfigCatchesRunTimeBreakage(t *testing.T) {
 cache:
   ttl: forever
   max_bytes: lots
+  local_index: {ef_search: 64}
 nodes:
   - name: a
     url: http://127.0.0.1:9001
@@ -129,13 +130,14 @@ models:
 		`listen: "28591" has no host part: write ":28591"`,
 		`cache.ttl: invalid duration "forever" (use units such as 50ms, 2s, 10m) (line 3)`,
 		`cache.max_bytes: invalid size "lots"`, "(line 4)",
-		"nodes[0].modles: unknown key \"modles\" (did you mean `models`?) (line 8)",
-		"nodes[1].max_concurency: unknown key \"max_concurency\" (did you mean `max_concurrency`?) (line 12)",
-		`balancer.retries: "many" is not an integer (line 16)`,
+		"nodes[0].modles: unknown key \"modles\" (did you mean `models`?) (line 9)",
+		"nodes[1].max_concurency: unknown key \"max_concurency\" (did you mean `max_concurrency`?) (line 13)",
+		`balancer.retries: "many" is not an integer (line 17)`,
 		`models[0].targets[1].model: "qwen3-8b-v2" is served by no node and is not in spillover.model_map`,
 		`models[1].targets[0].model: "qwen-plus-local" is served by no node`,
 		`tenants[0].models[2]: "qwen9" is neither a served model nor an alias`,
 		"spillover.api_key_env: environment variable DASHSCOPE_API_KEY is not set",
+		`cache.local_index.ef_search: removed key "ef_search": the in-process index is an inverted file now, not a graph; its settings are list_size, probes and rerank (docs/config.md) (line 5)`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %q in:\n%s", want, got)
@@ -344,22 +346,8 @@ func TestSIGTERMDrainsStreams(t *testing.T) {
 	}
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// lockedBuffer collects a process's output while it runs.
+type lockedBuffer = testenv.Buffer
 
 var (
 	buildOnce sync.Once
@@ -432,7 +420,7 @@ func TestTwoProcessesShareTheCache(t *testing.T) {
 	r := testenv.StartRedis(t)
 	cfg := fmt.Sprintf("cache: {backend: redis}\nredis: {url: %s}\nnodes:\n  - {name: a, url: %s, models: [qwen3-8b]}\n", r.URL(), node.URL())
 	a, _, _ := startServe(t, cfg)
-	b, _, _ := startServe(t, cfg)
+	b, _, logsB := startServe(t, cfg)
 	ask := func(base, question string) string {
 		resp, err := http.Post(base+"/v1/chat/completions", "application/json",
 			strings.NewReader(`{"model":"qwen3-8b","messages":[{"role":"user","content":"`+question+`"}]}`))
@@ -461,7 +449,7 @@ func TestTwoProcessesShareTheCache(t *testing.T) {
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
 		return strings.Contains(string(body), `"vector_entries":1`)
-	}, "A's vector never reached B's index")
+	}, "A's vector never reached B's index; B's log:\n%s", logsB)
 	received := node.Stats().Received
 	if xc := ask(b, "which ocean is the largest"); xc != "hit-semantic" {
 		t.Fatalf("reworded on B: %q", xc)

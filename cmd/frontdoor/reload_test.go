@@ -55,15 +55,19 @@ func chat(base, key string, stream bool) (status int, err error) {
 	if err != nil {
 		return resp.StatusCode, fmt.Errorf("body: %w", err)
 	}
-	if stream && resp.StatusCode == 200 && !strings.Contains(string(b), "data: [DONE]") {
+	if resp.StatusCode != 200 {
+		return resp.StatusCode, fmt.Errorf("answer %.300s (X-Upstream-Attempts %q)", b, resp.Header.Get("X-Upstream-Attempts"))
+	}
+	if stream && !strings.Contains(string(b), "data: [DONE]") {
 		return resp.StatusCode, fmt.Errorf("stream without [DONE]: %q", b)
 	}
 	return resp.StatusCode, nil
 }
 
-// runLoad sends requests from workers goroutines, alternating streams and
-// plain answers, until stop is closed.
-func runLoad(base func() string, key string, workers int, stop <-chan struct{}) (*loadResult, *sync.WaitGroup) {
+// runLoad sends requests from workers goroutines until stop is closed:
+// streams only when streamsOnly is set, otherwise streams and plain answers
+// in turn.
+func runLoad(base func() string, key string, workers int, streamsOnly bool, stop <-chan struct{}) (*loadResult, *sync.WaitGroup) {
 	res := &loadResult{}
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
@@ -74,10 +78,11 @@ func runLoad(base func() string, key string, workers int, stop <-chan struct{}) 
 					return
 				default:
 				}
-				status, err := chat(base(), key, (w+i)%2 == 0)
+				stream := streamsOnly || (w+i)%2 == 0
+				status, err := chat(base(), key, stream)
 				res.total.Add(1)
 				if err != nil || status != 200 {
-					res.fail("stream %v: status %d, error %v", (w+i)%2 == 0, status, err)
+					res.fail("stream %v: status %d, error %v", stream, status, err)
 				}
 			}
 		})
@@ -136,7 +141,7 @@ func TestSIGHUPReloadsUnderLoad(t *testing.T) {
 	}
 
 	stop := make(chan struct{})
-	res, wg := runLoad(func() string { return base }, "sk-load", 8, stop)
+	res, wg := runLoad(func() string { return base }, "sk-load", 8, false, stop)
 	time.Sleep(500 * time.Millisecond)
 
 	reloads := func() int { return strings.Count(logs.String(), `"msg":"config reloaded"`) }

@@ -1,13 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -120,6 +121,18 @@ func (lb *rrBalancer) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no ready replica", http.StatusServiceUnavailable)
 		return
 	}
+	// Buffer the request body before proxying, as nginx does by default
+	// (proxy_request_buffering on). Go's HTTP/1 server drains and closes
+	// an inbound body once the response starts, while the proxy's
+	// Transport may still read it for its end-of-body check; that read
+	// fails and the Transport drops the connection, cutting a stream that
+	// had already begun (golang/go#40747).
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
 	b.sent.Add(1)
 	b.proxy.ServeHTTP(w, r)
 }
@@ -131,14 +144,6 @@ func (lb *rrBalancer) serve(w http.ResponseWriter, r *http.Request) {
 func TestRollingRestartBehindABalancer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
-	}
-	// About one run in five, one stream of a few hundred through the test's
-	// Go ReverseProxy is cut ("use of closed network connection" in the
-	// proxy), with or without a restart: an open problem, not yet traced
-	// to frontdoor or to the test's proxy. Until it is, CI does not run
-	// this test; it runs with FRONTDOOR_ROLLING_TEST=1.
-	if os.Getenv("FRONTDOOR_ROLLING_TEST") == "" {
-		t.Skip("known intermittent stream cut under investigation; set FRONTDOOR_ROLLING_TEST=1 to run")
 	}
 	var cfg strings.Builder
 	cfg.WriteString("cache: {backend: off}\nlogging: {flush_interval: 0s, access_log: false}\nshutdown: {drain_delay: 1s, grace: 20s}\nnodes:\n")
@@ -153,10 +158,9 @@ func TestRollingRestartBehindABalancer(t *testing.T) {
 	lb.add(baseB)
 	testenv.Eventually(t, 3*time.Second, func() bool { return lb.ready() == 2 }, "replicas never ready")
 
-	// 50 workers, each running streams (and some plain requests) back to
-	// back through the balancer.
+	// 50 workers, each running streams back to back through the balancer.
 	stop := make(chan struct{})
-	res, wg := runLoad(func() string { return lbURL }, "", 50, stop)
+	res, wg := runLoad(func() string { return lbURL }, "", 50, true, stop)
 	testenv.Eventually(t, 5*time.Second, func() bool { return a.sent.Load() >= 25 }, "no load on replica A")
 
 	sentAtTerm := a.sent.Load()
@@ -201,7 +205,7 @@ func TestRollingRestartBehindABalancer(t *testing.T) {
 
 	close(stop)
 	wg.Wait()
-	t.Logf("through the balancer: %d requests (half of them streams), %d failed", res.total.Load(), res.failed.Load())
+	t.Logf("through the balancer: %d streams, %d failed", res.total.Load(), res.failed.Load())
 	if res.failed.Load() != 0 {
 		t.Fatalf("%d of %d requests failed, e.g. %s\nbalancer: %s\nreplica A's log:\n%s\nreplica B's log:\n%s", res.failed.Load(), res.total.Load(), res.firstErr, lb.errs.String(), logsA.String(), grepNot(logsB.String(), `"status":200`))
 	}

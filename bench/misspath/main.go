@@ -1,0 +1,534 @@
+// Command misspath measures frontdoor's cache miss path with a large
+// semantic scope against frontdoor with the cache off, side by side in one
+// run (issue 18, "Done when" 2).
+//
+// One gpusim answers both (zero TTFT and ITL, 16 tokens). frontdoor runs
+// twice: with `cache: {backend: off}` and with the default config (memory
+// store, semantic cache on). Before the measured window the default one is
+// preloaded with -preload unique prompts through its chat endpoint, all in
+// the scope the load then hits (same tenant, model, system prompt and
+// parameters), so each measured request is a miss that embeds, searches a
+// scope of at least -preload entries and writes back. wrk (one thread,
+// -conc connections) drives both targets in alternating rounds with a Lua
+// script that makes every prompt unique; the table gives medians of
+// requests/s and of each process's CPU time per request (from /proc).
+//
+//	go run ./bench/misspath [-preload 100000] [-rounds 5] [-duration 5s] [-conc 32] [-stream] [-dims 512,256] [-exact] [-profile cpu.pprof]
+//
+// -exact adds frontdoor with the exact cache only, which shows what the
+// semantic cache's part of a miss costs. -dims runs one default-config frontdoor per vector length listed (each
+// preloaded alike), to compare embedding sizes side by side. -profile
+// writes a CPU profile of each default-config frontdoor, taken from
+// /debug/pprof/profile during one extra wrk run after the rounds.
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"frontdoor/bench/internal/load"
+)
+
+type opts struct {
+	preload, rounds, conc int
+	dur                   time.Duration
+	stream                bool
+	profile               string
+	dims                  []int
+	dimsFlag              string
+	exact                 bool
+}
+
+func main() {
+	var o opts
+	flag.IntVar(&o.preload, "preload", 100000, "unique prompts stored in the scope before the measured rounds")
+	flag.IntVar(&o.rounds, "rounds", 5, "alternating rounds")
+	flag.DurationVar(&o.dur, "duration", 5*time.Second, "length of each wrk run")
+	flag.IntVar(&o.conc, "conc", 32, "wrk connections (one thread)")
+	flag.BoolVar(&o.stream, "stream", false, "also measure streaming requests")
+	flag.StringVar(&o.dimsFlag, "dims", "0", "cache.embedder.dims of the default-config frontdoor (0: the default); a comma-separated list runs one frontdoor each")
+	flag.BoolVar(&o.exact, "exact", false, "also measure frontdoor with the exact cache only (semantic off)")
+	flag.StringVar(&o.profile, "profile", "", "write a CPU profile of the default-config frontdoor under load to this file")
+	flag.Parse()
+	for _, f := range strings.Split(o.dimsFlag, ",") {
+		d, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || d < 0 {
+			fmt.Fprintf(os.Stderr, "misspath: -dims: %q is no vector length\n", f)
+			os.Exit(2)
+		}
+		o.dims = append(o.dims, d)
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "misspath:", err)
+		os.Exit(1)
+	}
+}
+
+// The request every wrk run sends, but for its prompt: the prompt differs
+// in one number, unique over the whole run (run k counts from k*runStride),
+// so it is never an exact hit, and the semantic cache's number guard
+// rejects its near twins, so it is never a semantic hit either (checked:
+// the run fails on any hit).
+const (
+	system = "You are a helpful assistant."
+	model  = "qwen3-8b"
+)
+
+func body(prompt string, stream bool) []byte {
+	b, _ := json.Marshal(map[string]any{
+		"model":       model,
+		"messages":    []map[string]string{{"role": "system", "content": system}, {"role": "user", "content": prompt}},
+		"temperature": 0.7, "max_tokens": 16, "stream": stream,
+	})
+	return b
+}
+
+const runStride = 10_000_000
+
+func prompt(n uint64) string {
+	return fmt.Sprintf("Order %d: what is the capital of France? Answer in one word.", n)
+}
+
+// wrkScript sends body(prompt(n), stream) with n counting up from the
+// first script argument times runStride: the body is cut around the number
+// here, so the load and the preload share one scope by construction.
+func wrkScript(stream bool) string {
+	const mark = 987654321
+	b := string(body(prompt(mark), stream))
+	k := strings.Index(b, strconv.Itoa(mark))
+	return `wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local n = 0
+function init(args)
+  n = tonumber(args[1]) * ` + strconv.Itoa(runStride) + `
+end
+function request()
+  n = n + 1
+  return wrk.format(nil, nil, nil, ` + strconv.Quote(b[:k]) + ` .. string.format("%d", n) .. ` + strconv.Quote(b[k+len(strconv.Itoa(mark)):]) + `)
+end
+`
+}
+
+type target struct {
+	name string
+	url  string // base, http://host:port
+	pid  int
+}
+
+func run(o opts) error {
+	if _, err := exec.LookPath("wrk"); err != nil {
+		return fmt.Errorf("wrk is not installed (apt-get install wrk): %w", err)
+	}
+	dir, err := os.MkdirTemp("", "fd-misspath")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if err := load.Build(dir, "frontdoor", "gpusim"); err != nil {
+		return err
+	}
+	addr := func(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
+	var procs []*exec.Cmd
+	defer func() {
+		for _, c := range procs {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	}()
+	start := func(c *exec.Cmd, health string) error {
+		if err := c.Start(); err != nil {
+			return err
+		}
+		procs = append(procs, c)
+		return load.WaitUp(health)
+	}
+	simAddr := addr(load.FreePort())
+	sim := exec.Command(filepath.Join(dir, "gpusim"), "--listen", simAddr, "--ttft", "0", "--itl", "0",
+		"--output-tokens", "16", "--max-num-seqs", "4096", "--model", model)
+	if err := start(sim, "http://"+simAddr+"/health"); err != nil {
+		return err
+	}
+	frontdoor := func(name, cache string) (target, error) {
+		port := load.FreePort()
+		cfg := fmt.Sprintf("listen: %s\nlogging: {level: info}\n%snodes:\n  - {name: sim, url: http://%s, models: [%s], max_concurrency: 4096}\n",
+			addr(port), cache, simAddr, model)
+		path := filepath.Join(dir, name+".yaml")
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			return target{}, err
+		}
+		logFile, err := os.Create(filepath.Join(dir, name+".log"))
+		if err != nil {
+			return target{}, err
+		}
+		c := exec.Command(filepath.Join(dir, "frontdoor"), "serve", "--config", path)
+		c.Stderr = logFile
+		base := "http://" + addr(port)
+		if err := start(c, base+"/healthz"); err != nil {
+			return target{}, err
+		}
+		return target{name: name, url: base, pid: c.Process.Pid}, nil
+	}
+	off, err := frontdoor("cache-off", "cache: {backend: off}\n")
+	if err != nil {
+		return err
+	}
+	var defs []target
+	for _, d := range o.dims {
+		name, cache := "default", ""
+		if d > 0 {
+			name, cache = fmt.Sprintf("default, dims %d", d), fmt.Sprintf("cache: {embedder: {dims: %d}}\n", d)
+		}
+		t, err := frontdoor(fmt.Sprintf("default-%d", d), cache)
+		if err != nil {
+			return err
+		}
+		t.name = name
+		defs = append(defs, t)
+	}
+
+	var exact []target
+	if o.exact {
+		// Exact cache only: a miss is a hash lookup and a stored entry, so
+		// a preload would change nothing.
+		t, err := frontdoor("exact-only", "cache: {semantic: {enabled: false}}\n")
+		if err != nil {
+			return err
+		}
+		t.name = "exact cache only"
+		exact = append(exact, t)
+	}
+
+	fmt.Printf("command: go run ./bench/misspath -preload %d -rounds %d -duration %s -conc %d -stream=%v -dims %s -exact=%v\n",
+		o.preload, o.rounds, o.dur, o.conc, o.stream, o.dimsFlag, o.exact)
+	for _, def := range defs {
+		t0 := time.Now()
+		cpu0, _ := load.CPUTime(def.pid)
+		if err := preload(def.url+"/v1/chat/completions", o.preload); err != nil {
+			return fmt.Errorf("%s: %w", def.name, err)
+		}
+		cpu1, _ := load.CPUTime(def.pid)
+		vecs, err := vectorEntries(def.url)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("preload of %s: %d unique prompts in %.1f s (%.0f µs of frontdoor CPU each); vector entries after: %d; RSS %d MB\n",
+			def.name, o.preload, time.Since(t0).Seconds(), load.Micros(cpu1-cpu0)/float64(o.preload), vecs, rssMB(def.pid))
+	}
+	targets := append(append([]target{off}, exact...), defs...)
+
+	modes := []bool{false}
+	if o.stream {
+		modes = append(modes, true)
+	}
+	fmt.Printf("\nwrk -t1 -c%d -d%s, every prompt unique; medians of %d alternating rounds\n\n", o.conc, o.dur, o.rounds)
+	fmt.Println("| requests | target | req/s | ratio to cache off | frontdoor CPU/req | gpusim CPU/req | write-backs dropped | vector entries at the end |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
+	runID := 0 // 0 is the preload's
+	for _, stream := range modes {
+		script := filepath.Join(dir, fmt.Sprintf("unique-%v.lua", stream))
+		if err := os.WriteFile(script, []byte(wrkScript(stream)), 0o600); err != nil {
+			return err
+		}
+		type sample struct{ rps, cpu, simCPU, dropped float64 }
+		samples := map[string][]sample{}
+		for r := 0; r < o.rounds; r++ {
+			for _, t := range targets {
+				runID++
+				d0, _ := drops(t.url)
+				h0, _ := counter(t.url, hitSeries)
+				sc0, _ := load.CPUTime(sim.Process.Pid)
+				c0, _ := load.CPUTime(t.pid)
+				res, err := wrkRun(script, t.url+"/v1/chat/completions", o.conc, o.dur, runID)
+				if err != nil {
+					return fmt.Errorf("wrk %s: %w", t.name, err)
+				}
+				c1, _ := load.CPUTime(t.pid)
+				sc1, _ := load.CPUTime(sim.Process.Pid)
+				// Write-backs still queued when the run ends may be dropped
+				// after it: wait for the queue to drain before counting.
+				time.Sleep(time.Second)
+				d1, _ := drops(t.url)
+				if h1, _ := counter(t.url, hitSeries); h1 != h0 {
+					return fmt.Errorf("%s: %.0f cache hits in a run of unique prompts", t.name, h1-h0)
+				}
+				samples[t.name] = append(samples[t.name], sample{res.rps,
+					load.Micros(c1-c0) / float64(res.requests), load.Micros(sc1-sc0) / float64(res.requests),
+					float64(d1-d0) / float64(res.requests)})
+			}
+		}
+		med := func(name string, f func(sample) float64) float64 {
+			var v []float64
+			for _, s := range samples[name] {
+				v = append(v, f(s))
+			}
+			return load.MedianOf(v)
+		}
+		kind := "non-streaming"
+		if stream {
+			kind = "streaming (16 chunks)"
+		}
+		base := med(off.name, func(s sample) float64 { return s.rps })
+		for _, t := range targets {
+			rps := med(t.name, func(s sample) float64 { return s.rps })
+			n, dropped := "–", "–"
+			if t.name != off.name {
+				dropped = fmt.Sprintf("%.0f%%", 100*med(t.name, func(s sample) float64 { return s.dropped }))
+				v, err := vectorEntries(t.url)
+				if err != nil {
+					return err
+				}
+				n = strconv.FormatInt(v, 10)
+			}
+			fmt.Printf("| %s | %s | %.0f | **%.2f** | %.1f µs | %.1f µs | %s | %s |\n", kind, t.name, rps, rps/base,
+				med(t.name, func(s sample) float64 { return s.cpu }), med(t.name, func(s sample) float64 { return s.simCPU }), dropped, n)
+		}
+	}
+	fmt.Printf("\nRSS at the end: cache off %d MB", rssMB(off.pid))
+	for _, def := range defs {
+		fmt.Printf(", %s %d MB", def.name, rssMB(def.pid))
+	}
+	fmt.Println()
+
+	if o.profile != "" {
+		for i, def := range defs {
+			path := o.profile
+			if len(defs) > 1 {
+				path = fmt.Sprintf("%s.%d", o.profile, o.dims[i])
+			}
+			if err := profile(o, dir, def, path); err != nil {
+				return err
+			}
+			fmt.Printf("CPU profile of %s under the same load: %s\n", def.name, path)
+		}
+	}
+	return nil
+}
+
+// preload stores n unique prompts through url. The write-back queue drops
+// what it cannot store in time (a miss path at full speed writes faster
+// than the index inserts), so prompts go in chunks, each waiting for the
+// store to settle, until it holds n vectors.
+func preload(url string, n int) error {
+	base := url[:len(url)-len("/v1/chat/completions")]
+	client := &fasthttp.Client{MaxConnsPerHost: 64, ReadTimeout: 30 * time.Second}
+	var next atomic.Uint64
+	have := int64(0)
+	for stalls := 0; have < int64(n); {
+		chunk := min(int64(n)-have, 4000)
+		if err := send(client, url, &next, next.Load()+uint64(chunk), 8); err != nil {
+			return err
+		}
+		// Wait until the count stops moving.
+		for prev := int64(-1); ; {
+			v, err := vectorEntries(base)
+			if err != nil {
+				return err
+			}
+			if v == prev {
+				break
+			}
+			prev = v
+		}
+		v, _ := vectorEntries(base)
+		if v == have {
+			if stalls++; stalls > 3 {
+				return fmt.Errorf("preload: the store stays at %d vectors", v)
+			}
+		}
+		have = v
+	}
+	return nil
+}
+
+// send posts the prompts numbered up to last with c workers; every answer
+// must be a miss.
+func send(client *fasthttp.Client, url string, next *atomic.Uint64, last uint64, c int) error {
+	var wg sync.WaitGroup
+	errc := make(chan error, c)
+	for range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			for {
+				i := next.Add(1)
+				if i > last {
+					next.Store(last)
+					return
+				}
+				req.Reset()
+				req.SetRequestURI(url)
+				req.Header.SetMethod(fasthttp.MethodPost)
+				req.Header.SetContentType("application/json")
+				req.SetBodyRaw(body(prompt(i), false))
+				if err := client.Do(req, resp); err != nil {
+					errc <- err
+					return
+				}
+				if resp.StatusCode() != 200 || string(resp.Header.Peek("X-Cache")) != "miss" {
+					errc <- fmt.Errorf("preload: status %d, X-Cache %q: %.200s", resp.StatusCode(), resp.Header.Peek("X-Cache"), resp.Body())
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	return <-errc
+}
+
+var (
+	vectorGauge = regexp.MustCompile(`(?m)^frontdoor_cache_vector_entries ([0-9.e+]+)$`)
+	dropCounter = regexp.MustCompile(`(?m)^frontdoor_cache_writes_dropped_total\{[^}]*\} ([0-9.e+]+)$`)
+)
+
+// vectorEntries reads frontdoor_cache_vector_entries, after waiting for
+// its refresh (every 2 s).
+func vectorEntries(base string) (int64, error) {
+	time.Sleep(2100 * time.Millisecond)
+	b, err := scrape(base)
+	if err != nil {
+		return 0, err
+	}
+	m := vectorGauge.FindSubmatch(b)
+	if m == nil {
+		return 0, fmt.Errorf("no frontdoor_cache_vector_entries in /metrics")
+	}
+	f, err := strconv.ParseFloat(string(m[1]), 64)
+	return int64(f), err
+}
+
+// drops is frontdoor_cache_writes_dropped_total summed over its reasons.
+func drops(base string) (int64, error) {
+	n, err := counter(base, dropCounter)
+	return int64(n), err
+}
+
+// hitSeries are the cache's hit counters, exact and semantic.
+var hitSeries = regexp.MustCompile(`(?m)^frontdoor_cache_requests_total\{result="hit_[a-z]+"[^}]*\} ([0-9.e+]+)$`)
+
+// counter sums the series re matches (its first group is the value); a
+// target without them counts 0.
+func counter(base string, re *regexp.Regexp) (float64, error) {
+	b, err := scrape(base)
+	if err != nil {
+		return 0, err
+	}
+	var n float64
+	for _, m := range re.FindAllSubmatch(b, -1) {
+		f, err := strconv.ParseFloat(string(m[1]), 64)
+		if err != nil {
+			return 0, err
+		}
+		n += f
+	}
+	return n, nil
+}
+
+func scrape(base string) ([]byte, error) {
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(resp.Body)
+}
+
+func rssMB(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	m := regexp.MustCompile(`VmRSS:\s+(\d+) kB`).FindSubmatch(b)
+	if m == nil {
+		return -1
+	}
+	kb, _ := strconv.ParseInt(string(m[1]), 10, 64)
+	return kb >> 10
+}
+
+// profile takes a CPU profile of t while wrk drives it with unique prompts.
+func profile(o opts, dir string, t target, path string) error {
+	script := filepath.Join(dir, "unique-false.lua")
+	secs := max(int(o.dur.Seconds())-1, 1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := wrkRun(script, t.url+"/v1/chat/completions", o.conc, o.dur+2*time.Second, 99)
+		done <- err
+	}()
+	time.Sleep(time.Second)
+	resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", t.url, secs))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("profile: status %d", resp.StatusCode)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return <-done
+}
+
+type wrkResult struct {
+	rps      float64
+	requests int
+}
+
+var (
+	wrkRate   = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	wrkCount  = regexp.MustCompile(`(\d+) requests in`)
+	wrkErrors = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)|Socket errors: .*`)
+)
+
+// wrkRun drives url with wrk, one thread; any non-2xx answer or socket
+// error fails the run.
+func wrkRun(script, url string, conc int, dur time.Duration, runID int) (wrkResult, error) {
+	out, err := exec.Command("wrk", "-t1", fmt.Sprintf("-c%d", conc), fmt.Sprintf("-d%ds", int(dur.Seconds())),
+		"-s", script, url, "--", strconv.Itoa(runID)).CombinedOutput()
+	if err != nil {
+		return wrkResult{}, fmt.Errorf("%w: %s", err, out)
+	}
+	if m := wrkErrors.Find(out); m != nil {
+		return wrkResult{}, fmt.Errorf("wrk saw errors: %s", m)
+	}
+	r, c := wrkRate.FindSubmatch(out), wrkCount.FindSubmatch(out)
+	if r == nil || c == nil {
+		return wrkResult{}, fmt.Errorf("no Requests/sec in wrk output: %s", out)
+	}
+	rps, err := strconv.ParseFloat(string(r[1]), 64)
+	if err != nil {
+		return wrkResult{}, err
+	}
+	n, err := strconv.Atoi(string(c[1]))
+	if err != nil || n == 0 {
+		return wrkResult{}, fmt.Errorf("wrk made no requests: %s", bytes.TrimSpace(out))
+	}
+	return wrkResult{rps: rps, requests: n}, nil
+}
