@@ -241,10 +241,32 @@ func (s *Assembler) Answer() (*Answer, error) {
 }
 
 // IsUsageOnly reports whether a stream event's data is the usage chunk that
-// include_usage adds (no choices), cheaply and without parsing.
+// include_usage adds (no choices), cheaply and without parsing: the first
+// "choices" key (a key: a quote inside a string is escaped) holds an empty
+// array, and "usage" follows. It runs on every event, so it stops at the
+// choices key instead of searching the whole event for "choices":[].
 func IsUsageOnly(data []byte) bool {
-	return bytes.Contains(data, []byte(`"choices":[]`)) && bytes.Contains(data, []byte(`"usage":`))
+	i := bytes.Index(data, choicesKey)
+	if i < 0 {
+		return false
+	}
+	rest := bytes.TrimLeft(data[i+len(choicesKey):], jsonSpace)
+	if len(rest) == 0 || rest[0] != '[' {
+		return false
+	}
+	rest = bytes.TrimLeft(rest[1:], jsonSpace)
+	if len(rest) == 0 || rest[0] != ']' {
+		return false
+	}
+	return bytes.Contains(data, usageKey)
 }
+
+var (
+	choicesKey = []byte(`"choices":`)
+	usageKey   = []byte(`"usage":`)
+)
+
+const jsonSpace = " \t\r\n"
 
 // AppendCompletionJSON renders a as a non-streaming answer: chat.completion
 // for chat, text_completion for completions.

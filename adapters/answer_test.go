@@ -134,3 +134,41 @@ func TestParseUsage(t *testing.T) {
 		}
 	}
 }
+
+func TestIsUsageOnly(t *testing.T) {
+	for _, c := range []struct {
+		data string
+		want bool
+	}{
+		{`{"id":"c","object":"chat.completion.chunk","model":"m","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}`, true},
+		{`{"id":"c","choices": [ ],"usage":{"total_tokens":5}}`, true},
+		{"{\"choices\":\n[\t]\n,\"usage\":{}}", true},
+		{`{"id":"c","choices":[{"index":0,"delta":{"content":"hi"}}],"usage":null}`, false},
+		{`{"id":"c","choices":[{"index":0,"delta":{"content":"\"choices\":[],\"usage\":{}"}}]}`, false},
+		{`{"id":"c","choices":[]}`, false},
+		{`{"usage":{"total_tokens":5}}`, false},
+		{`{"choices":`, false},
+		{`{"choices":[`, false},
+		{``, false},
+	} {
+		if got := IsUsageOnly([]byte(c.data)); got != c.want {
+			t.Errorf("IsUsageOnly(%s) = %v, want %v", c.data, got, c.want)
+		}
+	}
+}
+
+func FuzzIsUsageOnly(f *testing.F) {
+	f.Add([]byte(`{"choices":[],"usage":{}}`))
+	f.Add([]byte(`{"choices":[{"delta":{}}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got := IsUsageOnly(data)
+		// Without whitespace, it agrees with the plain search it replaced
+		// whenever the first choices key is the one holding [].
+		if !bytes.ContainsAny(data, " \t\r\n") && bytes.Count(data, []byte(`"choices":`)) <= 1 {
+			want := bytes.Contains(data, []byte(`"choices":[]`)) && bytes.Contains(data, []byte(`"usage":`))
+			if got != want {
+				t.Fatalf("IsUsageOnly(%q) = %v, want %v", data, got, want)
+			}
+		}
+	})
+}

@@ -141,7 +141,8 @@ type UpstreamResponse struct {
 	resp     *fasthttp.Response
 	conn     *trackedConn
 	sse      *SSEReader
-	first    *SSEEvent // read before Send returned; handed out by the first Next
+	first    *SSEEvent    // read before Send returned; handed out by the first Next
+	onRead   func() error // see OnRead
 	idle     time.Duration
 	deadline time.Time
 }
@@ -160,12 +161,10 @@ func (r *UpstreamResponse) Next() (SSEEvent, error) {
 		r.first = nil
 		return r.rename(ev), nil
 	}
-	if r.conn != nil && !r.sse.Buffered() {
-		d := time.Now().Add(r.idle)
-		if d.After(r.deadline) {
-			d = r.deadline
+	if r.conn == nil && r.onRead != nil && !r.sse.Buffered() {
+		if err := r.onRead(); err != nil {
+			return SSEEvent{}, err
 		}
-		_ = r.conn.Conn.SetReadDeadline(d)
 	}
 	ev, err := r.sse.Next()
 	if err != nil && isTimeout(err) {
@@ -182,10 +181,30 @@ func (r *UpstreamResponse) rename(ev SSEEvent) SSEEvent {
 	return ev
 }
 
-// Buffered reports whether the next event is already in memory, so a flush
-// to the client can wait.
-func (r *UpstreamResponse) Buffered() bool {
-	return r.first != nil || (r.sse != nil && r.sse.Buffered())
+// OnRead sets f to run each time reading the stream is about to read the
+// upstream's socket, where it may wait for the node: a caller that batches
+// events (a pump writing to a client) flushes them in f, so what arrived in
+// one read leaves in one write and no event waits for the next. Without a
+// socket to watch, f runs before every Next that finds the event reader's
+// buffer empty. An error from f fails that read, and so Next.
+func (r *UpstreamResponse) OnRead(f func() error) {
+	r.onRead = f
+}
+
+// beforeRead runs before each read of a stream's socket: the caller's
+// OnRead, then the idle deadline for this read (never past the total one).
+func (r *UpstreamResponse) beforeRead() error {
+	if r.onRead != nil {
+		if err := r.onRead(); err != nil {
+			return err
+		}
+	}
+	d := time.Now().Add(r.idle)
+	if d.After(r.deadline) {
+		d = r.deadline
+	}
+	_ = r.conn.Conn.SetReadDeadline(d)
+	return nil
 }
 
 // Interrupt cuts a streaming answer's connection from another goroutine;
@@ -199,6 +218,9 @@ func (r *UpstreamResponse) Interrupt() {
 // Close releases the answer. An unfinished stream closes its connection, so
 // the upstream sees the request end at once.
 func (r *UpstreamResponse) Close() {
+	if r.conn != nil {
+		r.conn.before = nil
+	}
 	if r.resp != nil {
 		_ = r.resp.CloseBodyStream()
 		fasthttp.ReleaseResponse(r.resp)
@@ -254,20 +276,24 @@ func NewHTTPBackend(t Target, cfg Config) (*HTTPBackend, error) {
 	}
 	dialer := &net.Dialer{Timeout: cfg.Connect, KeepAlive: 30 * time.Second}
 	b.client = &fasthttp.HostClient{
-		Addr:                          host,
-		Name:                          "frontdoor",
-		IsTLS:                         u.Scheme == "https",
-		TLSConfig:                     cfg.TLS,
-		MaxConns:                      cfg.MaxConns,
-		MaxIdleConnDuration:           30 * time.Second,
-		ReadBufferSize:                16 << 10,
+		Addr:                host,
+		Name:                "frontdoor",
+		IsTLS:               u.Scheme == "https",
+		TLSConfig:           cfg.TLS,
+		MaxConns:            cfg.MaxConns,
+		MaxIdleConnDuration: 30 * time.Second,
+		// The read buffer is held by every open stream; it bounds the
+		// answer's header, as nginx's proxy_buffer_size (4 KiB on x86-64)
+		// does.
+		// The write buffer is only held while a request is written.
+		ReadBufferSize:                upstreamReadBuffer,
 		WriteBufferSize:               16 << 10,
 		MaxResponseBodySize:           64 << 20,
 		DisableHeaderNamesNormalizing: false,
 		NoDefaultUserAgentHeader:      true,
 		RetryIfErr:                    func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
 		Dial: func(addr string) (net.Conn, error) {
-			c, err := dialer.Dial("tcp", addr)
+			c, err := dialAside(dialer, addr)
 			if err != nil {
 				return nil, fmt.Errorf("%w: %w", ErrConnect, err)
 			}
@@ -278,6 +304,30 @@ func NewHTTPBackend(t Target, cfg Config) (*HTTPBackend, error) {
 	}
 	return b, nil
 }
+
+// dialAside dials on a goroutine of its own. The dial path (resolver,
+// socket, poller) is deep: run on the caller's goroutine (a client
+// connection's, which goes on to pump the stream) it grows that stack from
+// 8 to 16 KiB, and the GC never shrinks it back while the pump is parked
+// (its frames are over a quarter of 16 KiB): 8 MB at 1,000 open streams,
+// each of which dials its own upstream connection. A goroutine per new
+// connection costs far less.
+func dialAside(d *net.Dialer, addr string) (net.Conn, error) {
+	type dialed struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan dialed, 1)
+	go func() {
+		c, err := d.Dial("tcp", addr)
+		ch <- dialed{c, err}
+	}()
+	r := <-ch
+	return r.c, r.err
+}
+
+// upstreamReadBuffer is the upstream connections' read buffer.
+const upstreamReadBuffer = 4 << 10
 
 var headerRequestID = []byte("X-Request-Id")
 
@@ -408,6 +458,9 @@ func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamR
 		return nil, classify(err)
 	}
 	out.first = ev.Clone()
+	if out.conn != nil {
+		out.conn.before = out.beforeRead
+	}
 	return out, nil
 }
 
@@ -440,7 +493,17 @@ func isTimeout(err error) bool {
 // deadlines) through the local address fasthttp records on the response.
 type trackedConn struct {
 	net.Conn
-	local connAddr
+	local  connAddr
+	before func() error // while a stream is read: its beforeRead
+}
+
+func (c *trackedConn) Read(p []byte) (int, error) {
+	if c.before != nil {
+		if err := c.before(); err != nil {
+			return 0, err
+		}
+	}
+	return c.Conn.Read(p)
 }
 
 func (c *trackedConn) LocalAddr() net.Addr { return &c.local }

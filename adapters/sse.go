@@ -40,14 +40,19 @@ func (e *SSEEvent) IsDone() bool { return bytes.Equal(e.Data, sseDone) }
 // SSEReader splits a text/event-stream into events.
 type SSEReader struct {
 	br   *bufio.Reader
+	long []byte // a line longer than br's buffer, gathered
 	raw  []byte
 	data []byte
 	name []byte
 }
 
+// sseBufSize is the reader's buffer. Events are a few hundred bytes and
+// r (an upstream body) is buffered already; longer lines are gathered.
+const sseBufSize = 2 << 10
+
 // NewSSEReader reads events from r.
 func NewSSEReader(r io.Reader) *SSEReader {
-	return &SSEReader{br: bufio.NewReaderSize(r, 8192)}
+	return &SSEReader{br: bufio.NewReaderSize(r, sseBufSize)}
 }
 
 // Reset reuses the reader for r.
@@ -66,7 +71,7 @@ func (s *SSEReader) Next() (SSEEvent, error) {
 		line, err := s.br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
 			// A long line: gather it whole.
-			full := append([]byte(nil), line...)
+			full := append(s.long[:0], line...)
 			for errors.Is(err, bufio.ErrBufferFull) {
 				line, err = s.br.ReadSlice('\n')
 				full = append(full, line...)
@@ -74,6 +79,7 @@ func (s *SSEReader) Next() (SSEEvent, error) {
 					return SSEEvent{}, ErrSSEEventTooLarge
 				}
 			}
+			s.long = full
 			line = full
 		}
 		if len(line) > 0 {

@@ -1,7 +1,6 @@
 package router
 
 import (
-	"bufio"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -340,7 +339,7 @@ func (g *Gateway) replay(ctx *fasthttp.RequestCtx, x *exchange, a *adapters.Answ
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
 	done := x.handOff()
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+	setStreamBody(ctx, func(w flushWriter) {
 		defer done(-1)
 		for i, ev := range events {
 			if _, err := w.Write(ev); err != nil {

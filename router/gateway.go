@@ -155,7 +155,11 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		DisableHeaderNamesNormalizing: false,
 		CloseOnShutdown:               true,
 		ReadBufferSize:                16 << 10,
-		Logger:                        fasthttpLogger{g.log},
+		// Hand the read buffer back to a pool once a request is read, so
+		// an open stream does not hold 16 KiB it will never use (the
+		// limit on header size stays 16 KiB).
+		ReduceMemoryUsage: true,
+		Logger:            fasthttpLogger{g.log},
 	}
 	return g, nil
 }

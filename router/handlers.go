@@ -1,7 +1,6 @@
 package router
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -803,7 +802,7 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.N
 	g.streams.Add(1)
 	g.live.add(resp)
 	g.metrics.streams.Add(1)
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+	setStreamBody(ctx, func(w flushWriter) {
 		r := pumped{broken: true}
 		defer func() {
 			if r := recover(); r != nil {
@@ -838,6 +837,9 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.N
 	})
 }
 
+// errClientGone stops a pump's read of the node once its client is gone.
+var errClientGone = errors.New("client gone")
+
 // pumped is what a stream's pump saw.
 type pumped struct {
 	broken     bool
@@ -861,16 +863,37 @@ func (g *Gateway) settle(x *exchange, u adapters.Usage, known bool) {
 	x.trc.usage(u)
 }
 
-// pump copies upstream events to the client as they arrive, flushing
-// whenever nothing more is buffered, and publishes them to the flight. When
-// the client goes away the upstream is closed at once, unless followers of
-// the flight still read it. It reports whether the stream broke.
-func (g *Gateway) pump(w *bufio.Writer, id string, resp *adapters.UpstreamResponse, f *flight, asm *adapters.Assembler, wantUsage bool) (r pumped) {
+// pump copies upstream events to the client as they arrive and publishes
+// them to the flight. It flushes before each read of the upstream's socket:
+// what one read brought leaves in one chunk and one write, and no event
+// waits for the next. When the client goes away the upstream is closed at
+// once, unless followers of the flight still read it. It reports whether
+// the stream broke.
+func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse, f *flight, asm *adapters.Assembler, wantUsage bool) (r pumped) {
 	clientOK := true
+	alone := func() bool { return f == nil || f.followers.Load() == 0 }
+	resp.OnRead(func() error {
+		if clientOK && w.Flush() != nil {
+			clientOK = false
+			g.metrics.clientAborts.Inc()
+		}
+		if !clientOK && alone() {
+			return errClientGone // no reader left: stop reading the node
+		}
+		return nil
+	})
 	for ; ; r.events++ {
+		if !clientOK && alone() {
+			r.broken = true
+			return r
+		}
 		ev, err := resp.Next()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
+				return r
+			}
+			if !clientOK && alone() {
+				r.broken = true
 				return r
 			}
 			g.log.Warn("upstream stream broke", "request_id", id, "error", err.Error())
@@ -897,19 +920,10 @@ func (g *Gateway) pump(w *bufio.Writer, id string, resp *adapters.UpstreamRespon
 			f.publish(ev.Raw, usageOnly)
 		}
 		if clientOK && (!usageOnly || wantUsage) {
-			if _, err := w.Write(ev.Raw); err == nil && !resp.Buffered() {
-				err = w.Flush()
-				clientOK = err == nil
-			} else if err != nil {
+			if _, err := w.Write(ev.Raw); err != nil {
 				clientOK = false
-			}
-			if !clientOK {
 				g.metrics.clientAborts.Inc()
 			}
-		}
-		if !clientOK && (f == nil || f.followers.Load() == 0) {
-			r.broken = true
-			return r
 		}
 	}
 }
@@ -966,7 +980,7 @@ func (g *Gateway) follow(ctx *fasthttp.RequestCtx, x *exchange, f *flight) bool 
 	wantUsage := x.req.IncludeUsage
 	f.followers.Add(1)
 	done := x.handOff()
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+	setStreamBody(ctx, func(w flushWriter) {
 		defer done(-1)
 		defer f.followers.Add(-1)
 		for i := 0; ; i++ {

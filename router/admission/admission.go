@@ -208,7 +208,6 @@ func New(cfg Config, tenants map[string]Limits, client redis.UniversalClient) (*
 	if err := a.SetTenants(tenants); err != nil {
 		return nil, err
 	}
-	warmTokenizer()
 	if cfg.Backend == BackendRedis {
 		a.rs = newRedisBackend(client, cfg.KeyPrefix+"a:", cfg)
 		a.rs.loadScripts()
@@ -250,8 +249,13 @@ func (a *Admitter) SetTenants(tenants map[string]Limits) error {
 		next[name] = ts
 	}
 	a.tenants.Store(&next)
+	counts := a.global.TokensPerMinute > 0
 	for _, ts := range next {
 		a.m.addTenant(ts)
+		counts = counts || ts.lim.TokensPerMinute > 0
+	}
+	if counts {
+		WarmTokenizer()
 	}
 	return nil
 }

@@ -20,10 +20,13 @@ var (
 	codecReady   = make(chan struct{})
 )
 
-// warmTokenizer loads the o200k_base vocabulary once, in the background
+// WarmTokenizer loads the o200k_base vocabulary once, in the background
 // (it takes a fraction of a second; the vocabulary is shared with every
-// other o200k_base codec in the process).
-func warmTokenizer() {
+// other o200k_base codec in the process). It is 6-11 MB of heap, so it is
+// loaded only where tokens are counted: for a token budget
+// (SetTenants) or a context window (the router), else on the first
+// CountTokens.
+func WarmTokenizer() {
 	if !codecStarted.CompareAndSwap(false, true) {
 		return
 	}
@@ -48,7 +51,7 @@ func CountTokens(text string) int {
 				return n
 			}
 		} else {
-			warmTokenizer()
+			WarmTokenizer()
 		}
 	}
 	return estimateTokens(text)

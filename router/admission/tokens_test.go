@@ -11,7 +11,7 @@ import (
 
 func waitTokenizer(t testing.TB) tokenizer.Codec {
 	t.Helper()
-	warmTokenizer()
+	WarmTokenizer()
 	select {
 	case <-codecReady:
 	case <-time.After(30 * time.Second):
