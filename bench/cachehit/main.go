@@ -62,21 +62,10 @@ func run(rounds int, dur time.Duration, conc int) error {
 	if err := load.Build(dir, "frontdoor", "gpusim"); err != nil {
 		return err
 	}
-	var procs []*exec.Cmd
-	defer func() {
-		for _, p := range procs {
-			_ = p.Process.Kill()
-			_ = p.Wait()
-		}
-	}()
+	var procs load.Procs
+	defer procs.Stop()
 	start := func(name string, args ...string) error {
-		c := exec.Command(name, args...)
-		c.Stderr = nil
-		if err := c.Start(); err != nil {
-			return err
-		}
-		procs = append(procs, c)
-		return nil
+		return procs.Start(exec.Command(name, args...), "")
 	}
 	simPort, redisPort, barePort := load.FreePort(), load.FreePort(), load.FreePort()
 	if err := start(filepath.Join(dir, "gpusim"), "--listen", addr(simPort), "--ttft", "0", "--itl", "0", "--output-tokens", "64"); err != nil {

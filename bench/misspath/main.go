@@ -23,7 +23,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -143,20 +142,9 @@ func run(o opts) error {
 		return err
 	}
 	addr := func(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
-	var procs []*exec.Cmd
-	defer func() {
-		for _, c := range procs {
-			_ = c.Process.Kill()
-			_ = c.Wait()
-		}
-	}()
-	start := func(c *exec.Cmd, health string) error {
-		if err := c.Start(); err != nil {
-			return err
-		}
-		procs = append(procs, c)
-		return load.WaitUp(health)
-	}
+	var procs load.Procs
+	defer procs.Stop()
+	start := procs.Start
 	simAddr := addr(load.FreePort())
 	sim := exec.Command(filepath.Join(dir, "gpusim"), "--listen", simAddr, "--ttft", "0", "--itl", "0",
 		"--output-tokens", "16", "--max-num-seqs", "4096", "--model", model)
@@ -164,21 +152,9 @@ func run(o opts) error {
 		return err
 	}
 	frontdoor := func(name, cache string) (target, error) {
-		port := load.FreePort()
-		cfg := fmt.Sprintf("listen: %s\nlogging: {level: info}\n%snodes:\n  - {name: sim, url: http://%s, models: [%s], max_concurrency: 4096}\n",
-			addr(port), cache, simAddr, model)
-		path := filepath.Join(dir, name+".yaml")
-		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-			return target{}, err
-		}
-		logFile, err := os.Create(filepath.Join(dir, name+".log"))
+		base, c, err := procs.StartFrontdoor(dir, name, fmt.Sprintf("logging: {level: info}\n%snodes:\n  - {name: sim, url: http://%s, models: [%s], max_concurrency: 4096}\n",
+			cache, simAddr, model))
 		if err != nil {
-			return target{}, err
-		}
-		c := exec.Command(filepath.Join(dir, "frontdoor"), "serve", "--config", path)
-		c.Stderr = logFile
-		base := "http://" + addr(port)
-		if err := start(c, base+"/healthz"); err != nil {
 			return target{}, err
 		}
 		return target{name: name, url: base, pid: c.Process.Pid}, nil
@@ -253,7 +229,7 @@ func run(o opts) error {
 				h0, _ := counter(t.url, hitSeries)
 				sc0, _ := load.CPUTime(sim.Process.Pid)
 				c0, _ := load.CPUTime(t.pid)
-				res, err := wrkRun(script, t.url+"/v1/chat/completions", o.conc, o.dur, runID)
+				res, err := load.Wrk(script, t.url+"/v1/chat/completions", o.conc, o.dur, strconv.Itoa(runID))
 				if err != nil {
 					return fmt.Errorf("wrk %s: %w", t.name, err)
 				}
@@ -266,9 +242,9 @@ func run(o opts) error {
 				if h1, _ := counter(t.url, hitSeries); h1 != h0 {
 					return fmt.Errorf("%s: %.0f cache hits in a run of unique prompts", t.name, h1-h0)
 				}
-				samples[t.name] = append(samples[t.name], sample{res.rps,
-					load.Micros(c1-c0) / float64(res.requests), load.Micros(sc1-sc0) / float64(res.requests),
-					float64(d1-d0) / float64(res.requests)})
+				samples[t.name] = append(samples[t.name], sample{res.Rate,
+					load.Micros(c1-c0) / float64(res.Requests), load.Micros(sc1-sc0) / float64(res.Requests),
+					float64(d1-d0) / float64(res.Requests)})
 			}
 		}
 		med := func(name string, f func(sample) float64) float64 {
@@ -470,7 +446,7 @@ func profile(o opts, dir string, t target, path string) error {
 	secs := max(int(o.dur.Seconds())-1, 1)
 	done := make(chan error, 1)
 	go func() {
-		_, err := wrkRun(script, t.url+"/v1/chat/completions", o.conc, o.dur+2*time.Second, 99)
+		_, err := load.Wrk(script, t.url+"/v1/chat/completions", o.conc, o.dur+2*time.Second, "99")
 		done <- err
 	}()
 	time.Sleep(time.Second)
@@ -494,41 +470,4 @@ func profile(o opts, dir string, t target, path string) error {
 		return err
 	}
 	return <-done
-}
-
-type wrkResult struct {
-	rps      float64
-	requests int
-}
-
-var (
-	wrkRate   = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
-	wrkCount  = regexp.MustCompile(`(\d+) requests in`)
-	wrkErrors = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)|Socket errors: .*`)
-)
-
-// wrkRun drives url with wrk, one thread; any non-2xx answer or socket
-// error fails the run.
-func wrkRun(script, url string, conc int, dur time.Duration, runID int) (wrkResult, error) {
-	out, err := exec.Command("wrk", "-t1", fmt.Sprintf("-c%d", conc), fmt.Sprintf("-d%ds", int(dur.Seconds())),
-		"-s", script, url, "--", strconv.Itoa(runID)).CombinedOutput()
-	if err != nil {
-		return wrkResult{}, fmt.Errorf("%w: %s", err, out)
-	}
-	if m := wrkErrors.Find(out); m != nil {
-		return wrkResult{}, fmt.Errorf("wrk saw errors: %s", m)
-	}
-	r, c := wrkRate.FindSubmatch(out), wrkCount.FindSubmatch(out)
-	if r == nil || c == nil {
-		return wrkResult{}, fmt.Errorf("no Requests/sec in wrk output: %s", out)
-	}
-	rps, err := strconv.ParseFloat(string(r[1]), 64)
-	if err != nil {
-		return wrkResult{}, err
-	}
-	n, err := strconv.Atoi(string(c[1]))
-	if err != nil || n == 0 {
-		return wrkResult{}, fmt.Errorf("wrk made no requests: %s", bytes.TrimSpace(out))
-	}
-	return wrkResult{rps: rps, requests: n}, nil
 }

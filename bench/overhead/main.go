@@ -28,7 +28,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -90,22 +89,12 @@ func run(o opts) error {
 	}
 	addr := func(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
 	simAddr := addr(load.FreePort())
-	var procs []*exec.Cmd
-	defer func() {
-		for _, c := range procs {
-			_ = c.Process.Kill()
-			_ = c.Wait()
-		}
-	}()
-	start := func(c *exec.Cmd, health string) error {
-		if err := c.Start(); err != nil {
-			return err
-		}
-		procs = append(procs, c)
-		return load.WaitUp(health)
-	}
-	if err := start(exec.Command(filepath.Join(dir, "gpusim"), "--listen", simAddr, "--ttft", "0", "--itl", "0",
-		"--output-tokens", "16", "--max-num-seqs", "4096", "--model", "qwen3-8b"), "http://"+simAddr+"/health"); err != nil {
+	var procs load.Procs
+	defer procs.Stop()
+	start := procs.Start
+	sim := exec.Command(filepath.Join(dir, "gpusim"), "--listen", simAddr, "--ttft", "0", "--itl", "0",
+		"--output-tokens", "16", "--max-num-seqs", "4096", "--model", "qwen3-8b")
+	if err := start(sim, "http://"+simAddr+"/health"); err != nil {
 		return err
 	}
 	barePort := load.FreePort()
@@ -116,23 +105,12 @@ func run(o opts) error {
 	// frontdoor runs with the defaults but for listen, logging level and
 	// the cache backend; its log goes to a file.
 	frontdoor := func(name, cache string) (target, error) {
-		port := load.FreePort()
-		cfg := fmt.Sprintf("listen: %s\nlogging: {level: info, access_log: %v}\n%snodes:\n  - {name: sim, url: http://%s, models: [qwen3-8b], max_concurrency: 4096}\n",
-			addr(port), o.accessLog, cache, simAddr)
-		path := filepath.Join(dir, name+".yaml")
-		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-			return target{}, err
-		}
-		logFile, err := os.Create(filepath.Join(dir, name+".log"))
+		base, c, err := procs.StartFrontdoor(dir, name, fmt.Sprintf("logging: {level: info, access_log: %v}\n%snodes:\n  - {name: sim, url: http://%s, models: [qwen3-8b], max_concurrency: 4096}\n",
+			o.accessLog, cache, simAddr))
 		if err != nil {
 			return target{}, err
 		}
-		c := exec.Command(filepath.Join(dir, "frontdoor"), "serve", "--config", path)
-		c.Stderr = logFile
-		if err := start(c, fmt.Sprintf("http://%s/healthz", addr(port))); err != nil {
-			return target{}, err
-		}
-		return target{name: name, url: fmt.Sprintf("http://%s/v1/chat/completions", addr(port)), pid: c.Process.Pid}, nil
+		return target{name: name, url: base + "/v1/chat/completions", pid: c.Process.Pid}, nil
 	}
 	pass, err := frontdoor("pass-through", "cache: {backend: off}\n")
 	if err != nil {
@@ -237,7 +215,7 @@ func run(o opts) error {
 		samples := map[string][]sample{}
 		for r := 0; r < o.rounds; r++ {
 			for _, t := range ts {
-				watch := []int{procs[0].Process.Pid}
+				watch := []int{sim.Process.Pid}
 				if t.pid != 0 {
 					watch = append(watch, t.pid)
 				}
@@ -319,11 +297,11 @@ func wrkRuns(o opts, dir string, body []byte, targets []target) error {
 	rates := map[string][]float64{}
 	for r := 0; r < o.rounds; r++ {
 		for _, t := range ts {
-			rps, err := wrkRun(luaPath, t.url, o.conc, o.dur)
+			res, err := load.Wrk(luaPath, t.url, o.conc, o.dur)
 			if err != nil {
 				return fmt.Errorf("wrk %s: %w", t.name, err)
 			}
-			rates[t.name] = append(rates[t.name], rps)
+			rates[t.name] = append(rates[t.name], res.Rate)
 		}
 	}
 	d, b := load.MedianOf(rates["direct"]), load.MedianOf(rates["bare proxy"])
@@ -339,26 +317,4 @@ func perReq(d time.Duration, n int) float64 {
 		return 0
 	}
 	return load.Micros(d) / float64(n)
-}
-
-var (
-	wrkRate   = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
-	wrkErrors = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)|Socket errors: .*`)
-)
-
-// wrkRun drives url with wrk and returns its rate; any non-2xx answer or
-// socket error fails the run.
-func wrkRun(luaPath, url string, conc int, dur time.Duration) (float64, error) {
-	out, err := exec.Command("wrk", "-t1", fmt.Sprintf("-c%d", conc), fmt.Sprintf("-d%ds", int(dur.Seconds())), "-s", luaPath, url).CombinedOutput()
-	if err != nil {
-		return 0, fmt.Errorf("%w: %s", err, out)
-	}
-	if m := wrkErrors.Find(out); m != nil {
-		return 0, fmt.Errorf("wrk saw errors: %s", m)
-	}
-	m := wrkRate.FindSubmatch(out)
-	if m == nil {
-		return 0, fmt.Errorf("no Requests/sec in wrk output: %s", out)
-	}
-	return strconv.ParseFloat(string(m[1]), 64)
 }

@@ -37,7 +37,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -105,7 +104,7 @@ type target struct {
 // env is a set of processes started for one part of the run.
 type env struct {
 	dir   string
-	procs []*exec.Cmd
+	procs load.Procs
 	stops []func()
 }
 
@@ -113,20 +112,10 @@ func (e *env) close() {
 	for _, s := range e.stops {
 		s()
 	}
-	for _, c := range e.procs {
-		_ = c.Process.Kill()
-		_ = c.Wait()
-	}
+	e.procs.Stop()
 }
 
-func (e *env) start(c *exec.Cmd, health string) error {
-	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := c.Start(); err != nil {
-		return err
-	}
-	e.procs = append(e.procs, c)
-	return load.WaitUp(health)
-}
+func (e *env) start(c *exec.Cmd, health string) error { return e.procs.Start(c, health) }
 
 func addr(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
 
@@ -606,11 +595,11 @@ func wrkPart(o opts, bin string) error {
 				if err := os.WriteFile(script, []byte(wrkScript(stream, c.unique)), 0o600); err != nil {
 					return err
 				}
-				rps, err := wrkRun(script, c.t.url, o.conc, o.wrkDur)
+				res, err := load.Wrk(script, c.t.url, o.conc, o.wrkDur)
 				if err != nil {
 					return fmt.Errorf("wrk %s: %w", c.name, err)
 				}
-				rates[i] = append(rates[i], rps)
+				rates[i] = append(rates[i], res.Rate)
 			}
 		}
 		ngx := 0.0
@@ -652,24 +641,4 @@ func wrkScript(stream, unique bool) string {
 	}
 	return lua + "local n = 0\nrequest = function()\n  n = n + 1\n  return wrk.format(nil, nil, nil, " +
 		strconv.Quote(pre+"Order ") + " .. n .. " + strconv.Quote(": what is the capital of France? Answer in one word."+post) + ")\nend\n"
-}
-
-var (
-	wrkRate   = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
-	wrkErrors = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)|Socket errors: .*`)
-)
-
-func wrkRun(script, url string, conc int, dur time.Duration) (float64, error) {
-	out, err := exec.Command("wrk", "-t1", fmt.Sprintf("-c%d", conc), fmt.Sprintf("-d%ds", int(dur.Seconds())), "-s", script, url).CombinedOutput()
-	if err != nil {
-		return 0, fmt.Errorf("%w: %s", err, out)
-	}
-	if m := wrkErrors.Find(out); m != nil {
-		return 0, fmt.Errorf("wrk saw errors: %s", m)
-	}
-	m := wrkRate.FindSubmatch(out)
-	if m == nil {
-		return 0, fmt.Errorf("no Requests/sec in wrk output: %s", out)
-	}
-	return strconv.ParseFloat(string(m[1]), 64)
 }
