@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -65,57 +64,32 @@ func TestStreamEventReachesClientBeforeNextIsSent(t *testing.T) {
 	}
 	wantAfter := []int{1, 2, 4, 6, 6, 7, 8} // events the client must hold after write i
 	got := make(chan int, 16)               // events the client has seen so far
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	nodeErr := make(chan error, 1)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
+	node := startScriptedNode(t, func(w io.Writer) bool {
+		seen := 0
+		for i, wr := range writes {
+			if _, err := io.WriteString(w, wr); err != nil {
+				nodeErr <- err
+				return false
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					_, _ = io.Copy(io.Discard, req.Body)
-					if req.Method != http.MethodPost {
-						_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
-						continue
-					}
-					seen := 0
-					for i, w := range writes {
-						if _, err := io.WriteString(c, w); err != nil {
-							nodeErr <- err
-							return
-						}
-						if i == len(writes)-1 {
-							break
-						}
-						deadline := time.After(5 * time.Second)
-						for seen < wantAfter[i] {
-							select {
-							case seen = <-got:
-							case <-deadline:
-								nodeErr <- fmt.Errorf("after write %d the client had %d events, want %d: events wait for the next ones", i, seen, wantAfter[i])
-								return
-							}
-						}
-					}
-					nodeErr <- nil
+			if i == len(writes)-1 {
+				break
+			}
+			deadline := time.After(5 * time.Second)
+			for seen < wantAfter[i] {
+				select {
+				case seen = <-got:
+				case <-deadline:
+					nodeErr <- fmt.Errorf("after write %d the client had %d events, want %d: events wait for the next ones", i, seen, wantAfter[i])
+					return false
 				}
-			}()
+			}
 		}
-	}()
+		nodeErr <- nil
+		return true
+	})
 	cfg := testConfig()
-	cfg.Nodes = []balancer.NodeConfig{{Name: "gpu-a", URL: "http://" + ln.Addr().String(), Kind: "vllm", Models: []string{"qwen3-8b"}, MaxConcurrency: 10, Weight: 1}}
+	cfg.Nodes = []balancer.NodeConfig{{Name: "gpu-a", URL: node.URL(), Kind: "vllm", Models: []string{"qwen3-8b"}, MaxConcurrency: 10, Weight: 1}}
 	gw := startGateway(t, cfg)
 	req, _ := http.NewRequest(http.MethodPost, gw.URL+"/v1/chat/completions", strings.NewReader(chatBody("lockstep", `"stream":true`)))
 	req.Header.Set("Content-Type", "application/json")

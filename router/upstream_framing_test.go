@@ -25,6 +25,16 @@ type fakeNode struct {
 }
 
 func startFakeNode(t *testing.T, answer string, hold bool) *fakeNode {
+	return startScriptedNode(t, func(w io.Writer) bool {
+		_, err := io.WriteString(w, answer)
+		return err == nil && hold
+	})
+}
+
+// startScriptedNode is a node whose POSTs answer writes to the connection,
+// which stays open for the next request while answer returns true; GETs
+// get an empty 200.
+func startScriptedNode(t *testing.T, answer func(w io.Writer) bool) *fakeNode {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -54,7 +64,7 @@ func startFakeNode(t *testing.T, answer string, hold bool) *fakeNode {
 						continue
 					}
 					f.requests.Add(1)
-					if _, err := io.WriteString(c, answer); err != nil || !hold {
+					if !answer(c) {
 						return
 					}
 				}
