@@ -123,22 +123,28 @@ func (x *ivf) remove(s int32) {
 	at := x.loc[s]
 	x.loc[s] = ivfLoc{-1, -1}
 	l := x.lists[at.list]
-	w := preWords
-	last := int32(len(l.slots) - 1)
-	if at.pos != last {
-		moved := l.slots[last]
-		l.slots[at.pos] = moved
-		copy(l.codes[int(at.pos)*w:int(at.pos+1)*w], l.codes[int(last)*w:])
-		x.loc[moved].pos = at.pos
-	}
-	l.slots, l.codes = l.slots[:last], l.codes[:int(last)*w]
-	if last == 0 {
+	x.cut(l, at.pos)
+	if len(l.slots) == 0 {
 		x.dropList(int(at.list))
 		return
 	}
 	x.vector(s, x.buf[:x.dims])
 	vek32.Sub_Inplace(l.sum, x.buf[:x.dims])
 	x.center(int(at.list))
+}
+
+// cut takes the vector at pos out of list l, moving the list's last one
+// into its place.
+func (x *ivf) cut(l *ivfList, pos int32) {
+	w := preWords
+	last := int32(len(l.slots) - 1)
+	if pos != last {
+		moved := l.slots[last]
+		l.slots[pos] = moved
+		copy(l.codes[int(pos)*w:int(pos+1)*w], l.codes[int(last)*w:])
+		x.loc[moved].pos = pos
+	}
+	l.slots, l.codes = l.slots[:last], l.codes[:int(last)*w]
 }
 
 // vector writes slot s's vector, as its int8 codes hold it, to dst.
@@ -327,14 +333,7 @@ func (x *ivf) reassign(a, b int) {
 		x.loc[m.s] = ivfLoc{m.to, int32(len(to.slots))}
 		to.slots = append(to.slots, m.s)
 		to.codes = append(to.codes, from.codes[int(at.pos)*w:int(at.pos+1)*w]...)
-		last := int32(len(from.slots) - 1)
-		if at.pos != last {
-			moved := from.slots[last]
-			from.slots[at.pos] = moved
-			copy(from.codes[int(at.pos)*w:int(at.pos+1)*w], from.codes[int(last)*w:])
-			x.loc[moved].pos = at.pos
-		}
-		from.slots, from.codes = from.slots[:last], from.codes[:int(last)*w]
+		x.cut(from, at.pos)
 		x.vector(m.s, v)
 		vek32.Sub_Inplace(from.sum, v)
 		vek32.Add_Inplace(to.sum, v)
