@@ -122,7 +122,7 @@ func run() error {
 			return err
 		}
 	}
-	fmt.Printf("\n(p50, p99: wall clock; CPU: the searching thread's CPU time, less inflated by the shared VM's other load; recall@1: the top result is as similar to the query, by exact float32 cosine, as the exact best of the scope; a close match: that best is at least %.2f, where a semantic cache can hit; bytes/entry: Go heap in use after GC, over entries)\n", closeMatch)
+	fmt.Printf("\n(p50, p99: wall clock; CPU: the searching thread's CPU time, less inflated by the shared VM's other load; recall@1: the top result is as similar to the query, by exact float32 cosine, as the exact best of the scope; a close match: that best is at least %.2f, where a semantic cache can hit; bytes/entry: Go heap in use after GC, over entries, and in brackets the growth of the process's RSS (VmRSS) over entries, both after a GC that returns free memory to the OS)\n", closeMatch)
 	return nil
 }
 
@@ -177,6 +177,8 @@ func measure(o options, emb *embed.Local, sentences, paraphrases []string, n int
 	}
 
 	runtime.GC()
+	debug.FreeOSMemory()
+	rssBefore := rss()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
 	x := cache.NewVectorIndexWith(o.dims, o.cfg)
@@ -233,9 +235,11 @@ func measure(o options, emb *embed.Local, sentences, paraphrases []string, n int
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
 	perEntry := float64(int64(after.HeapInuse)-int64(before.HeapInuse)) / float64(n)
+	debug.FreeOSMemory() // the chunks of vectors built above are garbage now
+	rssPerEntry := float64(rss()-rssBefore) / float64(n)
 	if exact != nil {
 		// the exact index holds float32 vectors too: leave it out
-		perEntry = -1
+		perEntry, rssPerEntry = -1, -1
 	}
 
 	for _, probes := range o.probes {
@@ -318,7 +322,7 @@ func measure(o options, emb *embed.Local, sentences, paraphrases []string, n int
 		runtime.UnlockOSThread()
 		bytes := "–"
 		if perEntry >= 0 {
-			bytes = fmt.Sprintf("%.0f", perEntry)
+			bytes = fmt.Sprintf("%.0f (RSS %.0f)", perEntry, rssPerEntry)
 		}
 		fmt.Printf("| %d | %.1f | %s | %d | %d | %.0f | %.0f | %.0f | %.0f | %s | %s | %s | %s | %s | %s | %s |\n", n, us(insert)/float64(n), bytes, probes, len(qs),
 			us(lat[len(lat)/2]), us(lat[len(lat)*99/100]), us(cpu[len(cpu)/2]), us(cpu[len(cpu)*99/100]), recall("close"), recall("far"), recall("all"), minP50, minP99, minRecall, exactP50)
@@ -345,6 +349,21 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// rss is the process's resident set size (VmRSS), in bytes.
+func rss() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
