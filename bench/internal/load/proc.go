@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"syscall"
 	"time"
 )
 
@@ -19,7 +18,7 @@ type Procs struct{ cmds []*exec.Cmd }
 // health answers 200 (no wait when health is "").
 func (p *Procs) Start(c *exec.Cmd, health string) error {
 	if c.SysProcAttr == nil {
-		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		c.SysProcAttr = childAttr()
 	}
 	if err := c.Start(); err != nil {
 		return err
