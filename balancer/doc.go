@@ -28,8 +28,8 @@
 // 10 × stale_after is forgotten (unknown), so an avoided node is re-measured.
 //
 // Health: an active probe of health_url every health_interval (health_failures
-// failed probes in a row mark the node unhealthy, one good probe restores
-// it), plus passive health: a failure reported while the node has nothing
+// failed probes in a row mark a node that has passed one unhealthy, the
+// first failure one that never has; one good probe restores it), plus passive health: a failure reported while the node has nothing
 // else in flight marks it unhealthy until the next probe.
 //
 // # Filters

@@ -43,12 +43,13 @@ type Node struct {
 	mReq     [3]atomic.Pointer[metrics.Counter]
 	mTTFT    atomic.Pointer[metrics.PrometheusHistogram]
 
-	mu         sync.Mutex // guards br, ej, scrapeErr, probeErr, probeFails, downLogged
+	mu         sync.Mutex // guards br, ej, scrapeErr, probeErr, probeFails, probedOK, downLogged, downQuiet
 	br         breaker
 	ej         ejection
 	scrapeErr  string
 	probeErr   string
 	probeFails int       // failed probes in a row
+	probedOK   bool      // it has passed a probe
 	downLogged time.Time // when the last "node unhealthy" line was written
 	downQuiet  int       // times it turned unhealthy since, not logged
 }

@@ -365,21 +365,22 @@ func (n *Node) PrefixCacheHitRate() (rate float64, ok bool) {
 	return math.Float64frombits(b) - 1, true
 }
 
-// probe asks the node's health endpoint; 200 is healthy. A node is marked
-// unhealthy after health_failures failed probes in a row, healthy again
-// after one good one. It reports whether the node is healthy now.
+// probe asks the node's health endpoint; 200 is healthy. A node that has
+// passed a probe is marked unhealthy after health_failures failed probes in
+// a row (one that never has, at its first failure), healthy again after
+// one good one. It reports whether the node is healthy now.
 func (p *Pool) probe(n *Node) bool {
 	err := p.get(n.healthURL, p.conf().HealthInterval.D(), nil)
 	ok := err == nil
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if ok {
-		n.probeErr, n.probeFails = "", 0
+		n.probeErr, n.probeFails, n.probedOK = "", 0, true
 	} else {
 		n.probeErr = err.Error()
 		n.probeFails++
 	}
-	if !ok && n.healthy.Load() && n.probeFails < p.conf().HealthFailures {
+	if !ok && n.probedOK && n.healthy.Load() && n.probeFails < p.conf().HealthFailures {
 		return true // a miss, not yet an outage
 	}
 	switch was := n.healthy.Swap(ok); {

@@ -180,9 +180,10 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 	}
 }
 
-// One failed probe is a miss, not an outage: a node turns unhealthy only
-// after health_failures failed probes in a row, with one WARN line (then
-// at most one a minute), and one good probe restores it.
+// One failed probe is a miss, not an outage: a node that has passed a
+// probe turns unhealthy only after health_failures failed probes in a row,
+// with one WARN line (then at most one a minute), and one good probe
+// restores it. A node that never passed one is out at its first failure.
 func TestProbeNeedsFailuresInARow(t *testing.T) {
 	var status atomic.Int32
 	status.Store(200)
@@ -199,6 +200,7 @@ func TestProbeNeedsFailuresInARow(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := p.Nodes()[0]
+	p.ProbeAll()
 	status.Store(503)
 	for i := 1; i <= 2; i++ {
 		p.ProbeAll()
@@ -228,6 +230,16 @@ func TestProbeNeedsFailuresInARow(t *testing.T) {
 	}
 	if n.Healthy() || strings.Count(logs.String(), `"msg":"node unhealthy`) != 1 {
 		t.Fatalf("flip within the minute: healthy=%v\n%s", n.Healthy(), logs.String())
+	}
+
+	// A node that is down from the start is out at once.
+	q, err := New(cfg, []NodeConfig{{Name: "b", URL: srv.URL, Models: []string{"m"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.ProbeAll()
+	if q.Nodes()[0].Healthy() {
+		t.Fatal("a node that never passed a probe is healthy after failing its first")
 	}
 
 	bad := DefaultConfig()
