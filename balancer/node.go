@@ -43,7 +43,7 @@ type Node struct {
 	mReq     [3]atomic.Pointer[metrics.Counter]
 	mTTFT    atomic.Pointer[metrics.PrometheusHistogram]
 
-	mu         sync.Mutex // guards br, ej, scrapeErr, probeErr, probeFails, probedOK, downLogged, downQuiet
+	mu         sync.Mutex // guards br, ej, scrapeErr, probeErr, probeFails, probedOK, downLogged, downQuiet, downInLog
 	br         breaker
 	ej         ejection
 	scrapeErr  string
@@ -52,6 +52,7 @@ type Node struct {
 	probedOK   bool      // it has passed a probe
 	downLogged time.Time // when the last "node unhealthy" line was written
 	downQuiet  int       // times it turned unhealthy since, not logged
+	downInLog  bool      // its current outage was logged
 }
 
 // Name returns the node's configured name.

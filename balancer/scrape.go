@@ -372,8 +372,8 @@ func (n *Node) PrefixCacheHitRate() (rate float64, ok bool) {
 func (p *Pool) probe(n *Node) bool {
 	err := p.get(n.healthURL, p.conf().HealthInterval.D(), nil)
 	ok := err == nil
+	var up, logUp, logDown bool
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if ok {
 		n.probeErr, n.probeFails, n.probedOK = "", 0, true
 	} else {
@@ -381,22 +381,35 @@ func (p *Pool) probe(n *Node) bool {
 		n.probeFails++
 	}
 	if !ok && n.probedOK && n.healthy.Load() && n.probeFails < p.conf().HealthFailures {
+		n.mu.Unlock()
 		return true // a miss, not yet an outage
 	}
 	switch was := n.healthy.Swap(ok); {
 	case ok && !was:
-		n.wake()
-		p.log.Info("node healthy again", "node", n.cfg.Name)
+		up, logUp, n.downInLog = true, n.downInLog, false
 	case !ok && was:
-		// At most one line a minute per node, with the flips in between.
-		now := p.now()
-		if now.Sub(n.downLogged) < time.Minute {
+		// At most one line a minute per node, with the flips in between;
+		// a recovery is logged when its outage was.
+		if now := p.now(); now.Sub(n.downLogged) >= time.Minute {
+			logDown, n.downLogged, n.downInLog = true, now, true
+		} else {
 			n.downQuiet++
-			break
 		}
+	}
+	fails, quiet, probeErr := n.probeFails, n.downQuiet, n.probeErr
+	if logDown {
+		n.downQuiet = 0
+	}
+	n.mu.Unlock()
+	if up {
+		n.wake()
+	}
+	if logUp {
+		p.log.Info("node healthy again", "node", n.cfg.Name)
+	}
+	if logDown {
 		p.log.Warn("node unhealthy: its health probe failed; it gets no requests until a probe passes",
-			"node", n.cfg.Name, "failed_probes", n.probeFails, "times_unhealthy_since_last_line", n.downQuiet, "error", n.probeErr)
-		n.downLogged, n.downQuiet = now, 0
+			"node", n.cfg.Name, "failed_probes", fails, "times_unhealthy_since_last_line", quiet, "error", probeErr)
 	}
 	return ok
 }

@@ -231,8 +231,14 @@ func TestProbeNeedsFailuresInARow(t *testing.T) {
 	if n.Healthy() || strings.Count(logs.String(), `"msg":"node unhealthy`) != 1 {
 		t.Fatalf("flip within the minute: healthy=%v\n%s", n.Healthy(), logs.String())
 	}
+	status.Store(200)
+	p.ProbeAll()
+	if !n.Healthy() || strings.Count(logs.String(), `"msg":"node healthy again"`) != 1 {
+		t.Fatalf("the recovery of an outage that was not logged was logged:\n%s", logs.String())
+	}
 
 	// A node that is down from the start is out at once.
+	status.Store(503)
 	q, err := New(cfg, []NodeConfig{{Name: "b", URL: srv.URL, Models: []string{"m"}}}, nil)
 	if err != nil {
 		t.Fatal(err)
