@@ -1,20 +1,24 @@
 // Command streams measures what an open stream costs a proxy: N concurrent
 // slow streams (gpusim with a 20 ms inter-token latency, 100 tokens each)
-// through frontdoor and through nginx + Lua (the peer in
-// ../shared/peers/nginx-s0), against the same gpusim and with the same load
-// generator, in alternating rounds of one run.
+// through frontdoor, through nginx + Lua (the peer in
+// ../shared/peers/nginx-s0) and through the smallest streaming proxies on
+// Go's two HTTP stacks (bench/bareproxy -stream and -nethttp: the floor of
+// any Go proxy), against the same gpusim and with the same load generator,
+// in alternating rounds of one run.
 //
 // For each N it reports, per target: CPU time per stream and per chunk (the
 // process's user+system time from /proc/PID/stat over the measured window,
 // divided by the streams and chunks finished in it), its RSS (the highest
-// VmRSS sampled during the rounds and VmHWM from /proc/PID/status), and the
-// p99 time to first token with what it adds over going to gpusim directly.
+// VmRSS sampled during the rounds, with the file-backed part of that
+// sample, and VmHWM from /proc/PID/status), and the p99 time to first
+// token with what it adds over going to gpusim directly.
 //
 // With -wrk it also measures throughput at -conc connections with wrk, one
 // thread, gpusim answering at once (zero TTFT and ITL, 16 tokens),
-// streaming and not: direct, nginx + Lua, frontdoor with the cache off and
-// frontdoor with the default config (unique prompts, and one repeated
-// prompt).
+// streaming and not: direct, nginx + Lua, the fasthttp bare proxy,
+// frontdoor with the cache off and frontdoor with the default config
+// (unique prompts, and one repeated prompt), with each process's user and
+// system CPU per request.
 //
 //	go run ./bench/streams [-n 1000,5000] [-rounds 3] [-duration 6s] [-wrk] [-nginx ../shared/peers/nginx-s0]
 //
@@ -37,6 +41,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -119,8 +124,8 @@ func (e *env) start(c *exec.Cmd, health string) error { return e.procs.Start(c, 
 
 func addr(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
 
-// setup starts gpusim with simArgs, nginx + Lua and two frontdoors (cache
-// off, default config) in front of it.
+// setup starts gpusim with simArgs, nginx + Lua, the two bare proxies and
+// two frontdoors (cache off, default config) in front of it.
 func setup(o opts, bin string, maxConns int, simArgs ...string) (*env, []target, error) {
 	e := &env{dir: bin}
 	simAddr := addr(load.FreePort())
@@ -136,6 +141,15 @@ func setup(o opts, bin string, maxConns int, simArgs ...string) (*env, []target,
 		return e, nil, err
 	}
 	ts = append(ts, ng)
+	// The floors: the smallest streaming proxies on Go's two HTTP stacks.
+	for _, b := range []struct{ name, flag string }{{"bare proxy, fasthttp", "-stream"}, {"bare proxy, net/http", "-nethttp"}} {
+		port := load.FreePort()
+		c := exec.Command(filepath.Join(bin, "bareproxy"), "-listen", addr(port), "-upstream", simAddr, b.flag)
+		if err := e.start(c, fmt.Sprintf("http://%s/health", addr(port))); err != nil {
+			return e, nil, fmt.Errorf("%s: %w", b.name, err)
+		}
+		ts = append(ts, target{name: b.name, url: fmt.Sprintf("http://%s/v1/chat/completions", addr(port)), pid: c.Process.Pid})
+	}
 	type fdTarget struct{ name, cache, bin, env string }
 	fds := []fdTarget{
 		{"frontdoor, cache off", "cache: {backend: off}\n", filepath.Join(bin, "frontdoor"), ""},
@@ -233,7 +247,7 @@ func run(o opts) error {
 		return err
 	}
 	defer os.RemoveAll(bin)
-	if err := load.Build(bin, "frontdoor", "gpusim"); err != nil {
+	if err := load.Build(bin, "frontdoor", "gpusim", "./bench/bareproxy"); err != nil {
 		return err
 	}
 	fmt.Printf("command: go run ./bench/streams -n %s -rounds %d -duration %s -itl %s -tokens %d -wrk=%v -conc %d -wrk-duration %s -before %q -only %q -frontdoor-env %q -variant %q\n",
@@ -275,6 +289,7 @@ type round struct {
 	simCPU                time.Duration
 	ttft                  []time.Duration // sorted
 	maxRSS                int64           // KiB, sampled
+	fileRSS               int64           // KiB, RssFile (the binary's and libraries' pages) at maxRSS
 	lastErr               error
 }
 
@@ -292,7 +307,7 @@ func slowStreams(o opts, bin string) error {
 	simPID := ts[0].pid
 	fmt.Printf("Slow streams: gpusim --ttft 0 --itl %s --output-tokens %d; %d alternating rounds of %s each after a ramp-up; medians over rounds\n\n",
 		o.itl, o.tokens, o.rounds, o.dur)
-	fmt.Println("| N | target | streams/s | CPU/stream | CPU/chunk | ratio to nginx + Lua | RSS (max sampled) | VmHWM | TTFT p99 | added TTFT p99 | gpusim CPU/stream | errors |")
+	fmt.Println("| N | target | streams/s | CPU/stream | CPU/chunk | ratio to nginx + Lua | RSS, max sampled (of it file-backed) | VmHWM | TTFT p99 | added TTFT p99 | gpusim CPU/stream | errors |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, n := range o.ns {
 		res := map[string][]round{}
@@ -323,10 +338,12 @@ func slowStreams(o opts, bin string) error {
 		for _, t := range ts {
 			errs := 0
 			var lastErr error
-			var rss int64
+			var rss, file int64
 			for _, rd := range res[t.name] {
 				errs += rd.errs
-				rss = max(rss, rd.maxRSS)
+				if rd.maxRSS > rss {
+					rss, file = rd.maxRSS, rd.fileRSS
+				}
 				if rd.lastErr != nil {
 					lastErr = rd.lastErr
 				}
@@ -339,10 +356,10 @@ func slowStreams(o opts, bin string) error {
 			if t.name != "direct" {
 				added = fmt.Sprintf("%+.2f ms", (med(t.name, p99)-dp99)/1e3)
 			}
-			fmt.Printf("| %d | %s | %.0f | %.2f ms | %.1f µs | %s | %.1f MB | %.1f MB | %.2f ms | %s | %.2f ms | %d |\n",
+			fmt.Printf("| %d | %s | %.0f | %.2f ms | %.1f µs | %s | %.1f MB (%.1f) | %.1f MB | %.2f ms | %s | %.2f ms | %d |\n",
 				n, t.name, med(t.name, func(rd round) float64 { return float64(rd.streams) / o.dur.Seconds() }),
 				med(t.name, perStream)/1e3, med(t.name, func(rd round) float64 { return load.Micros(rd.cpu) / float64(max(rd.chunks, 1)) }),
-				ratio, float64(rss)/1024, float64(hwm)/1024, med(t.name, p99)/1e3, added,
+				ratio, float64(rss)/1024, float64(file)/1024, float64(hwm)/1024, med(t.name, p99)/1e3, added,
 				med(t.name, func(rd round) float64 { return load.Micros(rd.simCPU) / float64(max(rd.streams, 1)) })/1e3, errs)
 			if lastErr != nil {
 				fmt.Fprintf(os.Stderr, "  %s N=%d: last error: %v\n", t.name, n, lastErr)
@@ -428,9 +445,13 @@ func streamRound(t target, simPID, n int, d time.Duration, prof func()) (round, 
 			case <-done:
 				return
 			case <-tk.C:
-				if v, err := procStatus(t.pid, "VmRSS"); err == nil {
+				v, err := procStatus(t.pid, "VmRSS")
+				f, ferr := procStatus(t.pid, "RssFile")
+				if err == nil && ferr == nil {
 					mu.Lock()
-					rd.maxRSS = max(rd.maxRSS, v)
+					if v > rd.maxRSS {
+						rd.maxRSS, rd.fileRSS = v, f
+					}
 					mu.Unlock()
 				}
 			}
@@ -524,7 +545,7 @@ func profiler(dir string, t target, n int, d time.Duration) func() {
 	}
 }
 
-// procStatus reads one kB field (VmRSS, VmHWM) of /proc/PID/status.
+// procStatus reads one kB field (VmRSS, RssFile, VmHWM) of /proc/PID/status.
 func procStatus(pid int, field string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -564,7 +585,9 @@ func wrkPart(o opts, bin string) error {
 	if err != nil {
 		return err
 	}
-	ts = o.selected(ts)
+	// net/http's bare proxy fails some wrk connections with read errors
+	// at this rate; it is measured with the slow streams only.
+	ts = slices.DeleteFunc(o.selected(ts), func(t target) bool { return t.name == "bare proxy, net/http" })
 	type column struct {
 		t      target
 		name   string
@@ -587,21 +610,46 @@ func wrkPart(o opts, bin string) error {
 	}
 	fmt.Println(strings.TrimSpace(head))
 	fmt.Println(sep)
+	// The proxy's user and system CPU per request, medians, for the table
+	// after the throughput one.
+	cpuRows := []string{}
+	runs := 0 // numbers the runs, so a prompt is unique over all of them
 	for _, stream := range []bool{false, true} {
 		rates := make([][]float64, len(cols))
+		users, syss := make([][]float64, len(cols)), make([][]float64, len(cols))
 		for r := 0; r < o.rounds; r++ {
 			for i, c := range cols {
 				script := filepath.Join(bin, fmt.Sprintf("wrk-%v-%v.lua", stream, c.unique))
-				if err := os.WriteFile(script, []byte(wrkScript(stream, c.unique)), 0o600); err != nil {
+				runs++
+				if err := os.WriteFile(script, []byte(wrkScript(stream, c.unique, runs)), 0o600); err != nil {
+					return err
+				}
+				u0, s0, err := load.CPUTimes(c.t.pid)
+				if err != nil {
 					return err
 				}
 				res, err := load.Wrk(script, c.t.url, o.conc, o.wrkDur)
 				if err != nil {
 					return fmt.Errorf("wrk %s: %w", c.name, err)
 				}
+				u1, s1, err := load.CPUTimes(c.t.pid)
+				if err != nil {
+					return err
+				}
 				rates[i] = append(rates[i], res.Rate)
+				users[i] = append(users[i], load.Micros(u1-u0)/float64(res.Requests))
+				syss[i] = append(syss[i], load.Micros(s1-s0)/float64(res.Requests))
 			}
 		}
+		cpuRow := "| non-streaming | "
+		if stream {
+			cpuRow = "| streaming | "
+		}
+		for i := range cols {
+			u, s := load.MedianOf(users[i]), load.MedianOf(syss[i])
+			cpuRow += fmt.Sprintf("%.0f + %.0f = %.0f µs | ", u, s, u+s)
+		}
+		cpuRows = append(cpuRows, strings.TrimSpace(cpuRow))
 		ngx := 0.0
 		for i, c := range cols {
 			if c.name == "nginx + Lua" {
@@ -622,13 +670,21 @@ func wrkPart(o opts, bin string) error {
 		}
 		fmt.Println(strings.TrimSpace(row))
 	}
+	fmt.Println("\nCPU per request of each target's process (user + system, from /proc; for direct, gpusim's own), medians over the same rounds:")
+	fmt.Println()
+	fmt.Println(strings.TrimSpace(head))
+	fmt.Println(sep)
+	for _, r := range cpuRows {
+		fmt.Println(r)
+	}
 	fmt.Println()
 	return nil
 }
 
 // wrkScript is a wrk Lua script posting a chat request; unique gives each
-// request its own prompt (a counter), so a cache misses.
-func wrkScript(stream, unique bool) string {
+// request its own prompt (the run's number and a counter), so a cache
+// misses, also in later runs against the same frontdoor.
+func wrkScript(stream, unique bool, run int) string {
 	s := ""
 	if stream {
 		s = `,"stream":true`
@@ -640,5 +696,5 @@ func wrkScript(stream, unique bool) string {
 		return lua + "wrk.body = " + strconv.Quote(pre+"What is the capital of France? Answer in one word."+post) + "\n"
 	}
 	return lua + "local n = 0\nrequest = function()\n  n = n + 1\n  return wrk.format(nil, nil, nil, " +
-		strconv.Quote(pre+"Order ") + " .. n .. " + strconv.Quote(": what is the capital of France? Answer in one word."+post) + ")\nend\n"
+		strconv.Quote(fmt.Sprintf("%sOrder %d-", pre, run)) + " .. n .. " + strconv.Quote(": what is the capital of France? Answer in one word."+post) + ")\nend\n"
 }
