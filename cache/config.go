@@ -62,9 +62,12 @@ type RedisIndexConfig struct {
 	// when it filters them by scope afterwards (its BATCHES policy).
 	BatchSize int `yaml:"batch_size"`
 	// InitialCap is the index's initial capacity in vectors (0: RediSearch's
-	// default). Past it, the index grows by 1024 at a time, and each growth
-	// copies the whole index inside Redis's one thread. The room counts in
-	// Redis's used_memory from the first insert on.
+	// default). RediSearch 2.6 resizes an HNSW index by 1024 vectors and
+	// copies all of its capacity each time, inside Redis's one thread: when
+	// it grows past its capacity, and when a deletion or expiry leaves a
+	// multiple of 1024 vectors with a block to spare. A large capacity spares
+	// the growths but makes each of those shrinks copy all of it. The room
+	// counts in Redis's used_memory from the first insert on.
 	InitialCap int `yaml:"initial_cap"`
 }
 
@@ -130,7 +133,7 @@ func DefaultConfig() Config {
 		TTL:          units.Duration(24 * 3600e9),
 		MaxBytes:     512 << 20,
 		VectorSearch: "auto",
-		RedisIndex:   RedisIndexConfig{Type: "hnsw", M: 16, EFConstruction: 200, EFRuntime: 10, BatchSize: 64, InitialCap: 200000},
+		RedisIndex:   RedisIndexConfig{Type: "hnsw", M: 16, EFConstruction: 200, EFRuntime: 10, BatchSize: 64},
 		LocalIndex:   DefaultIndexConfig(),
 		Reads: ReadsConfig{Timeout: units.Duration(100 * time.Millisecond),
 			Breaker: BreakerConfig{FailureRatio: 0.5, MinCalls: 20, Window: units.Duration(10 * time.Second), OpenFor: units.Duration(time.Second)}},

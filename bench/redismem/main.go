@@ -5,8 +5,13 @@
 // before and after. The questions are the sentences of an evaluation set
 // (English and Chinese), the answers a fixed length of text.
 //
+// It also counts the stalls: calls of the store that took over 20 ms while
+// it wrote the entries and, with -drain, while it deleted them all again
+// one by one (RediSearch 2.6 resizes an HNSW index by copying all of it,
+// on the way up and on the way down).
+//
 //	go run ./bench/redismem [-entries 100000] [-dims 512] [-answer-bytes 1200]
-//	    [-modes redisearch,local] [-initial-cap 200000] [-eval ../shared/eval/lcqmc_dev.tsv]
+//	    [-modes redisearch,local] [-initial-caps 0] [-drain] [-eval ../shared/eval/lcqmc_dev.tsv]
 //
 // Run it from the repository root; the module is $FRONTDOOR_REDISEARCH_MODULE
 // or ../shared/redis-modules/redisearch-2.6.37.so.
@@ -39,7 +44,8 @@ func main() {
 	dims := flag.Int("dims", 512, "vector dimensions (the local embedder's default)")
 	answer := flag.Int("answer-bytes", 1200, "answer length in bytes (about 300 tokens)")
 	modes := flag.String("modes", "redisearch,local", "vector_search modes: redisearch (Redis Stack) and/or local (plain Redis)")
-	initialCap := flag.Int("initial-cap", cache.DefaultConfig().RedisIndex.InitialCap, "cache.redis_index.initial_cap")
+	caps := flag.String("initial-caps", strconv.Itoa(cache.DefaultConfig().RedisIndex.InitialCap), "cache.redis_index.initial_cap values to compare (redisearch mode)")
+	drain := flag.Bool("drain", false, "delete every entry again, one by one, and count the stalls")
 	evalPath := flag.String("eval", "../shared/eval/lcqmc_dev.tsv", "sentence pairs (TSV) whose sentences are the questions")
 	flag.Parse()
 	questions, err := readQuestions(*evalPath)
@@ -48,15 +54,48 @@ func main() {
 	}
 	fmt.Printf("%d entries, %d dims, answers of %d bytes, questions from %s (%d sentences, reused with a counter)\n",
 		*entries, *dims, *answer, filepath.Base(*evalPath), len(questions))
-	fmt.Printf("| mode | initial_cap | used_memory before | after | per entry | per 100k entries | index (FT.INFO) |\n|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| mode | initial_cap | used_memory before | after | per entry | per 100k entries | index (FT.INFO) | writes: took, stalls over 20 ms (sum, worst) | deletes: took, stalls |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, mode := range strings.Split(*modes, ",") {
-		if err := run(mode, *entries, *dims, *answer, *initialCap, questions); err != nil {
-			fail(fmt.Errorf("%s: %w", mode, err))
+		for _, c := range strings.Split(*caps, ",") {
+			initialCap, err := strconv.Atoi(c)
+			if err != nil {
+				fail(fmt.Errorf("-initial-caps: %w", err))
+			}
+			if err := run(mode, *entries, *dims, *answer, initialCap, *drain, questions); err != nil {
+				fail(fmt.Errorf("%s: %w", mode, err))
+			}
+			if mode == "local" {
+				break // no index to size
+			}
 		}
 	}
 }
 
-func run(mode string, n, dims, answerBytes, initialCap int, questions []string) error {
+// stalls counts the calls that took over stallOver.
+type stalls struct {
+	mu         sync.Mutex
+	n          int
+	sum, worst time.Duration
+}
+
+const stallOver = 20 * time.Millisecond
+
+func (s *stalls) add(d time.Duration) {
+	if d <= stallOver {
+		return
+	}
+	s.mu.Lock()
+	s.n++
+	s.sum += d
+	s.worst = max(s.worst, d)
+	s.mu.Unlock()
+}
+
+func (s *stalls) String() string {
+	return fmt.Sprintf("%d (%v, worst %v)", s.n, s.sum.Round(time.Millisecond), s.worst.Round(time.Millisecond))
+}
+
+func run(mode string, n, dims, answerBytes, initialCap int, drain bool, questions []string) error {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "redismem")
 	if err != nil {
@@ -83,7 +122,7 @@ func run(mode string, n, dims, answerBytes, initialCap int, questions []string) 
 		return fmt.Errorf("redis-server: %w", err)
 	}
 	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
-	rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), PoolSize: 16})
+	rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), PoolSize: 16, ReadTimeout: time.Minute})
 	defer rdb.Close()
 	for deadline := time.Now().Add(10 * time.Second); rdb.Ping(ctx).Err() != nil; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -92,7 +131,8 @@ func run(mode string, n, dims, answerBytes, initialCap int, questions []string) 
 	}
 	ix := cache.DefaultConfig().RedisIndex
 	ix.InitialCap = initialCap
-	st, err := cache.NewRedisStore(ctx, rdb, cache.RedisOptions{Prefix: "fd:c:", Dims: dims, Embedder: "local", VectorSearch: mode, Index: ix})
+	st, err := cache.NewRedisStore(ctx, rdb, cache.RedisOptions{Prefix: "fd:c:", Dims: dims, Embedder: "local", VectorSearch: mode, Index: ix,
+		WriteTimeout: time.Minute}) // a stall is measured, not cut short
 	if err != nil {
 		return err
 	}
@@ -103,6 +143,8 @@ func run(mode string, n, dims, answerBytes, initialCap int, questions []string) 
 	}
 	content := strings.Repeat("frontdoor caches answers. ", answerBytes/26+1)[:answerBytes]
 	var next atomic.Int64
+	var writeStalls, deleteStalls stalls
+	ids := make([]string, n)
 	var wg sync.WaitGroup
 	errc := make(chan error, 8)
 	start := time.Now()
@@ -128,10 +170,13 @@ func run(mode string, n, dims, answerBytes, initialCap int, questions []string) 
 				e := &cache.Entry{ID: id, Namespace: "acme", Model: "qwen3-8b", Endpoint: "chat", Content: content, Finish: "stop",
 					Usage: cache.Usage{PromptTokens: 40, CompletionTokens: 300, TotalTokens: 340}, Created: time.Now().UTC(),
 					Query: q, Scope: "scope-" + strconv.Itoa(i%16), ExactKey: "k-" + id}
+				t0 := time.Now()
 				if err := st.Put(ctx, e, vec, 24*time.Hour); err != nil {
 					errc <- err
 					return
 				}
+				writeStalls.add(time.Since(t0))
+				ids[i] = id
 			}
 		})
 	}
@@ -160,8 +205,20 @@ func run(mode string, n, dims, answerBytes, initialCap int, questions []string) 
 	if mode == "local" {
 		capCol = "-"
 	}
-	fmt.Printf("| %s | %s | %s | %s | %.0f B | %s | %s |\n", mode, capCol, mib(before), mib(after), per, mib(int64(per*100000)), index)
-	fmt.Fprintf(os.Stderr, "%s: %d puts in %v\n", mode, n, elapsed.Round(time.Millisecond))
+	deletes := "-"
+	if drain {
+		start := time.Now()
+		for i := n - 1; i >= 0; i-- {
+			t0 := time.Now()
+			if err := st.Delete(ctx, ids[i]); err != nil {
+				return fmt.Errorf("delete: %w", err)
+			}
+			deleteStalls.add(time.Since(t0))
+		}
+		deletes = fmt.Sprintf("%v, %v", time.Since(start).Round(time.Millisecond), &deleteStalls)
+	}
+	fmt.Printf("| %s | %s | %s | %s | %.0f B | %s | %s | %v, %v | %s |\n", mode, capCol, mib(before), mib(after), per, mib(int64(per*100000)), index,
+		elapsed.Round(time.Millisecond), &writeStalls, deletes)
 	return nil
 }
 
