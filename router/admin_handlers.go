@@ -112,6 +112,7 @@ func (g *Gateway) adminDeleteEntry(ctx *fasthttp.RequestCtx, id string) {
 		g.writeError(ctx, adapters.BadRequest("id", "an entry id is required"))
 		return
 	}
+	g.flights.invalidate()
 	err := g.store.Delete(context.Background(), id)
 	switch {
 	case errors.Is(err, cache.ErrNotFound):
@@ -133,6 +134,7 @@ func (g *Gateway) adminPurge(ctx *fasthttp.RequestCtx) {
 		g.writeError(ctx, adapters.BadRequest("namespace", "one of namespace or tag is required: DELETE /admin/cache?namespace=NAME or ?tag=TAG"))
 		return
 	}
+	g.flights.invalidate()
 	if tag != "" {
 		n, err := g.store.PurgeTag(context.Background(), tag)
 		if err != nil {

@@ -360,6 +360,10 @@ func (g *Gateway) replay(ctx *fasthttp.RequestCtx, x *exchange, a *adapters.Answ
 // flight is retired once the answer is stored or dropped. It runs after the
 // client has its answer.
 func (g *Gateway) writeBack(f *flight, p *cachePlan, a *adapters.Answer) {
+	if g.flights.stale(f) {
+		g.flights.leave(f)
+		return
+	}
 	w, ok := g.cacheWrite(f, p, a)
 	if !ok {
 		g.flights.leave(f)

@@ -432,6 +432,92 @@ func TestCacheAdmin(t *testing.T) {
 	})
 }
 
+// gatedStore holds its first Put after storing the entry, until release is
+// closed: a write-back that has landed but not yet returned.
+type gatedStore struct {
+	cache.Store
+	once    sync.Once
+	stored  chan struct{}
+	release chan struct{}
+}
+
+func (s *gatedStore) Put(ctx context.Context, e *cache.Entry, vec []float32, ttl time.Duration) error {
+	err := s.Store.Put(ctx, e, vec, ttl)
+	first := false
+	s.once.Do(func() { first = true; close(s.stored) })
+	if first {
+		<-s.release
+	}
+	return err
+}
+
+// TestCachePurgeBeatsFlights: after an admin purge, no request is answered
+// with an answer produced before it, neither one whose write-back has not
+// returned yet (until then, a finished flight answers identical requests)
+// nor one that was still upstream when the purge came (it is not stored).
+func TestCachePurgeBeatsFlights(t *testing.T) {
+	s := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT = 300 * time.Millisecond })
+	cfg := testConfig(s)
+	cfg.Cache.Backend = "memory"
+	t.Setenv("TEST_ADMIN_TOKEN", "admin-secret")
+	cfg.Admin.TokenEnv, cfg.Admin.AllowCIDRs = "TEST_ADMIN_TOKEN", nil
+	store := &gatedStore{Store: cache.NewMemoryStore(64<<20, cfg.Cache.Embedder.Dims), stored: make(chan struct{}), release: make(chan struct{})}
+	gw := startGatewayWith(t, cfg, Deps{Store: store})
+	t.Cleanup(func() { close(store.release) }) // before the gateway's shutdown
+	purge := func() {
+		t.Helper()
+		req, _ := http.NewRequest("DELETE", gw.URL+"/admin/cache?namespace=default", nil)
+		req.Header.Set("Authorization", "Bearer admin-secret")
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("purge: %d %s", resp.StatusCode, b)
+		}
+	}
+
+	landed := cbody("Stored, but its write-back has not returned", "")
+	if xc, _, _ := ask(t, gw, landed); xc != "miss" {
+		t.Fatalf("first ask: %q", xc)
+	}
+	select {
+	case <-store.stored:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the answer was never written back")
+	}
+	if xc, _, _ := ask(t, gw, landed); xc != "hit-exact" {
+		t.Fatalf("before the purge: %q", xc)
+	}
+	purge()
+	if xc, _, _ := ask(t, gw, landed); xc != "miss" {
+		t.Fatalf("after the purge, with the write-back still under way: %q", xc)
+	}
+
+	upstream := cbody("Still upstream when the purge came", "")
+	got := make(chan string, 1)
+	go func() {
+		resp, err := httpClient.Post(gw.URL+"/v1/chat/completions", "application/json", strings.NewReader(upstream))
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got <- fmt.Sprint(resp.StatusCode, " ", resp.Header.Get("X-Cache"), " ", len(b) > 0)
+	}()
+	testenv.Eventually(t, 5*time.Second, func() bool { return s.Stats().Running > 0 }, "the request never reached the node")
+	purge()
+	if r := <-got; r != "200 miss true" {
+		t.Fatalf("the request across the purge: %s", r)
+	}
+	if xc, _, _ := ask(t, gw, upstream); xc != "miss" {
+		t.Fatalf("an answer produced across the purge was cached: %q", xc)
+	}
+}
+
 // A dead Redis never fails a request: the cache is bypassed, errors are
 // counted, and hits resume once Redis is back.
 // TestCacheSurvivesRedisOutage kills Redis under a gateway and starts it

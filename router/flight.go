@@ -18,6 +18,7 @@ type flight struct {
 	key     string
 	shared  bool   // registered in the group (coalescing on)
 	entryID string // the id the answer will be stored under
+	epoch   uint64 // the group's epoch when the flight began (see invalidate)
 
 	ready chan struct{} // closed once the head outcome below is known
 
@@ -119,8 +120,9 @@ func (f *flight) caughtUp(i int) bool {
 
 // flightGroup holds the flights in progress by exact key.
 type flightGroup struct {
-	mu sync.Mutex
-	m  map[string]*flight
+	mu    sync.Mutex
+	m     map[string]*flight
+	epoch uint64 // advanced by every deletion from the cache
 }
 
 // join returns the flight for key and whether the caller leads it.
@@ -134,8 +136,40 @@ func (g *flightGroup) join(key string) (*flight, bool) {
 		g.m = map[string]*flight{}
 	}
 	f := newFlight(key, true)
+	f.epoch = g.epoch
 	g.m[key] = f
 	return f, true
+}
+
+// solo returns a flight for key that no identical request joins.
+func (g *flightGroup) solo(key string) *flight {
+	f := newFlight(key, false)
+	g.mu.Lock()
+	f.epoch = g.epoch
+	g.mu.Unlock()
+	return f
+}
+
+// invalidate is called before entries are deleted from the cache (an admin
+// delete or purge). The flights in progress are unregistered, so that no
+// later request is answered from one of them (a finished flight answers
+// identical requests until its write-back is done), and their answers are
+// not written back (see stale): an answer produced across a deletion is
+// not cached. It is coarse, every flight of every namespace, because
+// deletions are rare and the price is one more upstream call for a request
+// identical to one in flight.
+func (g *flightGroup) invalidate() {
+	g.mu.Lock()
+	g.epoch++
+	clear(g.m)
+	g.mu.Unlock()
+}
+
+// stale reports whether a deletion from the cache came after f began.
+func (g *flightGroup) stale(f *flight) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return f.epoch != g.epoch
 }
 
 // peek returns the flight for key, if one is registered.

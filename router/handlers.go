@@ -331,7 +331,7 @@ func (g *Gateway) prepareMiss(ctx *fasthttp.RequestCtx, x *exchange) (*adapters.
 			}
 			x.flight = f
 		} else {
-			x.flight = newFlight(p.keys.Exact, false)
+			x.flight = g.flights.solo(p.keys.Exact)
 		}
 		ctx.Response.Header.Set("X-Cache-Entry", x.flight.entryID)
 	}
@@ -344,7 +344,7 @@ func (g *Gateway) rejoin(ctx *fasthttp.RequestCtx, x *exchange, f *flight) *adap
 	if g.follow(ctx, x, f) {
 		return nil
 	}
-	x.flight = newFlight(x.plan.keys.Exact, false) // the leader failed: go alone
+	x.flight = g.flights.solo(x.plan.keys.Exact) // the leader failed: go alone
 	ctx.Response.Header.Del("X-Coalesced")
 	ctx.Response.Header.Set("X-Cache-Entry", x.flight.entryID)
 	return g.toUpstream(ctx, x)

@@ -42,8 +42,15 @@ func testConfig(sims ...*sim.Server) Config {
 
 func startGateway(t testing.TB, cfg Config) *testGateway {
 	t.Helper()
+	return startGatewayWith(t, cfg, Deps{})
+}
+
+// startGatewayWith starts a gateway with deps (its logger is the test's).
+func startGatewayWith(t testing.TB, cfg Config, deps Deps) *testGateway {
+	t.Helper()
 	logs := &syncBuffer{}
-	gw, err := New(cfg, Deps{Logger: NewLogger(cfg.Logging, logs)})
+	deps.Logger = NewLogger(cfg.Logging, logs)
+	gw, err := New(cfg, deps)
 	if err != nil {
 		t.Fatalf("gateway: %v", err)
 	}

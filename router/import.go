@@ -82,7 +82,7 @@ func (g *Gateway) ImportAnswer(ctx context.Context, in warm.ImportRequest) (warm
 	completion := admission.CountTokens(in.Answer)
 	a := &adapters.Answer{Model: model, Content: in.Answer, Finish: "stop",
 		Usage: adapters.Usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}}
-	w, ok := g.cacheWrite(newFlight(p.keys.Exact, false), p, a)
+	w, ok := g.cacheWrite(g.flights.solo(p.keys.Exact), p, a)
 	if !ok {
 		return warm.ImportResponse{}, fmt.Errorf("%w: nothing to store", errImport)
 	}
