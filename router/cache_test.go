@@ -466,16 +466,8 @@ func TestCachePurgeBeatsFlights(t *testing.T) {
 	t.Cleanup(func() { close(store.release) }) // before the gateway's shutdown
 	purge := func() {
 		t.Helper()
-		req, _ := http.NewRequest("DELETE", gw.URL+"/admin/cache?namespace=default", nil)
-		req.Header.Set("Authorization", "Bearer admin-secret")
-		resp, err := httpClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("purge: %d %s", resp.StatusCode, b)
+		if code, b := adminDo(t, http.MethodDelete, gw.URL+"/admin/cache?namespace=default", "", "Authorization", "Bearer admin-secret"); code != 200 {
+			t.Fatalf("purge: %d %s", code, b)
 		}
 	}
 

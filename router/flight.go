@@ -122,7 +122,7 @@ func (f *flight) caughtUp(i int) bool {
 type flightGroup struct {
 	mu    sync.Mutex
 	m     map[string]*flight
-	epoch uint64 // advanced by every deletion from the cache
+	epoch atomic.Uint64 // advanced by every deletion from the cache, under mu
 }
 
 // join returns the flight for key and whether the caller leads it.
@@ -136,7 +136,7 @@ func (g *flightGroup) join(key string) (*flight, bool) {
 		g.m = map[string]*flight{}
 	}
 	f := newFlight(key, true)
-	f.epoch = g.epoch
+	f.epoch = g.epoch.Load()
 	g.m[key] = f
 	return f, true
 }
@@ -144,9 +144,7 @@ func (g *flightGroup) join(key string) (*flight, bool) {
 // solo returns a flight for key that no identical request joins.
 func (g *flightGroup) solo(key string) *flight {
 	f := newFlight(key, false)
-	g.mu.Lock()
-	f.epoch = g.epoch
-	g.mu.Unlock()
+	f.epoch = g.epoch.Load()
 	return f
 }
 
@@ -160,17 +158,13 @@ func (g *flightGroup) solo(key string) *flight {
 // identical to one in flight.
 func (g *flightGroup) invalidate() {
 	g.mu.Lock()
-	g.epoch++
+	g.epoch.Add(1)
 	clear(g.m)
 	g.mu.Unlock()
 }
 
 // stale reports whether a deletion from the cache came after f began.
-func (g *flightGroup) stale(f *flight) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return f.epoch != g.epoch
-}
+func (g *flightGroup) stale(f *flight) bool { return f.epoch != g.epoch.Load() }
 
 // peek returns the flight for key, if one is registered.
 func (g *flightGroup) peek(key string) *flight {

@@ -349,9 +349,11 @@ func (g *Gateway) buildStore(deps Deps) error {
 			} else {
 				args := []any{"vector_search", st.Mode()}
 				if st.Mode() == "redisearch" {
-					ix := c.RedisIndex
-					args = append(args, "index", st.IndexName(), "initial_cap", ix.InitialCap,
-						"reserved_mb", ix.InitialCap*(4*dims+150)>>20) // counts against maxmemory
+					args = append(args, "index", st.IndexName())
+					if ix := c.RedisIndex; ix.InitialCap > 0 {
+						args = append(args, "initial_cap", ix.InitialCap,
+							"reserved_mb", ix.InitialCap*(4*dims+150)>>20) // counts against maxmemory
+					}
 				}
 				g.log.Info("cache: redis store ready", args...)
 			}
