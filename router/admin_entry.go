@@ -65,10 +65,19 @@ func (g *Gateway) adminGetEntry(ctx *fasthttp.RequestCtx, id string) {
 	}
 	v := EntryView{ID: e.ID, Namespace: e.Namespace, Model: e.Model, Endpoint: e.Endpoint, Created: e.Created,
 		Finish: e.Finish, Usage: e.Usage, Semantic: e.Scope != "", Exact: e.ExactKey != ""}
-	if c := g.conf(); c.Logging.LogPrompts || c.Admin.ShowCachedQuestions {
+	if g.questionsShown() {
 		v.Question, v.Answer = &e.Query, &e.Content
 	} else {
-		v.Hidden = "question and answer are shown only with logging.log_prompts or admin.show_cached_questions"
+		v.Hidden = questionsHidden
 	}
 	writeJSON(ctx, 200, v)
+}
+
+const questionsHidden = "question and answer are shown only with logging.log_prompts or admin.show_cached_questions"
+
+// questionsShown reports whether admin answers may hold cached questions
+// and answers (an entry, the hot list): only when the operator said so.
+func (g *Gateway) questionsShown() bool {
+	c := g.conf()
+	return c.Logging.LogPrompts || c.Admin.ShowCachedQuestions
 }

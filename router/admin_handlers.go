@@ -250,9 +250,15 @@ func (g *Gateway) adminWarmStatus(ctx *fasthttp.RequestCtx, id string) {
 // adminHot serves GET /admin/cache/hot?top=N (default 100)[&tenant=NAME]:
 // the most-hit entries as chat-request JSON Lines, {"tenant", "hits",
 // "entry", "request"}, ready for frontdoor warm. With tenant, only that
-// tenant's, without the tenant field.
+// tenant's, without the tenant field. The requests are the clients'
+// prompts: refused unless the privacy switches show cached questions.
 func (g *Gateway) adminHot(ctx *fasthttp.RequestCtx) {
 	if g.noCache(ctx) {
+		return
+	}
+	if !g.questionsShown() {
+		g.writeError(ctx, &adapters.APIError{Status: 403, Type: adapters.TypePermission, Code: "questions_hidden",
+			Message: "the hot list holds clients' prompts, shown only with logging.log_prompts or admin.show_cached_questions: set admin.show_cached_questions: true to export them"})
 		return
 	}
 	top := 100

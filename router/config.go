@@ -73,9 +73,16 @@ type Shutdown struct {
 	Grace units.Duration `yaml:"grace"`
 }
 
-// Admin is the admin: section.
+// Admin is the admin: section. Admin endpoints (/admin/*, /status,
+// /dashboard, /debug/pprof/) on the main listener need the token; the
+// admin listener trusts whoever reaches it; allow_cidrs (empty by default)
+// trusts peers by address on the main listener.
 type Admin struct {
-	TokenEnv   string   `yaml:"token_env"`
+	TokenEnv string `yaml:"token_env"`
+	// Listen is the admin listener's address ("": none): every route of
+	// the main listener, each request trusted as an admin. Bind it to
+	// loopback.
+	Listen     string   `yaml:"listen"`
 	AllowCIDRs []string `yaml:"allow_cidrs"`
 	// ShowCachedQuestions lets GET /admin/cache/{id} show an entry's
 	// question and answer (logging.log_prompts does too).
@@ -188,7 +195,7 @@ func DefaultConfig() Config {
 		Listen:    ":8080",
 		Limits:    Limits{MaxBodyBytes: 8 << 20},
 		Timeouts:  Timeouts{Connect: units.Duration(2e9), FirstByte: units.Duration(60e9), Idle: units.Duration(30e9), Total: units.Duration(600e9), Client: units.Duration(120e9)},
-		Admin:     Admin{TokenEnv: "FRONTDOOR_ADMIN_TOKEN", AllowCIDRs: []string{"127.0.0.1/32", "::1/128"}},
+		Admin:     Admin{TokenEnv: "FRONTDOOR_ADMIN_TOKEN"},
 		Logging:   Logging{Level: "info", Format: "json", AccessLog: true, FlushInterval: units.Duration(100 * time.Millisecond)},
 		Redis:     redisconn.DefaultConfig(),
 		Cache:     cache.DefaultConfig(),
@@ -518,6 +525,13 @@ func (c *Config) Problems() []string {
 	}
 	if c.Timeouts.Client <= 0 {
 		add("timeouts.client: must be > 0")
+	}
+	if c.Admin.Listen != "" {
+		if err := checkListen(c.Admin.Listen); err != nil {
+			add("admin.listen: %v", err)
+		} else if c.Admin.Listen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
+			add("admin.listen: must differ from listen (%s): the admin listener trusts every request on it", c.Listen)
+		}
 	}
 	for i, cidr := range c.Admin.AllowCIDRs {
 		if _, err := parseCIDR(cidr); err != nil {

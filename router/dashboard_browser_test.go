@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,9 +83,13 @@ func background(ctx context.Context, gw *testGateway) *sync.WaitGroup {
 // (FRONTDOOR_DASHBOARD_PNG=docs/img/dashboard.png to refresh the README's).
 func TestDashboardInBrowser(t *testing.T) {
 	exe := chromium(t)
+	// As an operator opens it: on the admin listener, with nothing else
+	// under admin: (the main listener's /dashboard needs the token).
 	gw := opsGateway(t, func(c *Config) {
 		c.Balancer.Policy = "least_inflight"
+		c.Admin = DefaultConfig().Admin
 	})
+	admin := serveAdmin(t, gw)
 	tctx, stopTraffic := context.WithCancel(context.Background())
 	wg := background(tctx, gw)
 	defer wg.Wait()
@@ -116,7 +122,7 @@ func TestDashboardInBrowser(t *testing.T) {
 			}
 		}
 	}()
-	if err := chromedp.Do(ctx, chromedp.Navigate(gw.URL+"/dashboard?every=500")); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Navigate(admin+"/dashboard?every=500")); err != nil {
 		t.Fatalf("load /dashboard: %v", err)
 	}
 
@@ -185,11 +191,34 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s (%d bytes); charts: %+v", out, len(png), s)
-	cancel()
-	<-consoleDone
 	mu.Lock()
-	defer mu.Unlock()
 	if len(pageErrors) > 0 {
 		t.Fatalf("the page logged errors:\n%s", strings.Join(pageErrors, "\n"))
 	}
+	mu.Unlock()
+
+	// A page of another origin (another port: same site, as a web app on
+	// the operator's machine) posts to the admin listener with a simple,
+	// no-cors request, which no preflight stops: the listener refuses it.
+	var attempts atomic.Int32
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		attempts.Add(1)
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprintf(w, `<script>fetch(%q, {method: "POST", mode: "no-cors", body: "a forged prompt"}).finally(() => document.title = "sent")</script>`,
+			admin+"/admin/cache/warm?name=forged.txt&model=qwen3-8b")
+	}))
+	defer evil.Close()
+	if err := chromedp.Do(ctx, chromedp.Navigate(evil.URL)); err != nil {
+		t.Fatalf("load the cross-origin page: %v", err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.title === "sent"`)); err != nil || attempts.Load() == 0 {
+		t.Fatalf("the cross-origin page did not run (%v, %d loads)", err, attempts.Load())
+	}
+	for _, j := range gw.status().Warm {
+		if strings.Contains(j.Source, "forged") {
+			t.Fatalf("a cross-origin page started a warm-up through the admin listener: %+v", j)
+		}
+	}
+	cancel()
+	<-consoleDone
 }

@@ -63,8 +63,11 @@ type Gateway struct {
 	backends sync.Map                    // *balancer.Node -> adapters.Backend, built on first use
 	metrics  *gatewayMetrics
 	server   *fasthttp.Server
-	set      *metrics.Set
-	reload   reloader
+	// adminServer serves admin.listen: the same routes, every request
+	// trusted as an admin (handleAdminListener).
+	adminServer *fasthttp.Server
+	set         *metrics.Set
+	reload      reloader
 
 	store         cache.Store    // for admin calls and stats
 	backend       *cache.Backend // lookups and write-back, behind breakers
@@ -141,8 +144,16 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	if g.tracing, err = newTracing(context.Background(), cfg.Tracing); err != nil {
 		return nil, err
 	}
-	g.server = &fasthttp.Server{
-		Handler:      g.handle,
+	g.server = g.newServer(cfg, g.handle)
+	g.adminServer = g.newServer(cfg, g.handleAdminListener)
+	return g, nil
+}
+
+// newServer is the HTTP server of a listener; the admin listener's differs
+// only in its handler.
+func (g *Gateway) newServer(cfg Config, handler fasthttp.RequestHandler) *fasthttp.Server {
+	return &fasthttp.Server{
+		Handler:      handler,
 		ErrorHandler: g.handleTransportError,
 		Name:         "frontdoor",
 		// Bodies up to twice the limit are read and answered with a clean
@@ -161,7 +172,6 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		ReduceMemoryUsage: true,
 		Logger:            fasthttpLogger{g.log},
 	}
-	return g, nil
 }
 
 // UpstreamConfig derives the upstream client settings from timeouts:.
@@ -416,12 +426,28 @@ func (g *Gateway) Serve(ln net.Listener) error {
 	return err
 }
 
+// ServeAdmin serves the admin listener (admin.listen) on ln until
+// Shutdown: every route of Serve, each request trusted as if it carried
+// the admin token, once its Host and Origin show no browser acting for
+// another site.
+func (g *Gateway) ServeAdmin(ln net.Listener) error {
+	err := g.adminServer.Serve(ln)
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
 // Shutdown stops accepting connections, lets in-flight requests and streams
 // finish until ctx ends, then cuts the remaining streams.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.stopping.Store(true)
 	g.warms.stop()
+	aerr := g.adminServer.ShutdownWithContext(ctx)
 	err := g.server.ShutdownWithContext(ctx)
+	if err == nil {
+		err = aerr
+	}
 	if err != nil {
 		g.live.closeAll()
 	}

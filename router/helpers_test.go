@@ -29,6 +29,9 @@ func testConfig(sims ...*sim.Server) Config {
 	cfg := DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Cache.Backend = "off"
+	// Tests reach the admin surface from loopback; the default (no peer
+	// trusted) has tests of its own in admin_test.go.
+	cfg.Admin.AllowCIDRs = []string{"127.0.0.1/32"}
 	cfg.Balancer.HealthInterval = 3600e9 // tests probe explicitly
 	cfg.Balancer.Backoff.Base, cfg.Balancer.Backoff.Max = 1e6, 5e6
 	for i, s := range sims {

@@ -228,11 +228,11 @@ func TestGrafanaMetricsAreExposed(t *testing.T) {
 // Every answer carries X-Request-Id: every route, every method, errors
 // included, and a sane client id is echoed.
 func TestRequestIDOnEveryAnswer(t *testing.T) {
-	t.Setenv("TEST_ADMIN_TOKEN", "admin-secret")
+	t.Setenv("TEST_ADMIN_TOKEN", "fd-test-admin-4f9c2a7e1b")
 	gw := opsGateway(t, func(c *Config) {
 		c.Admin.TokenEnv, c.Admin.AllowCIDRs = "TEST_ADMIN_TOKEN", nil
 	})
-	auth := "Bearer admin-secret"
+	auth := "Bearer fd-test-admin-4f9c2a7e1b"
 	for _, tc := range []struct {
 		method, path, body, auth string
 		status                   int

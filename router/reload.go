@@ -22,7 +22,7 @@ func (g *Gateway) newRuntime(cfg Config, prev *liveConfig) (*liveConfig, error) 
 	if rt.admin, err = newAdminGuard(cfg.Admin); err != nil {
 		return nil, err
 	}
-	if rt.tenants, err = newTenantSet(cfg); err != nil {
+	if rt.tenants, err = newTenantSet(cfg, rt.admin.token); err != nil {
 		return nil, err
 	}
 	if prev != nil && reflect.DeepEqual(prev.cfg.Spillover, cfg.Spillover) && prev.cfg.Timeouts == cfg.Timeouts {
@@ -72,6 +72,7 @@ func restartKeys(cur, next *Config) []string {
 		}
 	}
 	diff("listen", cur.Listen, next.Listen)
+	diff("admin.listen", cur.Admin.Listen, next.Admin.Listen)
 	diff("limits.max_body_bytes", cur.Limits, next.Limits)
 	diff("timeouts.client", cur.Timeouts.Client, next.Timeouts.Client)
 	diff("logging", cur.Logging, next.Logging)

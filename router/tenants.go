@@ -41,11 +41,8 @@ type tenantSet struct {
 	admin    []byte // the admin token: with it, X-Frontdoor-Tenant names the tenant
 }
 
-func newTenantSet(cfg Config) (*tenantSet, error) {
-	ts := &tenantSet{byDigest: map[[32]byte]*tenant{}, byName: map[string]*tenant{}, required: cfg.Auth.Required}
-	if cfg.Admin.TokenEnv != "" {
-		ts.admin = []byte(strings.TrimSpace(os.Getenv(cfg.Admin.TokenEnv)))
-	}
+func newTenantSet(cfg Config, adminToken []byte) (*tenantSet, error) {
+	ts := &tenantSet{byDigest: map[[32]byte]*tenant{}, byName: map[string]*tenant{}, required: cfg.Auth.Required, admin: adminToken}
 	for _, tc := range cfg.Tenants {
 		t := &tenant{name: tc.Name, namespace: tc.CacheNamespace, spillover: tc.Spillover == nil || *tc.Spillover,
 			allowThreshold: tc.AllowCacheThreshold, cfg: tc}
@@ -97,9 +94,10 @@ func (ts *tenantSet) resolve(ctx *fasthttp.RequestCtx) (*tenant, *adapters.APIEr
 		return ts.def, nil
 	}
 	key := bearer(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
-	// The admin token may act for any tenant (frontdoor warm does).
-	if name := ctx.Request.Header.Peek("X-Frontdoor-Tenant"); len(name) > 0 && len(ts.admin) > 0 &&
-		subtle.ConstantTimeCompare(key, ts.admin) == 1 {
+	// The admin token, or the admin listener, may act for any tenant
+	// (frontdoor warm does).
+	if name := ctx.Request.Header.Peek("X-Frontdoor-Tenant"); len(name) > 0 &&
+		(onAdminListener(ctx) || len(ts.admin) > 0 && subtle.ConstantTimeCompare(key, ts.admin) == 1) {
 		if t := ts.byName[string(name)]; t != nil {
 			return t, nil
 		}

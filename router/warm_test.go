@@ -196,7 +196,7 @@ func TestAdminWarmJob(t *testing.T) {
 // warmable chat-request lines without the stream fields; warm-up lookups
 // don't count.
 func TestHotExport(t *testing.T) {
-	gw, _ := cacheGateway(t, "memory", nil)
+	gw, _ := cacheGateway(t, "memory", func(c *Config) { c.Admin.ShowCachedQuestions = true })
 	qs := []string{"Alpha question?", "Beta question?", "Gamma question?"}
 	for _, q := range qs {
 		askStored(t, gw, cbody(q, ""))

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -24,6 +25,7 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", ":8080", "gateway listen address")
+	adminListen := fs.String("admin-listen", "", "admin listener, trusted with no token (default: 127.0.0.1 and the port after --listen's)")
 	ttft := fs.Duration("ttft", 150*time.Millisecond, "simulated time to first token")
 	itl := fs.Duration("itl", 25*time.Millisecond, "simulated time between tokens")
 	warmFile := fs.String("warm", "", "warm the cache from this file at start (any frontdoor warm format; plain text uses qwen3-8b)")
@@ -37,7 +39,10 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := runDemo(ctx, *listen, *ttft, *itl, *warmFile, *embedder == "remote", stdout, stderr); err != nil {
+	if *adminListen == "" {
+		*adminListen = demoAdminListen(*listen)
+	}
+	if err := runDemo(ctx, *listen, *adminListen, *ttft, *itl, *warmFile, *embedder == "remote", stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "frontdoor demo:", err)
 		return 1
 	}
@@ -47,7 +52,7 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 // runDemo starts two simulated vLLM nodes, a simulated DashScope, with
 // remoteEmbed a simulated embedding server, and the gateway in this
 // process, prints a banner and serves until ctx ends.
-func runDemo(ctx context.Context, listen string, ttft, itl time.Duration, warmFile string, remoteEmbed bool, stdout, stderr io.Writer) error {
+func runDemo(ctx context.Context, listen, adminListen string, ttft, itl time.Duration, warmFile string, remoteEmbed bool, stdout, stderr io.Writer) error {
 	var sims []*sim.Server
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -69,6 +74,11 @@ func runDemo(ctx context.Context, listen string, ttft, itl time.Duration, warmFi
 	}
 	cfg := router.DefaultConfig()
 	cfg.Listen = listen
+	// The operator of a demo is the person at the keyboard: the admin
+	// surface is on a loopback listener of its own (no token), and it
+	// shows cached questions (so cache export works).
+	cfg.Admin.Listen = adminListen
+	cfg.Admin.ShowCachedQuestions = true
 	cfg.Logging.Format = "text"
 	cfg.Logging.AccessLog = false
 	cfg.Shutdown.Grace = 10_000_000_000
@@ -116,21 +126,33 @@ func runDemo(ctx context.Context, listen string, ttft, itl time.Duration, warmFi
 		embedderLine = es.URL() + "/v1/embeddings (simulated, OpenAI-compatible, " + fmt.Sprint(sim.DefaultEmbeddingDims) + " dims)"
 	}
 
-	return serve(ctx, cfg, "", stderr, func(addr string) {
-		fmt.Fprint(stdout, banner(addr, cfg, qwen.URL(), embedderLine))
+	return serve(ctx, cfg, "", stderr, func(addr, admin string) {
+		fmt.Fprint(stdout, banner(addr, admin, cfg, qwen.URL(), embedderLine))
 	})
 }
 
-func banner(addr string, cfg router.Config, qwenURL, embedder string) string {
+// demoAdminListen is 127.0.0.1 and the port after listen's (0 stays 0).
+func demoAdminListen(listen string) string {
+	_, port, err := net.SplitHostPort(listen)
+	p, perr := strconv.Atoi(port)
+	if err != nil || perr != nil || p == 0 || p == 65535 {
+		return "127.0.0.1:0"
+	}
+	return "127.0.0.1:" + strconv.Itoa(p+1)
+}
+
+func banner(addr, admin string, cfg router.Config, qwenURL, embedder string) string {
 	_, port, _ := net.SplitHostPort(addr)
 	base := "http://127.0.0.1:" + port
+	adminBase := "http://" + admin
 	return fmt.Sprintf(`
 frontdoor demo is running (Ctrl-C stops everything)
 
   gateway         %[1]s/v1            (OpenAI-compatible)
   models          %[1]s/v1/models
   metrics         %[1]s/metrics
-  dashboard       %[1]s/dashboard     (cache hit rate, spill-over, node load)
+  admin           %[6]s   (loopback only, no token: /status, /admin/*)
+  dashboard       %[6]s/dashboard     (cache hit rate, spill-over, node load)
   simulated GPUs  %[2]s (gpu-a), %[3]s (gpu-b): vLLM, max-num-seqs 10
   simulated Qwen  %[4]s (DashScope compatible mode, spill-over)
   embedder        %[5]s
@@ -143,11 +165,12 @@ Try it (ask twice, or reworded, to see X-Cache: hit-exact / hit-semantic):
   curl -sN %[1]s/v1/chat/completions -H 'Content-Type: application/json' \
     -d '{"model":"qwen3-8b","stream":true,"messages":[{"role":"user","content":"Tell me a story"}]}'
 
-Warm the cache (prompts go through the gateway; answered pairs are imported):
+Warm the cache (prompts go through the gateway; answered pairs are imported,
+which is an admin call):
 
   frontdoor warm deploy/examples/hot-prompts.txt --target %[1]s --model qwen3-8b
-  frontdoor warm deploy/examples/faq.jsonl --target %[1]s
-  frontdoor cache export --target %[1]s --top 100 --out hot.jsonl
+  frontdoor warm deploy/examples/faq.jsonl --target %[6]s
+  frontdoor cache export --target %[6]s --top 100 --out hot.jsonl
 
-`, base, cfg.Nodes[0].URL, cfg.Nodes[1].URL, qwenURL, embedder)
+`, base, cfg.Nodes[0].URL, cfg.Nodes[1].URL, qwenURL, embedder, adminBase)
 }

@@ -8,9 +8,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -128,6 +130,9 @@ func cmdCheckConfig(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
+	if _, err := router.AdminToken(cfg.Admin); err != nil {
+		problems = append(problems, err.Error())
+	}
 	for _, w := range warnings {
 		fmt.Fprintln(stderr, "warning: "+w)
 	}
@@ -162,6 +167,31 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// logAdminSurface says at start how the admin surface is reached; a
+// trusted listener or trusted peers that are not loopback are a WARN.
+func logAdminSurface(logger *slog.Logger, cfg router.Config, adminAddr string) {
+	tok, _ := router.AdminToken(cfg.Admin) // New has refused a weak one
+	var ways []string
+	if tok != "" {
+		ways = append(ways, "bearer token ("+cfg.Admin.TokenEnv+") on the main listener")
+	}
+	if adminAddr != "" {
+		ways = append(ways, "admin listener "+adminAddr+" (no token)")
+		if !router.LoopbackAddr(adminAddr) {
+			logger.Warn("admin.listen is not a loopback address: whoever reaches it is an admin", "addr", adminAddr)
+		}
+	}
+	if len(cfg.Admin.AllowCIDRs) > 0 {
+		ways = append(ways, "peers in admin.allow_cidrs (no token)")
+		logger.Warn("admin.allow_cidrs trusts peers by address on the main listener: a proxy or sidecar in that range makes every client behind it an admin", "allow_cidrs", strings.Join(cfg.Admin.AllowCIDRs, ","))
+	}
+	if len(ways) == 0 {
+		logger.Info("admin surface closed: set " + cfg.Admin.TokenEnv + " or admin.listen to reach /status, /dashboard and /admin/*")
+		return
+	}
+	logger.Info("admin surface", "access", strings.Join(ways, "; "))
+}
+
 // cmdHealthcheck is the container's health check (distroless has no curl).
 func cmdHealthcheck(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
@@ -184,8 +214,9 @@ func cmdHealthcheck(args []string, stderr io.Writer) int {
 
 // serve wires the gateway from cfg and runs it until ctx ends, then drains
 // and shuts down gracefully. path, if set, is reloaded on SIGHUP. ready,
-// if set, receives the listening address.
-func serve(ctx context.Context, cfg router.Config, path string, logOut io.Writer, ready func(addr string)) error {
+// if set, receives the listening addresses (admin: "" without
+// admin.listen).
+func serve(ctx context.Context, cfg router.Config, path string, logOut io.Writer, ready func(addr, admin string)) error {
 	if every := cfg.Logging.FlushInterval.D(); every > 0 {
 		lb := router.NewLogBuffer(logOut, every)
 		defer lb.Close()
@@ -201,8 +232,23 @@ func serve(ctx context.Context, cfg router.Config, path string, logOut io.Writer
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	logger.Info("frontdoor listening", "addr", ln.Addr().String(), "version", buildinfo.Get().Version, "revision", buildinfo.Get().Revision, "nodes", len(cfg.Nodes))
+	var adminAddr string
+	if cfg.Admin.Listen != "" {
+		aln, err := net.Listen("tcp", cfg.Admin.Listen)
+		if err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("admin.listen %s: %w", cfg.Admin.Listen, err)
+		}
+		adminAddr = aln.Addr().String()
+		go func() {
+			if err := gw.ServeAdmin(aln); err != nil {
+				logger.Error("admin listener stopped", "error", err.Error())
+			}
+		}()
+	}
+	logAdminSurface(logger, cfg, adminAddr)
 	if ready != nil {
-		ready(ln.Addr().String())
+		ready(ln.Addr().String(), adminAddr)
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- gw.Serve(ln) }()

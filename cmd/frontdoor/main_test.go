@@ -51,7 +51,7 @@ func TestCheckConfigAcceptsTheExamples(t *testing.T) {
 				}
 			}
 			for _, e := range cfg.EnvVars() {
-				t.Setenv(e.Name, "set-by-test")
+				t.Setenv(e.Name, "set-by-test-7c41f09e2ab3")
 			}
 			out.Reset()
 			errOut.Reset()
@@ -62,6 +62,31 @@ func TestCheckConfigAcceptsTheExamples(t *testing.T) {
 				t.Fatalf("%s: output %q, stderr %q", f, out.String(), errOut.String())
 			}
 		})
+	}
+}
+
+// A placeholder or short admin token is refused by check-config and by
+// serve, naming the variable; a random one passes.
+func TestWeakAdminTokenRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fd.yaml")
+	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:0\nnodes:\n  - {name: a, url: http://127.0.0.1:1, models: [m]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range []string{"change-me", "replace-me", "CHANGEME", "secret", "admin", "short-token-15b", "change-me-to-a-long-random-value"} {
+		t.Setenv("FRONTDOOR_ADMIN_TOKEN", tok)
+		var out, errOut bytes.Buffer
+		if code := run([]string{"check-config", "--config", path}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "FRONTDOOR_ADMIN_TOKEN") {
+			t.Errorf("check-config with FRONTDOOR_ADMIN_TOKEN=%s: exit %d: %s", tok, code, errOut.String())
+		}
+		errOut.Reset()
+		if code := run([]string{"serve", "--config", path}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "environment variable FRONTDOOR_ADMIN_TOKEN") {
+			t.Errorf("serve with FRONTDOOR_ADMIN_TOKEN=%s: exit %d: %s", tok, code, errOut.String())
+		}
+	}
+	t.Setenv("FRONTDOOR_ADMIN_TOKEN", "9f86d081884c7d659a2feaa0c55ad015")
+	var out, errOut bytes.Buffer
+	if code := run([]string{"check-config", "--config", path}, &out, &errOut); code != 0 {
+		t.Errorf("check-config with a random token: exit %d: %s", code, errOut.String())
 	}
 }
 
@@ -241,16 +266,32 @@ func testDemoServes(t *testing.T, remoteEmbed bool) {
 	stdout := &lockedBuffer{}
 	done := make(chan error, 1)
 	go func() {
-		done <- runDemo(ctx, "127.0.0.1:0", time.Millisecond, time.Millisecond, "", remoteEmbed, stdout, io.Discard)
+		done <- runDemo(ctx, "127.0.0.1:0", "127.0.0.1:0", time.Millisecond, time.Millisecond, "", remoteEmbed, stdout, io.Discard)
 	}()
-	var base string
+	var base, dashboard string
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		m := regexp.MustCompile(`gateway\s+(http://\S+)/v1`).FindStringSubmatch(stdout.String())
-		if m != nil {
-			base = m[1]
+		d := regexp.MustCompile(`dashboard\s+(http://\S+)`).FindStringSubmatch(stdout.String())
+		if m != nil && d != nil {
+			base, dashboard = m[1], d[1]
 		}
-		return m != nil
+		return m != nil && d != nil
 	}, "no banner: %s", stdout.String())
+	// The dashboard the banner names opens with no token (the admin
+	// listener, on loopback); the main listener's needs the token.
+	for url, want := range map[string]int{dashboard: 200, base + "/dashboard": 403, base + "/status": 403} {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s: %d, want %d", url, resp.StatusCode, want)
+		}
+	}
+	if !strings.HasPrefix(dashboard, "http://127.0.0.1:") || strings.HasPrefix(dashboard, base) {
+		t.Errorf("the dashboard %s is not on a loopback listener of its own (gateway %s)", dashboard, base)
+	}
 	for _, body := range []string{
 		`{"model":"qwen3-8b","messages":[{"role":"user","content":"hello"}]}`,
 		`{"model":"chat","stream":true,"messages":[{"role":"user","content":"hello"}]}`,
@@ -419,8 +460,9 @@ func TestTwoProcessesShareTheCache(t *testing.T) {
 	node := testenv.GPUSim(t, nil)
 	r := testenv.StartRedis(t)
 	cfg := fmt.Sprintf("cache: {backend: redis}\nredis: {url: %s}\nnodes:\n  - {name: a, url: %s, models: [qwen3-8b]}\n", r.URL(), node.URL())
-	a, _, _ := startServe(t, cfg)
-	b, _, logsB := startServe(t, cfg)
+	env := []string{"FRONTDOOR_ADMIN_TOKEN=" + testAdminToken}
+	a, _, _, _ := startServeEnv(t, cfg, env)
+	b, _, logsB, _ := startServeEnv(t, cfg, env)
 	ask := func(base, question string) string {
 		resp, err := http.Post(base+"/v1/chat/completions", "application/json",
 			strings.NewReader(`{"model":"qwen3-8b","messages":[{"role":"user","content":"`+question+`"}]}`))
@@ -442,7 +484,9 @@ func TestTwoProcessesShareTheCache(t *testing.T) {
 	// Wait until B's vector index has A's entry (synced through a Redis
 	// Stream), then ask reworded.
 	testenv.Eventually(t, 10*time.Second, func() bool {
-		resp, err := http.Get(b + "/admin/cache/stats")
+		req, _ := http.NewRequest(http.MethodGet, b+"/admin/cache/stats", nil)
+		req.Header.Set("Authorization", "Bearer "+testAdminToken)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return false
 		}
@@ -467,19 +511,20 @@ func TestDemoWarm(t *testing.T) {
 	stdout := &lockedBuffer{}
 	done := make(chan error, 1)
 	go func() {
-		done <- runDemo(ctx, "127.0.0.1:0", time.Millisecond, time.Millisecond, "../../deploy/examples/hot-prompts.txt", false, stdout, io.Discard)
+		done <- runDemo(ctx, "127.0.0.1:0", "127.0.0.1:0", time.Millisecond, time.Millisecond, "../../deploy/examples/hot-prompts.txt", false, stdout, io.Discard)
 	}()
-	var base string
+	var base, admin string
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		m := regexp.MustCompile(`gateway\s+(http://\S+)/v1`).FindStringSubmatch(stdout.String())
-		if m != nil {
-			base = m[1]
+		a := regexp.MustCompile(`admin\s+(http://\S+)`).FindStringSubmatch(stdout.String())
+		if m != nil && a != nil {
+			base, admin = m[1], a[1]
 		}
-		return m != nil
+		return m != nil && a != nil
 	}, "no banner: %s", stdout.String())
 	var status string
 	testenv.Eventually(t, 20*time.Second, func() bool {
-		resp, err := http.Get(base + "/status")
+		resp, err := http.Get(admin + "/status")
 		if err != nil {
 			return false
 		}

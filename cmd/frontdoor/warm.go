@@ -236,7 +236,7 @@ func cmdCache(args []string, stdout, stderr io.Writer) int {
 	if *out == "-" {
 		_, err = stdout.Write(b)
 	} else {
-		err = os.WriteFile(*out, b, 0o644)
+		err = writePrivate(*out, b)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "frontdoor cache export:", err)
@@ -244,4 +244,23 @@ func cmdCache(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "exported %d entries\n", n)
 	return 0
+}
+
+// writePrivate writes b to path readable by its owner only (0600, also
+// when the file existed with a wider mode): an export holds clients'
+// prompts.
+func writePrivate(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := f.Chmod(0o600); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -20,7 +20,7 @@ import (
 	"frontdoor/router"
 )
 
-const testAdminToken = "adm-test-token"
+const testAdminToken = "fd-test-admin-4f9c2a7e1b"
 
 // warmGateway serves a gateway in process (as frontdoor serve does) in front
 // of one gpusim node, with the memory cache unless mutate says otherwise.
@@ -40,7 +40,7 @@ func warmGateway(t *testing.T, node *sim.Server, mutate func(*router.Config)) st
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, cfg, "", &lockedBuffer{}, func(a string) { addr <- a }) }()
+	go func() { done <- serve(ctx, cfg, "", &lockedBuffer{}, func(a, _ string) { addr <- a }) }()
 	t.Cleanup(func() { cancel(); <-done })
 	select {
 	case a := <-addr:
@@ -207,6 +207,7 @@ func TestWarmPairsThroughTarget(t *testing.T) {
 	}
 	// Tagged with the file name: the purge takes exactly them.
 	req, _ := http.NewRequest(http.MethodDelete, base+"/admin/cache?tag=faq.jsonl", nil)
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -337,7 +338,7 @@ func TestWarmInterruptResumes(t *testing.T) {
 // another gateway from it makes them hits there.
 func TestCacheExportWarmsAnotherCluster(t *testing.T) {
 	node := simNode(t, 0)
-	base := warmGateway(t, node, nil)
+	base := warmGateway(t, node, func(c *router.Config) { c.Admin.ShowCachedQuestions = true })
 	file := writeFile(t, "hot.txt", "Most asked?\nSecond most asked?\nRarely asked?\n")
 	if code, out, errOut := warmRun(t, file, "--target", base, "--model", "qwen3-8b"); code != 0 {
 		t.Fatalf("warm: %d %q %s", code, out, errOut)
@@ -348,9 +349,17 @@ func TestCacheExportWarmsAnotherCluster(t *testing.T) {
 		}
 	}
 	outFile := filepath.Join(t.TempDir(), "hot.jsonl")
+	// The export holds prompts: readable by its owner only, even over a
+	// file that was 0644.
+	if err := os.WriteFile(outFile, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	var so, se bytes.Buffer
 	if code := run([]string{"cache", "export", "--top", "2", "--out", outFile, "--target", base}, &so, &se); code != 0 {
 		t.Fatalf("export: %d %s", code, se.String())
+	}
+	if fi, err := os.Stat(outFile); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("export file mode: %v %v, want 0600", fi.Mode(), err)
 	}
 	b, _ := os.ReadFile(outFile)
 	sc := bufio.NewScanner(bytes.NewReader(b))
@@ -407,5 +416,22 @@ func TestWarmDryRun(t *testing.T) {
 	}
 	if n := node.Stats().Received; n != before {
 		t.Fatalf("a dry run made %d node calls", n-before)
+	}
+}
+
+// Without admin.show_cached_questions (or logging.log_prompts) the hot list
+// is refused, so cache export writes nothing and names the switch.
+func TestCacheExportFollowsPrivacy(t *testing.T) {
+	node := simNode(t, 0)
+	base := warmGateway(t, node, nil)
+	eventuallyX(t, base, userBody("A private question?"), "hit-exact")
+	outFile := filepath.Join(t.TempDir(), "hot.jsonl")
+	var so, se bytes.Buffer
+	code := run([]string{"cache", "export", "--out", outFile, "--target", base}, &so, &se)
+	if code != 1 || !strings.Contains(se.String(), "admin.show_cached_questions") {
+		t.Fatalf("export with questions hidden: exit %d, stderr %q", code, se.String())
+	}
+	if _, err := os.Stat(outFile); !os.IsNotExist(err) {
+		t.Fatalf("export wrote %s (%v)", outFile, err)
 	}
 }
