@@ -203,12 +203,27 @@ func TestK8sManifestsDecodeStrictly(t *testing.T) {
 // apply, and what comes out still decodes strictly.
 func TestKustomizeOverlayApplies(t *testing.T) {
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	for _, dir := range []string{"k8s/base", "k8s/overlays/example"} {
-		rm, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	// The overlay's Secret comes from secrets.env, which the user writes:
+	// without it the build fails, naming it.
+	tree := filepath.Join(t.TempDir(), "k8s")
+	if err := os.CopyFS(tree, os.DirFS("k8s")); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Remove(filepath.Join(tree, "overlays/example/secrets.env"))
+	if _, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(tree, "overlays/example")); err == nil || !strings.Contains(err.Error(), "secrets.env") {
+		t.Fatalf("the overlay built without secrets.env: %v", err)
+	}
+	const token = "3f6c0b9a7e2d41c58b1f0e9d2a7c6b5e"
+	env := "FRONTDOOR_ADMIN_TOKEN=" + token + "\nDASHSCOPE_API_KEY=sk-test\nACME_KEYS=sk-a,sk-b\n"
+	if err := os.WriteFile(filepath.Join(tree, "overlays/example/secrets.env"), []byte(env), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"base", "overlays/example"} {
+		rm, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(tree, dir))
 		if err != nil {
 			t.Fatalf("kustomize build %s: %v", dir, err)
 		}
-		if dir == "k8s/base" {
+		if dir == "base" {
 			continue
 		}
 		kinds := map[string]any{}
@@ -256,19 +271,37 @@ func TestKustomizeOverlayApplies(t *testing.T) {
 		if hs := kinds["Service/vllm-headless"].(*corev1.Service); hs.Spec.ClusterIP != corev1.ClusterIPNone {
 			t.Fatal("vllm-headless is not headless")
 		}
+		sec := kinds["Secret/frontdoor-secrets"].(*corev1.Secret)
+		if got := string(sec.Data["FRONTDOOR_ADMIN_TOKEN"]); got != token {
+			t.Fatalf("the generated Secret's FRONTDOOR_ADMIN_TOKEN is %q, not secrets.env's", got)
+		}
 	}
 }
 
 // deploy/compose.yaml loads with the Compose spec's own loader, has the
-// whole stack, and every file it names exists.
+// whole stack, and every file it names exists. It refuses to start
+// without an admin token, and passes the one it is given.
 func TestComposeFileLoads(t *testing.T) {
-	opts, err := cli.NewProjectOptions([]string{"compose.yaml"}, cli.WithWorkingDirectory("."), cli.WithEnv(nil), cli.WithResolvedPaths(true))
-	if err != nil {
-		t.Fatal(err)
+	load := func(env []string) (*types.Project, error) {
+		opts, err := cli.NewProjectOptions([]string{"compose.yaml"}, cli.WithWorkingDirectory("."), cli.WithEnv(env), cli.WithResolvedPaths(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return opts.LoadProject(context.Background())
 	}
-	p, err := opts.LoadProject(context.Background())
+	if _, err := load(nil); err == nil || !strings.Contains(err.Error(), "FRONTDOOR_ADMIN_TOKEN") {
+		t.Fatalf("compose without FRONTDOOR_ADMIN_TOKEN: %v, want an error naming it", err)
+	}
+	const token = "3f6c0b9a7e2d41c58b1f0e9d2a7c6b5e"
+	p, err := load([]string{"FRONTDOOR_ADMIN_TOKEN=" + token})
 	if err != nil {
 		t.Fatalf("compose: %v", err)
+	}
+	for _, name := range []string{"frontdoor-1", "frontdoor-2"} {
+		s, _ := p.GetService(name)
+		if v := s.Environment["FRONTDOOR_ADMIN_TOKEN"]; v == nil || *v != token {
+			t.Fatalf("%s: FRONTDOOR_ADMIN_TOKEN is %v, not the one given", name, v)
+		}
 	}
 	for _, name := range []string{"lb", "frontdoor-1", "frontdoor-2", "redis", "vllm-a", "vllm-b", "dashscope", "prometheus", "grafana"} {
 		if _, err := p.GetService(name); err != nil {

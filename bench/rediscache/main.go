@@ -605,6 +605,7 @@ func gatewayConfig(o opts, backend string, port, simPort, redisPort int) string 
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: %s\n", addr(port))
 	b.WriteString("logging: {level: warn, access_log: false}\n")
+	b.WriteString("admin: {allow_cidrs: [127.0.0.1/32]}\n") // /status, read from loopback
 	b.WriteString("auth: {required: true}\n")
 	b.WriteString("admission: {backend: local}\n")
 	b.WriteString("spillover: {enabled: false}\n")
