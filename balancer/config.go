@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 
+	"frontdoor/internal/redact"
 	"frontdoor/internal/units"
 )
 
@@ -232,7 +233,7 @@ func (n *NodeConfig) Validate() error {
 	} else if !strings.Contains(n.URL, "://") {
 		add("url: missing scheme (want http:// or https://)")
 	} else if u, err := url.Parse(n.URL); err != nil {
-		add("url: %v", err)
+		add("url: %v", redact.ParseError(err)) // a *url.Error quotes the URL, password included
 	} else if u.Scheme != "http" && u.Scheme != "https" {
 		add("url: missing scheme (want http:// or https://)")
 	} else if u.Host == "" {

@@ -17,6 +17,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
+
+	"frontdoor/internal/redact"
 )
 
 // Outcome is the result of one attempt, reported back to the balancer.
@@ -298,6 +300,7 @@ func (p *Pool) newNode(nc NodeConfig, entry string) *Node {
 	if n.metricsURL == "" {
 		n.metricsURL = serverRoot(nc.URL) + "/metrics"
 	}
+	n.shownURL, n.shownHealthURL, n.shownMetricsURL = redact.URL(nc.URL), redact.URL(n.healthURL), redact.URL(n.metricsURL)
 	n.healthy.Store(true)
 	for _, m := range nc.Models {
 		n.models[m] = true
