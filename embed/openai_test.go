@@ -381,13 +381,19 @@ func TestOpenAIDimsMismatch(t *testing.T) {
 	}
 }
 
-func TestOpenAIEndpointDown(t *testing.T) {
+// closedAddr returns a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
+	defer ln.Close() // nothing listens there once it returns
+	return ln.Addr().String()
+}
+
+func TestOpenAIEndpointDown(t *testing.T) {
+	addr := closedAddr(t)
 	c := DefaultConfig()
 	c.Kind, c.URL, c.Model = KindOpenAI, "http://"+addr+"/v1", "m"
 	o := newTestOpenAI(t, c)
@@ -467,16 +473,11 @@ func TestMemoLRU(t *testing.T) {
 // error: neither the password nor the user name, which is often a token.
 func TestOpenAIURLCredentialsNotInErrors(t *testing.T) {
 	const user, password = "embed-user-4d2", "embed-Pa55-8e1"
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
+	addr := closedAddr(t)
 	c := DefaultConfig()
 	c.Kind, c.URL, c.Model = KindOpenAI, "http://"+user+":"+password+"@"+addr+"/v1", "m"
 	o := newTestOpenAI(t, c)
-	_, err = o.Embed(context.Background(), "x")
+	_, err := o.Embed(context.Background(), "x")
 	if err == nil || !strings.Contains(err.Error(), "xxxxx@"+addr) {
 		t.Fatalf("want an error naming the masked URL, got %v", err)
 	}

