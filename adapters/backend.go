@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"frontdoor/internal/redact"
 )
 
 // Kind is an upstream engine flavour.
@@ -95,7 +97,7 @@ type Target struct {
 func BaseURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("invalid url: %w", err)
+		return nil, fmt.Errorf("invalid url: %w", redact.ParseError(err)) // not quoting the URL: it may hold a password
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return nil, errors.New("missing scheme: want http:// or https://")

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 
+	"frontdoor/internal/redact"
 	"frontdoor/internal/units"
 )
 
@@ -27,7 +28,24 @@ type NodeConfig struct {
 	// node named <name>-<address>, with the entry's settings.
 	Discover         string         `yaml:"discover"`
 	DiscoverInterval units.Duration `yaml:"discover_interval"` // default 10s
+	// DiscoverAllow lets discovery make nodes of address classes it drops
+	// by default: "loopback" (127.0.0.0/8, ::1) and "link_local"
+	// (169.254.0.0/16, fe80::/10). Unspecified, multicast and cloud
+	// metadata addresses, and the gateway's own address, are always dropped.
+	DiscoverAllow []string `yaml:"discover_allow"`
+	// DiscoverMaxNodes caps the nodes one lookup makes (default 256): the
+	// addresses are sorted and the first ones kept.
+	DiscoverMaxNodes int `yaml:"discover_max_nodes"`
 }
+
+// Address classes discover_allow may name.
+const (
+	AllowLoopback  = "loopback"
+	AllowLinkLocal = "link_local"
+)
+
+// DefaultDiscoverMaxNodes is discover_max_nodes' default.
+const DefaultDiscoverMaxNodes = 256
 
 // Weights are the scorer weights.
 type Weights struct {
@@ -140,6 +158,9 @@ func DefaultNode(n *NodeConfig) {
 	if n.Discover != "" && n.DiscoverInterval == 0 {
 		n.DiscoverInterval = units.Duration(10e9)
 	}
+	if n.Discover != "" && n.DiscoverMaxNodes == 0 {
+		n.DiscoverMaxNodes = DefaultDiscoverMaxNodes
+	}
 }
 
 // Validate checks the section. Errors are prefixed with their YAML key.
@@ -232,7 +253,7 @@ func (n *NodeConfig) Validate() error {
 	} else if !strings.Contains(n.URL, "://") {
 		add("url: missing scheme (want http:// or https://)")
 	} else if u, err := url.Parse(n.URL); err != nil {
-		add("url: %v", err)
+		add("url: %v", redact.ParseError(err)) // a *url.Error quotes the URL, password included
 	} else if u.Scheme != "http" && u.Scheme != "https" {
 		add("url: missing scheme (want http:// or https://)")
 	} else if u.Host == "" {
@@ -269,8 +290,23 @@ func (n *NodeConfig) Validate() error {
 		if len(n.Name)+len("-ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff") > 128 {
 			add("name: too long for discovered nodes (<name>-<address>)")
 		}
+		if n.DiscoverMaxNodes < 0 {
+			add("discover_max_nodes: must be >= 1 (0 = %d)", DefaultDiscoverMaxNodes)
+		}
+		for i, a := range n.DiscoverAllow {
+			switch a {
+			case AllowLoopback, AllowLinkLocal:
+			case dropUnspecified, dropMulticast, dropMetadata, dropSelf:
+				add("discover_allow[%d]: %q addresses are never made nodes; allow loopback or link_local only", i, a)
+			default:
+				add("discover_allow[%d]: %q is not one of loopback, link_local", i, a)
+			}
+		}
 	default:
 		add("discover: %q is not one of dns (or leave it out)", n.Discover)
+	}
+	if n.Discover == "" && (len(n.DiscoverAllow) > 0 || n.DiscoverMaxNodes != 0) {
+		add("discover_allow, discover_max_nodes: only apply to a discover: dns entry")
 	}
 	return errors.Join(errs...)
 }

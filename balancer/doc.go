@@ -120,8 +120,12 @@
 // request keeps the version it picked from. An entry with discover: dns
 // is a template: its host is resolved every discover_interval through a
 // Discoverer (DNSDiscoverer: A and AAAA records, the system's resolver or
-// dns_resolver) and each address becomes a node <name>-<address>. A failed
-// lookup keeps the nodes found before; no record means no node. A node
+// dns_resolver) and each address becomes a node <name>-<address>, but
+// for unspecified, multicast, cloud metadata and self addresses (the
+// gateway's own, WithSelfAddrs), loopback and link-local ones unless
+// discover_allow names them, and those past discover_max_nodes in address
+// order (so replicas agree). A failed lookup keeps the nodes found before;
+// no record means no node. A node
 // that leaves takes no new request (state "removed"), its requests in
 // flight finish, and once idle its loops stop and its metric series go.
 //

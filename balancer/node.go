@@ -22,6 +22,8 @@ type Node struct {
 	metricsURL string
 	seed       uint64 // rendezvous-hash seed, from the name
 	entry      string // the discover entry it came from, or ""
+	// The URLs as shown and logged: user information masked.
+	shownURL, shownHealthURL, shownMetricsURL string
 
 	inflight  atomic.Int64
 	healthy   atomic.Bool

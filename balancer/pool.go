@@ -17,6 +17,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
+
+	"frontdoor/internal/redact"
 )
 
 // Outcome is the result of one attempt, reported back to the balancer.
@@ -81,6 +83,7 @@ type Pool struct {
 	// fixedDisc, set by WithDiscoverer, replaces the DNS discoverer.
 	fixedDisc Discoverer
 	onRemove  func(*Node)
+	self      func() []netip.AddrPort // the gateway's own listen addresses; nil: unknown
 
 	mu       sync.Mutex // serialises changes to the node set; guards the fields below
 	entries  []NodeConfig
@@ -88,6 +91,7 @@ type Pool struct {
 	queues   map[string]*slotQueue // every model's queue, kept across versions
 	found    map[string][]netip.Addr
 	discErr  map[string]discoveryError
+	drops    map[string]*dropState
 	retiring map[*Node]struct{}
 	mset     *metrics.Set
 	runCtx   context.Context
@@ -109,6 +113,14 @@ func WithLogger(l *slog.Logger) Option { return func(p *Pool) { p.log = l } }
 // WithDiscoverer replaces the DNS discoverer built from dns_resolver.
 func WithDiscoverer(d Discoverer) Option { return func(p *Pool) { p.fixedDisc = d } }
 
+// WithSelfAddrs gives the addresses the gateway listens on, read at every
+// discovery lookup: an address found by discovery that, with the node's
+// port, is one of them never becomes a node (requests would loop back to
+// the gateway). An unspecified address (0.0.0.0:8080, [::]:8080) stands
+// for every address of this host with that port: loopback ones and those
+// of its interfaces.
+func WithSelfAddrs(f func() []netip.AddrPort) Option { return func(p *Pool) { p.self = f } }
+
 // WithOnRemove registers f, called once a node that left the set has
 // drained (no request in flight), so that its owner can drop what it keeps
 // for the node (a connection pool). It runs with the pool's lock held: it
@@ -127,6 +139,7 @@ func New(cfg Config, nodes []NodeConfig, aliases []ModelAlias, opts ...Option) (
 		queues:   map[string]*slotQueue{},
 		found:    map[string][]netip.Addr{},
 		discErr:  map[string]discoveryError{},
+		drops:    map[string]*dropState{},
 		retiring: map[*Node]struct{}{},
 		loops:    map[any]context.CancelFunc{},
 	}
@@ -199,6 +212,14 @@ func (p *Pool) Update(cfg Config, nodes []NodeConfig, aliases []ModelAlias) erro
 		if !keep {
 			delete(p.found, name)
 			delete(p.discErr, name)
+			delete(p.drops, name)
+		}
+	}
+	// What was found stays until the next lookup, under the new filter
+	// (discover_allow, discover_max_nodes).
+	for _, e := range entries {
+		if addrs, ok := p.found[e.Name]; ok {
+			p.found[e.Name], _ = filterAddrs(e, addrs, nil)
 		}
 	}
 	p.entries, p.aliases = entries, am
@@ -298,6 +319,7 @@ func (p *Pool) newNode(nc NodeConfig, entry string) *Node {
 	if n.metricsURL == "" {
 		n.metricsURL = serverRoot(nc.URL) + "/metrics"
 	}
+	n.shownURL, n.shownHealthURL, n.shownMetricsURL = redact.URL(nc.URL), redact.URL(n.healthURL), redact.URL(n.metricsURL)
 	n.healthy.Store(true)
 	for _, m := range nc.Models {
 		n.models[m] = true

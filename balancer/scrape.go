@@ -303,7 +303,7 @@ var errNoMetrics = errors.New("none of the engine's load metrics are present")
 // snapshot and runs the ejection check.
 func (p *Pool) scrape(n *Node) {
 	before := n.inflight.Load()
-	err := p.get(n.metricsURL, p.conf().ScrapeInterval.D(), func(body []byte) error {
+	err := p.get(n.metricsURL, n.shownMetricsURL, p.conf().ScrapeInterval.D(), func(body []byte) error {
 		m := parseMetrics(n.kind, body)
 		if math.IsNaN(m.waiting) && math.IsNaN(m.running) && math.IsNaN(m.kv) {
 			return fmt.Errorf("%s: %w", n.cfg.Kind, errNoMetrics)
@@ -370,7 +370,7 @@ func (n *Node) PrefixCacheHitRate() (rate float64, ok bool) {
 // a row (one that never has, at its first failure), healthy again after
 // one good one. It reports whether the node is healthy now.
 func (p *Pool) probe(n *Node) bool {
-	err := p.get(n.healthURL, p.conf().HealthInterval.D(), nil)
+	err := p.get(n.healthURL, n.shownHealthURL, p.conf().HealthInterval.D(), nil)
 	ok := err == nil
 	var up, logUp, logDown bool
 	n.mu.Lock()
@@ -415,17 +415,19 @@ func (p *Pool) probe(n *Node) bool {
 }
 
 // get fetches url within min(interval, 2s) and hands a 200 body to read.
-func (p *Pool) get(url string, interval time.Duration, read func([]byte) error) error {
+// Errors name shown, the URL with its user information masked (fasthttp
+// sends that information as basic auth).
+func (p *Pool) get(url, shown string, interval time.Duration, read func([]byte) error) error {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.SetRequestURI(url)
 	timeout := min(interval, 2*time.Second)
 	if err := p.client.DoTimeout(req, resp, timeout); err != nil {
-		return fmt.Errorf("GET %s: %w", url, err)
+		return fmt.Errorf("GET %s: %w", shown, err)
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {
-		return fmt.Errorf("GET %s: status %d", url, resp.StatusCode())
+		return fmt.Errorf("GET %s: status %d", shown, resp.StatusCode())
 	}
 	if read == nil {
 		return nil

@@ -25,7 +25,7 @@ var States = [...]string{StateHealthy, StateUnhealthy, StateEjected, StateOpen, 
 // NodeStatus is one node as the admin API shows it.
 type NodeStatus struct {
 	Name           string            `json:"name"`
-	URL            string            `json:"url"`
+	URL            string            `json:"url"` // user information masked: http://xxxxx@host
 	Kind           string            `json:"kind"`
 	Models         []string          `json:"models"`
 	State          string            `json:"state"`
@@ -117,7 +117,7 @@ func (p *Pool) Status() []NodeStatus {
 	out := make([]NodeStatus, 0, len(nodes))
 	for _, n := range nodes {
 		st := NodeStatus{
-			Name: n.cfg.Name, URL: n.cfg.URL, Kind: n.cfg.Kind, Models: append([]string(nil), n.cfg.Models...),
+			Name: n.cfg.Name, URL: n.shownURL, Kind: n.cfg.Kind, Models: append([]string(nil), n.cfg.Models...),
 			State: n.state(now), Inflight: n.inflight.Load(), MaxConcurrency: n.cfg.MaxConcurrency, Weight: n.cfg.Weight,
 			Requests: map[string]uint64{}, DiscoveredBy: n.entry,
 		}

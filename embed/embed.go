@@ -9,6 +9,7 @@ import (
 
 	"github.com/viterin/vek/vek32"
 
+	"frontdoor/internal/redact"
 	"frontdoor/internal/units"
 )
 
@@ -121,13 +122,13 @@ func (c *Config) Validate() error {
 	}
 	u, err := url.Parse(c.URL)
 	if err != nil {
-		return fmt.Errorf("url: %w", err)
+		return fmt.Errorf("url: %w", redact.ParseError(err))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("url: must start with http:// or https://, got %q", c.URL)
+		return fmt.Errorf("url: must start with http:// or https://, got %q", redact.URL(c.URL))
 	}
 	if u.Host == "" {
-		return fmt.Errorf("url: has no host: %q", c.URL)
+		return fmt.Errorf("url: has no host: %q", redact.URL(c.URL))
 	}
 	if c.Model == "" {
 		return fmt.Errorf("model: required when kind is %q", KindOpenAI)

@@ -13,6 +13,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
+
+	"frontdoor/internal/redact"
 )
 
 var _ Embedder = (*OpenAI)(nil)
@@ -43,7 +45,7 @@ const (
 type OpenAI struct {
 	name      string
 	endpoint  string // full URL of the embeddings route
-	safeURL   string // endpoint with any userinfo redacted, for errors
+	safeURL   string // endpoint with any user information masked, for errors
 	model     string
 	auth      string // "Bearer <key>" or ""
 	key       string // redacted from error text
@@ -86,14 +88,13 @@ func NewOpenAI(cfg Config) (*OpenAI, error) {
 		}
 	}
 	endpoint := strings.TrimRight(cfg.URL, "/") + "/embeddings"
-	u, err := url.Parse(endpoint)
-	if err != nil {
-		return nil, fmt.Errorf("embed: url: %w", err)
+	if _, err := url.Parse(endpoint); err != nil {
+		return nil, fmt.Errorf("embed: url: %w", redact.ParseError(err))
 	}
 	o := &OpenAI{
 		name:      "openai:" + cfg.Model,
 		endpoint:  endpoint,
-		safeURL:   u.Redacted(),
+		safeURL:   redact.URL(endpoint),
 		model:     cfg.Model,
 		key:       key,
 		dims:      cfg.Dims,

@@ -381,13 +381,19 @@ func TestOpenAIDimsMismatch(t *testing.T) {
 	}
 }
 
-func TestOpenAIEndpointDown(t *testing.T) {
+// closedAddr returns a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
+	defer ln.Close() // nothing listens there once it returns
+	return ln.Addr().String()
+}
+
+func TestOpenAIEndpointDown(t *testing.T) {
+	addr := closedAddr(t)
 	c := DefaultConfig()
 	c.Kind, c.URL, c.Model = KindOpenAI, "http://"+addr+"/v1", "m"
 	o := newTestOpenAI(t, c)
@@ -460,5 +466,33 @@ func TestMemoLRU(t *testing.T) {
 	m.put("a", []float32{9})
 	if v, _ := m.get("a"); !slices.Equal(v, []float32{9}) {
 		t.Errorf("updated a = %v", v)
+	}
+}
+
+// Credentials in the embedder URL (http://user:password@host) are in no
+// error: neither the password nor the user name, which is often a token.
+func TestOpenAIURLCredentialsNotInErrors(t *testing.T) {
+	const user, password = "embed-user-4d2", "embed-Pa55-8e1"
+	addr := closedAddr(t)
+	c := DefaultConfig()
+	c.Kind, c.URL, c.Model = KindOpenAI, "http://"+user+":"+password+"@"+addr+"/v1", "m"
+	o := newTestOpenAI(t, c)
+	_, err := o.Embed(context.Background(), "x")
+	if err == nil || !strings.Contains(err.Error(), "xxxxx@"+addr) {
+		t.Fatalf("want an error naming the masked URL, got %v", err)
+	}
+	errs := []error{err}
+	for _, bad := range []string{"ftp://" + user + ":" + password + "@" + addr, "http://" + user + ":" + password + "@" + addr + ":x/v1"} {
+		c.URL = bad
+		if err := c.Validate(); err == nil {
+			t.Fatalf("Validate(%q) passed", bad)
+		} else {
+			errs = append(errs, err)
+		}
+	}
+	for _, err := range errs {
+		if strings.Contains(err.Error(), password) || strings.Contains(err.Error(), user) {
+			t.Errorf("error leaks the URL's credentials: %v", err)
+		}
 	}
 }

@@ -607,6 +607,7 @@ func (c *Config) Problems() []string {
 		nodeNames[n.Name] = true
 	}
 	section("balancer", c.Balancer.Validate())
+	out = append(out, c.selfNodeProblems()...)
 	if c.Spillover.Enabled {
 		switch c.Spillover.Kind {
 		case "dashscope", "openai":

@@ -93,6 +93,8 @@ type Gateway struct {
 
 	runCancel context.CancelFunc
 	runDone   chan struct{}
+
+	self selfAddrs // every listener serving, so that discovery never makes a node of the gateway
 }
 
 // New wires a gateway from cfg and deps.
@@ -112,7 +114,8 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	g.set = set
 	if g.pool == nil {
 		pool, err := balancer.New(cfg.Balancer, cfg.Nodes, cfg.Models,
-			balancer.WithLogger(g.log), balancer.WithOnRemove(func(n *balancer.Node) { g.backends.Delete(n) }))
+			balancer.WithLogger(g.log), balancer.WithOnRemove(func(n *balancer.Node) { g.backends.Delete(n) }),
+			balancer.WithSelfAddrs(g.selfAddrs))
 		if err != nil {
 			return nil, fmt.Errorf("balancer: %w", err)
 		}
@@ -419,6 +422,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 	}
 	addr := ln.Addr().String()
 	g.addr.Store(&addr)
+	defer g.self.add(ln)()
 	err := g.server.Serve(ln)
 	if errors.Is(err, net.ErrClosed) {
 		return nil

@@ -51,15 +51,22 @@ func startGateway(t testing.TB, cfg Config) *testGateway {
 // startGatewayWith starts a gateway with deps (its logger is the test's).
 func startGatewayWith(t testing.TB, cfg Config, deps Deps) *testGateway {
 	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startGatewayOn(t, cfg, deps, ln)
+}
+
+// startGatewayOn starts a gateway serving on ln.
+func startGatewayOn(t testing.TB, cfg Config, deps Deps, ln net.Listener) *testGateway {
+	t.Helper()
 	logs := &syncBuffer{}
 	deps.Logger = NewLogger(cfg.Logging, logs)
 	gw, err := New(cfg, deps)
 	if err != nil {
+		_ = ln.Close()
 		t.Fatalf("gateway: %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
 	}
 	go func() { _ = gw.Serve(ln) }()
 	t.Cleanup(func() {

@@ -29,6 +29,7 @@ var metricHelp = map[string]string{
 	"frontdoor_config_reloads_total":            "Config reloads (SIGHUP or POST /admin/reload), by result: applied or refused.",
 	"frontdoor_discovery_errors_total":          "Failed DNS lookups of a discover: dns node entry; the last known nodes are kept.",
 	"frontdoor_discovery_nodes":                 "Nodes a discover: dns entry currently resolves to.",
+	"frontdoor_discovery_dropped_total":         "Addresses a discover: dns lookup returned but did not make nodes, by reason (unspecified, multicast, self, metadata, loopback, link_local, over_cap), counted at every lookup.",
 	"frontdoor_cache_embed_skipped_total":       "Semantic lookups skipped because the embedder failed, timed out or its breaker was open.",
 	"frontdoor_cache_embedder_up":               "1 when the embedder answered lately, 0 while it fails.",
 	"frontdoor_cache_similarity":                "Cosine similarity of the best semantic candidate of each semantic lookup.",

@@ -20,6 +20,7 @@ import (
 	"frontdoor/adapters"
 	"frontdoor/balancer"
 	"frontdoor/internal/buildinfo"
+	"frontdoor/internal/redact"
 	"frontdoor/router/admission"
 )
 
@@ -47,7 +48,7 @@ func (t *Tracing) Validate() error {
 	if t.Endpoint != "" {
 		u, err := url.Parse(t.Endpoint)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("endpoint: %q is not an http:// or https:// URL", t.Endpoint)
+			return fmt.Errorf("endpoint: %q is not an http:// or https:// URL", redact.URL(t.Endpoint))
 		}
 	}
 	return nil

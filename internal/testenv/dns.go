@@ -10,10 +10,12 @@ import (
 	"github.com/miekg/dns"
 )
 
-// DNSServer is an authoritative DNS server on a loopback UDP port whose
-// A/AAAA records a test changes as it goes.
+// DNSServer is an authoritative DNS server on a loopback port, over UDP
+// and TCP (a UDP answer too large for the client's buffer is truncated, and
+// the client asks again over TCP, as with a real server), whose A/AAAA
+// records a test changes as it goes.
 type DNSServer struct {
-	srv     *dns.Server
+	srvs    []*dns.Server
 	addr    string
 	mu      sync.Mutex
 	records map[string][]netip.Addr // fqdn, lower case
@@ -24,16 +26,33 @@ type DNSServer struct {
 // StartDNS starts a DNS server; it stops at the end of the test.
 func StartDNS(t testing.TB) *DNSServer {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("dns listen: %v", err)
+	var pc net.PacketConn
+	var ln net.Listener
+	for i := 0; ln == nil; i++ {
+		var err error
+		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
+			t.Fatalf("dns listen: %v", err)
+		}
+		if ln, err = net.Listen("tcp", pc.LocalAddr().String()); err != nil {
+			_ = pc.Close() // the port is taken over TCP: another one
+			if i == 10 {
+				t.Fatalf("dns listen tcp: %v", err)
+			}
+		}
 	}
 	d := &DNSServer{addr: pc.LocalAddr().String(), records: map[string][]netip.Addr{}}
-	started := make(chan struct{})
-	d.srv = &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(d.serve), NotifyStartedFunc: func() { close(started) }}
-	go func() { _ = d.srv.ActivateAndServe() }()
-	<-started
-	t.Cleanup(func() { _ = d.srv.Shutdown() })
+	for _, srv := range []*dns.Server{{PacketConn: pc}, {Listener: ln}} {
+		started := make(chan struct{})
+		srv.Handler, srv.NotifyStartedFunc = dns.HandlerFunc(d.serve), func() { close(started) }
+		go func() { _ = srv.ActivateAndServe() }()
+		<-started
+		d.srvs = append(d.srvs, srv)
+	}
+	t.Cleanup(func() {
+		for _, srv := range d.srvs {
+			_ = srv.Shutdown()
+		}
+	})
 	return d
 }
 
@@ -101,6 +120,13 @@ func (d *DNSServer) serve(w dns.ResponseWriter, r *dns.Msg) {
 				m.Answer = append(m.Answer, &dns.AAAA{Hdr: hdr, AAAA: a.AsSlice()})
 			}
 		}
+	}
+	if _, udp := w.LocalAddr().(*net.UDPAddr); udp {
+		size := dns.MinMsgSize
+		if o := r.IsEdns0(); o != nil {
+			size = int(o.UDPSize())
+		}
+		m.Truncate(size) // sets TC when it cuts: the client retries over TCP
 	}
 	_ = w.WriteMsg(m)
 }
