@@ -32,6 +32,7 @@ import (
 type framingReply struct {
 	status int
 	body   string
+	header http.Header
 }
 
 // exchangeRaw writes each of parts in turn, gap apart, then reads answers
@@ -53,7 +54,13 @@ func exchangeRaw(t *testing.T, addr string, parts []string, gap, quiet time.Dura
 			}
 		}
 	}()
-	br := bufio.NewReader(&quietReader{c: c, quiet: quiet})
+	return readReplies(t, bufio.NewReader(&quietReader{c: c, quiet: quiet}), nil)
+}
+
+// readReplies appends to replies the answers read off br until the server
+// closes the connection or br's quiet passes without a byte.
+func readReplies(t *testing.T, br *bufio.Reader, replies []framingReply) (_ []framingReply, closed bool) {
+	t.Helper()
 	for {
 		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
@@ -71,7 +78,7 @@ func exchangeRaw(t *testing.T, addr string, parts []string, gap, quiet time.Dura
 		if err != nil {
 			t.Fatalf("answer %d: %v", len(replies)+1, err)
 		}
-		replies = append(replies, framingReply{resp.StatusCode, string(b)})
+		replies = append(replies, framingReply{resp.StatusCode, string(b), resp.Header})
 	}
 }
 
@@ -368,4 +375,87 @@ func rssBytes(t *testing.T) int64 {
 	}
 	t.Fatal("no VmRSS in /proc/self/status")
 	return 0
+}
+
+// Fields after a chunked body (trailers) are never headers: a request that
+// sends any, or announces them with a Trailer header, is refused with a
+// 400 and a close before a header is read. Otherwise a trailer would pass
+// for a header that a proxy in front checked or stripped (the review sent
+// X-Cache-Only: 1 as a trailer and got a lookup-only answer).
+func TestFramingTrailers(t *testing.T) {
+	s := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT, c.ITL = 0, 0 })
+	cfg := testConfig(s)
+	const token = "trailer-test-admin-token-0123456789"
+	t.Setenv("TEST_ADMIN_TOKEN", token)
+	cfg.Admin.TokenEnv, cfg.Admin.AllowCIDRs = "TEST_ADMIN_TOKEN", nil
+	gw := startGateway(t, cfg)
+	addr := strings.TrimPrefix(gw.URL, "http://")
+	valid := chatBody("trailers", `"max_tokens":2`)
+	const te = "Transfer-Encoding: chunked\r\n"
+	// withTrailer frames body as one chunk, then the last chunk and fields.
+	withTrailer := func(body, fields string) string {
+		return strconv.FormatInt(int64(len(body)), 16) + "\r\n" + body + "\r\n0\r\n" + fields + "\r\n"
+	}
+	adminGet := func(headers, body string) string {
+		return "GET /admin/nodes HTTP/1.1\r\nHost: x\r\n" + headers + "\r\n" + body
+	}
+	cases := []struct {
+		name    string
+		send    string
+		want    int
+		closed  bool
+		reached int64 // requests that reach the node
+		list    bool  // the answer is the admin node list
+	}{
+		// Controls: the header is honoured (lookup-only, so a 204 and no
+		// node), a chunked body without trailers is served, and the token
+		// as a header opens the admin surface.
+		{"X-Cache-Only as a header", rawPost(te+"X-Cache-Only: 1\r\n", chunked(valid)), 204, false, 0, false},
+		{"chunked without trailers", rawPost(te, chunked(valid)), 200, false, 1, false},
+		{"admin token as a header", adminGet("Authorization: Bearer "+token+"\r\n", ""), 200, false, 0, true},
+		{"X-Cache-Only as a trailer", rawPost(te, withTrailer(valid, "X-Cache-Only: 1\r\nX-Request-Id: from-trailer\r\n")) + healthProbe, 400, true, 0, false},
+		{"Cache-Control as a trailer", rawPost(te, withTrailer(valid, "Cache-Control: no-store\r\n")), 400, true, 0, false},
+		{"Trailer header", rawPost(te+"Trailer: X-Cache-Only\r\n", withTrailer(valid, "X-Cache-Only: 1\r\n")), 400, true, 0, false},
+		{"Trailer header, no trailer sent", rawPost(te+"trailer: X-Cache-Only\r\n", chunked(valid)), 400, true, 0, false},
+		// fasthttp refuses an Authorization trailer itself; this holds it.
+		{"admin token as a trailer", adminGet(te, "0\r\nAuthorization: Bearer "+token+"\r\n\r\n"), 400, true, 0, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := s.Stats().Received
+			replies, closed := exchangeRaw(t, addr, []string{tc.send}, 0, 300*time.Millisecond)
+			if tc.list {
+				if len(replies) != 1 || replies[0].status != 200 || !strings.Contains(replies[0].body, `"gpu-a"`) {
+					t.Fatalf("not the admin node list: %+v", replies)
+				}
+			} else {
+				checkReplies(t, replies, []int{tc.want})
+			}
+			if closed != tc.closed {
+				t.Fatalf("closed: %v, want %v (answers %v)", closed, tc.closed, replies)
+			}
+			if n := s.Stats().Received - before; n != tc.reached {
+				t.Fatalf("%d requests reached the node, want %d", n, tc.reached)
+			}
+			if id := replies[0].header.Get("X-Request-Id"); id == "" || id == "from-trailer" {
+				t.Fatalf("X-Request-Id %q", id)
+			}
+		})
+	}
+	// Loud: counted by reason and logged.
+	resp, err := httpClient.Get(gw.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if n := metricValue(t, string(mb), `frontdoor_transport_refusals_total{reason="trailers"}`); n != 2 {
+		t.Fatalf("trailers refusals counted %v, want 2", n)
+	}
+	if n := metricValue(t, string(mb), `frontdoor_transport_refusals_total{reason="framing"}`); n != 2 {
+		t.Fatalf("framing refusals counted %v, want 2 (the Trailer headers)", n)
+	}
+	if logs := gw.Logs.String(); !strings.Contains(logs, `"msg":"http: request refused","reason":"trailers"`) {
+		t.Fatalf("no WARN line for the refused trailers:\n%s", logs)
+	}
 }
