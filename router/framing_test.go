@@ -3,11 +3,15 @@ package router
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -457,5 +461,161 @@ func TestFramingTrailers(t *testing.T) {
 	}
 	if logs := gw.Logs.String(); !strings.Contains(logs, `"msg":"http: request refused","reason":"trailers"`) {
 		t.Fatalf("no WARN line for the refused trailers:\n%s", logs)
+	}
+}
+
+// A request with Expect: 100-continue that its headers condemn gets its
+// final answer, an OpenAI error and a close, before it sends its body and
+// without a 100 Continue: a Content-Length over limits.max_body_bytes
+// (413), a framing the gateway refuses (400), a missing or bad API key
+// (401). One that passes gets 100 Continue, sends its body and is served.
+func TestFramingExpect(t *testing.T) {
+	s := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT, c.ITL = 0, 0 })
+	cfg := testConfig(s)
+	cfg.Limits.MaxBodyBytes = 64 << 10
+	cfg.Auth.Required = true
+	t.Setenv("TEST_EXPECT_KEYS", "sk-expect-key")
+	cfg.Tenants = []Tenant{{Name: "acme", APIKeysEnv: "TEST_EXPECT_KEYS"}}
+	gw := startGateway(t, cfg)
+	addr := strings.TrimPrefix(gw.URL, "http://")
+	valid := chatBody("expect", `"max_tokens":2`)
+	const (
+		expect = "Expect: 100-continue\r\n"
+		key    = "Authorization: Bearer sk-expect-key\r\n"
+		te     = "Transfer-Encoding: chunked\r\n"
+	)
+	cl := func(n int) string { return "Content-Length: " + strconv.Itoa(n) + "\r\n" }
+	cases := []struct {
+		name string
+		head string // the request line and headers, through the blank line
+		want int    // the first answer, read before any body byte is sent
+		code string // its OpenAI error code, if any
+		body string // sent after a 100 Continue
+		then []int  // the answers to it
+	}{
+		{"100 GB", rawPost(expect+key+"Content-Length: 107374182400\r\n", ""), 413, "request_too_large", "", nil},
+		{"one byte over max_body_bytes", rawPost(expect+key+cl(64<<10+1), ""), 413, "request_too_large", "", nil},
+		{"over twice max_body_bytes elsewhere", "POST /admin/cache/warm HTTP/1.1\r\nHost: x\r\n" + expect + cl(128<<10+1) + "\r\n", 413, "request_too_large", "", nil},
+		{"no API key", rawPost(expect+cl(len(valid)), ""), 401, "missing_api_key", "", nil},
+		{"bad API key", rawPost(expect+"Authorization: Bearer sk-nope\r\n"+cl(len(valid)), ""), 401, "invalid_api_key", "", nil},
+		{"both lengths", rawPost(expect+key+cl(len(valid))+te, ""), 400, "", "", nil},
+		{"Transfer-Encoding: identity", rawPost(expect+key+"Transfer-Encoding: identity\r\n", ""), 400, "", "", nil},
+		{"Trailer header", rawPost(expect+key+te+"Trailer: X-Cache-Only\r\n", ""), 400, "", "", nil},
+		{"valid", rawPost(expect+key+cl(len(valid)), ""), 100, "", valid, []int{200}},
+		{"at max_body_bytes", rawPost(expect+key+cl(64<<10), ""), 100, "", strings.Repeat("a", 64<<10), []int{400}},
+		// A chunked body's length is not known before it is read: it gets
+		// 100 Continue and is cut at twice the limit, with a 413.
+		{"chunked over twice max_body_bytes", rawPost(expect+key+te, ""), 100, "", chunked(strings.Repeat("a", 200<<10)), []int{413}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := s.Stats().Received
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := io.WriteString(c, tc.head); err != nil {
+				t.Fatal(err)
+			}
+			qr := &quietReader{c: c, quiet: 2 * time.Second}
+			br := bufio.NewReader(qr)
+			first, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("no answer before the body: %v", err)
+			}
+			b, _ := io.ReadAll(first.Body)
+			first.Body.Close()
+			if first.StatusCode != tc.want {
+				t.Fatalf("answered %d before the body, want %d: %s", first.StatusCode, tc.want, b)
+			}
+			if tc.want != 100 {
+				if !strings.Contains(string(b), `"error":{`) || !strings.Contains(string(b), `"code":`+strconv.Quote(tc.code)) && tc.code != "" {
+					t.Fatalf("not the OpenAI error %q: %s", tc.code, b)
+				}
+				if !first.Close || first.Header.Get("X-Request-Id") == "" {
+					t.Fatalf("Connection: close %v, X-Request-Id %q", first.Close, first.Header.Get("X-Request-Id"))
+				}
+				if rest, closed := readReplies(t, br, nil); len(rest) > 0 || !closed {
+					t.Fatalf("after the refusal: answers %v, closed %v", rest, closed)
+				}
+			} else {
+				qr.quiet = 500 * time.Millisecond
+				go func() { _, _ = io.WriteString(c, tc.body) }()
+				replies, _ := readReplies(t, br, nil)
+				checkReplies(t, replies, tc.then)
+			}
+			reached := int64(0)
+			if tc.name == "valid" {
+				reached = 1
+			}
+			if n := s.Stats().Received - before; n != reached {
+				t.Fatalf("%d requests reached the node, want %d", n, reached)
+			}
+		})
+	}
+	resp, err := httpClient.Get(gw.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for series, want := range map[string]float64{`frontdoor_transport_refusals_total{reason="expect_too_large"}`: 3,
+		`frontdoor_transport_refusals_total{reason="expect_auth"}`: 2} {
+		if n := metricValue(t, string(mb), series); n != want {
+			t.Fatalf("%s = %v, want %v", series, n, want)
+		}
+	}
+}
+
+// The clients people use still work: a 2 MiB chat body sent with Expect:
+// 100-continue by Go's net/http client and by curl (which sends it for
+// bodies over 1 MiB) gets 100 Continue, then 200.
+func TestFramingExpectClients(t *testing.T) {
+	gw, sims := simAndGateway(t, 1, func(c *sim.Config) { c.TTFT, c.ITL = 0, 0 })
+	body := chatBody(strings.Repeat("lorem ipsum ", 2<<20/12), `"max_tokens":2`)
+	t.Run("net/http", func(t *testing.T) {
+		client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{ExpectContinueTimeout: 10 * time.Second}}
+		var got100 atomic.Bool
+		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{Got100Continue: func() { got100.Store(true) }})
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, gw.URL+"/v1/chat/completions", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Expect", "100-continue")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !got100.Load() || !strings.Contains(string(b), `"chat.completion"`) {
+			t.Fatalf("%d (100 Continue: %v): %s", resp.StatusCode, got100.Load(), b)
+		}
+	})
+	t.Run("curl", func(t *testing.T) {
+		curl, err := exec.LookPath("curl")
+		if err != nil {
+			t.Skip("no curl")
+		}
+		f := filepath.Join(t.TempDir(), "body.json")
+		if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(curl, "-sS", "-v", "-H", "Content-Type: application/json", "--data-binary", "@"+f,
+			"-w", "\n%{http_code}", gw.URL+"/v1/chat/completions")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("curl: %v\n%s", err, stderr.String())
+		}
+		if !strings.HasSuffix(string(out), "\n200") || !strings.Contains(stderr.String(), "HTTP/1.1 100 Continue") {
+			t.Fatalf("curl: %s\n%s", out, stderr.String())
+		}
+	})
+	if n := sims[0].Stats().Received; n < 1 {
+		t.Fatalf("%d requests reached the node", n)
 	}
 }

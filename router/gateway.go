@@ -171,6 +171,9 @@ func (g *Gateway) newServer(cfg Config, handler fasthttp.RequestHandler) *fastht
 		// limit on header size stays 16 KiB).
 		ReduceMemoryUsage: true,
 		Logger:            fasthttpLogger{g.log},
+
+		// Expect: 100-continue gets its 400, 401 or 413 before the body.
+		ExpectHandler: g.handleExpect,
 	}
 }
 

@@ -11,10 +11,13 @@ import (
 )
 
 // Refusals at the HTTP layer: what the header block alone condemns is
-// answered before a handler reads a header.
+// answered before a handler reads a header and, for a request that sent
+// Expect: 100-continue, before a 100 Continue invites its body.
 const (
-	refusedFraming  = "framing"  // adapters.CheckRequestFraming
-	refusedTrailers = "trailers" // fields after a chunked body
+	refusedFraming  = "framing"          // adapters.CheckRequestFraming
+	refusedTrailers = "trailers"         // fields after a chunked body
+	refusedTooLarge = "expect_too_large" // Content-Length over the limit, before 100 Continue
+	refusedAuth     = "expect_auth"      // no or a bad API key, before 100 Continue
 )
 
 // transportRefusals counts the refusals by reason
@@ -26,7 +29,7 @@ type transportRefusals struct {
 
 func newTransportRefusals(set *metrics.Set, log *slog.Logger) *transportRefusals {
 	r := &transportRefusals{log: newRateLog(log, 10*time.Second), counter: map[string]*metrics.Counter{}}
-	for _, reason := range []string{refusedFraming, refusedTrailers} {
+	for _, reason := range []string{refusedFraming, refusedTrailers, refusedTooLarge, refusedAuth} {
 		r.counter[reason] = set.NewCounter(`frontdoor_transport_refusals_total{reason="` + reason + `"}`)
 	}
 	return r
@@ -65,4 +68,38 @@ func (g *Gateway) refuseFraming(ctx *fasthttp.RequestCtx) bool {
 	}
 	g.refuse(ctx, id, reason, adapters.BadRequest("", err.Error()))
 	return true
+}
+
+// handleExpect is the server's ExpectHandler. It runs on a request that
+// sent Expect: 100-continue once its headers are read, before its body
+// is. What the headers alone condemn gets its final answer now, with a
+// close and no 100 Continue, so the client never sends the body: a
+// framing refusal (400); on the inference endpoints a missing or bad API
+// key (401, as the handler would answer first) and a Content-Length over
+// limits.max_body_bytes (413); elsewhere a Content-Length over the
+// server's own cap (413). fasthttp writes ctx.Response as set here with
+// the status returned, skips the handler and closes (TestFramingExpect
+// holds the body to the OpenAI error). Chunked bodies, of unknown length,
+// are sent and checked as they are read.
+func (g *Gateway) handleExpect(ctx *fasthttp.RequestCtx) int {
+	if g.refuseFraming(ctx) {
+		return ctx.Response.StatusCode()
+	}
+	limit := g.server.MaxRequestBodySize
+	var apiErr *adapters.APIError
+	reason := refusedAuth
+	if p := string(ctx.Path()); p == "/v1/chat/completions" || p == "/v1/completions" {
+		limit = int(g.conf().Limits.MaxBodyBytes)
+		if ctx.IsPost() {
+			_, apiErr = g.rt.Load().tenants.resolve(ctx)
+		}
+	}
+	if apiErr == nil && ctx.Request.Header.ContentLength() > limit {
+		apiErr, reason = g.tooLarge(), refusedTooLarge
+	}
+	if apiErr == nil {
+		return fasthttp.StatusContinue
+	}
+	g.refuse(ctx, requestID(ctx), reason, apiErr)
+	return apiErr.Status
 }
