@@ -446,19 +446,8 @@ func TestFramingTrailers(t *testing.T) {
 			}
 		})
 	}
-	// Loud: counted by reason and logged.
-	resp, err := httpClient.Get(gw.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mb, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if n := metricValue(t, string(mb), `frontdoor_transport_refusals_total{reason="trailers"}`); n != 2 {
-		t.Fatalf("trailers refusals counted %v, want 2", n)
-	}
-	if n := metricValue(t, string(mb), `frontdoor_transport_refusals_total{reason="framing"}`); n != 2 {
-		t.Fatalf("framing refusals counted %v, want 2 (the Trailer headers)", n)
-	}
+	// Loud: counted by reason (the Trailer headers as framing) and logged.
+	checkRefusals(t, gw.URL, map[string]float64{"trailers": 2, "framing": 2})
 	if logs := gw.Logs.String(); !strings.Contains(logs, `"msg":"http: request refused","reason":"trailers"`) {
 		t.Fatalf("no WARN line for the refused trailers:\n%s", logs)
 	}
@@ -554,16 +543,22 @@ func TestFramingExpect(t *testing.T) {
 			}
 		})
 	}
-	resp, err := httpClient.Get(gw.URL + "/metrics")
+	checkRefusals(t, gw.URL, map[string]float64{"expect_too_large": 3, "expect_auth": 2})
+}
+
+// checkRefusals compares frontdoor_transport_refusals_total by reason.
+func checkRefusals(t *testing.T, url string, want map[string]float64) {
+	t.Helper()
+	resp, err := httpClient.Get(url + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	mb, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for series, want := range map[string]float64{`frontdoor_transport_refusals_total{reason="expect_too_large"}`: 3,
-		`frontdoor_transport_refusals_total{reason="expect_auth"}`: 2} {
-		if n := metricValue(t, string(mb), series); n != want {
-			t.Fatalf("%s = %v, want %v", series, n, want)
+	for reason, n := range want {
+		series := `frontdoor_transport_refusals_total{reason="` + reason + `"}`
+		if got := metricValue(t, string(mb), series); got != n {
+			t.Fatalf("%s = %v, want %v", series, got, n)
 		}
 	}
 }
