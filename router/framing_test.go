@@ -474,14 +474,7 @@ func TestFramingExpect(t *testing.T) {
 		te     = "Transfer-Encoding: chunked\r\n"
 	)
 	cl := func(n int) string { return "Content-Length: " + strconv.Itoa(n) + "\r\n" }
-	cases := []struct {
-		name string
-		head string // the request line and headers, through the blank line
-		want int    // the first answer, read before any body byte is sent
-		code string // its OpenAI error code, if any
-		body string // sent after a 100 Continue
-		then []int  // the answers to it
-	}{
+	cases := []expectCase{
 		{"100 GB", rawPost(expect+key+"Content-Length: 107374182400\r\n", ""), 413, "request_too_large", "", nil},
 		{"one byte over max_body_bytes", rawPost(expect+key+cl(64<<10+1), ""), 413, "request_too_large", "", nil},
 		{"over twice max_body_bytes elsewhere", "POST /admin/cache/warm HTTP/1.1\r\nHost: x\r\n" + expect + cl(128<<10+1) + "\r\n", 413, "request_too_large", "", nil},
@@ -499,41 +492,7 @@ func TestFramingExpect(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			before := s.Stats().Received
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			if _, err := io.WriteString(c, tc.head); err != nil {
-				t.Fatal(err)
-			}
-			qr := &quietReader{c: c, quiet: 2 * time.Second}
-			br := bufio.NewReader(qr)
-			first, err := http.ReadResponse(br, nil)
-			if err != nil {
-				t.Fatalf("no answer before the body: %v", err)
-			}
-			b, _ := io.ReadAll(first.Body)
-			first.Body.Close()
-			if first.StatusCode != tc.want {
-				t.Fatalf("answered %d before the body, want %d: %s", first.StatusCode, tc.want, b)
-			}
-			if tc.want != 100 {
-				if !strings.Contains(string(b), `"error":{`) || !strings.Contains(string(b), `"code":`+strconv.Quote(tc.code)) && tc.code != "" {
-					t.Fatalf("not the OpenAI error %q: %s", tc.code, b)
-				}
-				if !first.Close || first.Header.Get("X-Request-Id") == "" {
-					t.Fatalf("Connection: close %v, X-Request-Id %q", first.Close, first.Header.Get("X-Request-Id"))
-				}
-				if rest, closed := readReplies(t, br, nil); len(rest) > 0 || !closed {
-					t.Fatalf("after the refusal: answers %v, closed %v", rest, closed)
-				}
-			} else {
-				qr.quiet = 500 * time.Millisecond
-				go func() { _, _ = io.WriteString(c, tc.body) }()
-				replies, _ := readReplies(t, br, nil)
-				checkReplies(t, replies, tc.then)
-			}
+			exchangeExpect(t, addr, tc)
 			reached := int64(0)
 			if tc.name == "valid" {
 				reached = 1
@@ -544,6 +503,58 @@ func TestFramingExpect(t *testing.T) {
 		})
 	}
 	checkRefusals(t, gw.URL, map[string]float64{"expect_too_large": 3, "expect_auth": 2})
+}
+
+// expectCase is a request sent with Expect: 100-continue.
+type expectCase struct {
+	name string
+	head string // the request line and headers, through the blank line
+	want int    // the first answer, read before any body byte is sent
+	code string // its OpenAI error code, if any
+	body string // sent after a 100 Continue
+	then []int  // the answers to it
+}
+
+// exchangeExpect sends tc's head alone and holds the answer to it: a
+// refusal is an OpenAI error with Connection: close, then the close; a
+// 100 Continue is followed by the body and tc.then.
+func exchangeExpect(t *testing.T, addr string, tc expectCase) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, tc.head); err != nil {
+		t.Fatal(err)
+	}
+	qr := &quietReader{c: c, quiet: 2 * time.Second}
+	br := bufio.NewReader(qr)
+	first, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer before the body: %v", err)
+	}
+	b, _ := io.ReadAll(first.Body)
+	first.Body.Close()
+	if first.StatusCode != tc.want {
+		t.Fatalf("answered %d before the body, want %d: %s", first.StatusCode, tc.want, b)
+	}
+	if tc.want == 100 {
+		qr.quiet = 500 * time.Millisecond
+		go func() { _, _ = io.WriteString(c, tc.body) }()
+		replies, _ := readReplies(t, br, nil)
+		checkReplies(t, replies, tc.then)
+		return
+	}
+	if !strings.Contains(string(b), `"error":{`) || tc.code != "" && !strings.Contains(string(b), `"code":`+strconv.Quote(tc.code)) {
+		t.Fatalf("not the OpenAI error %q: %s", tc.code, b)
+	}
+	if !first.Close || first.Header.Get("X-Request-Id") == "" {
+		t.Fatalf("Connection: close %v, X-Request-Id %q", first.Close, first.Header.Get("X-Request-Id"))
+	}
+	if rest, closed := readReplies(t, br, nil); len(rest) > 0 || !closed {
+		t.Fatalf("after the refusal: answers %v, closed %v", rest, closed)
+	}
 }
 
 // checkRefusals compares frontdoor_transport_refusals_total by reason.
@@ -560,6 +571,42 @@ func checkRefusals(t *testing.T, url string, want map[string]float64) {
 		if got := metricValue(t, string(mb), series); got != n {
 			t.Fatalf("%s = %v, want %v", series, got, n)
 		}
+	}
+}
+
+// The admin listener holds the same rules: trailers are refused before
+// anything reads a header, and an Expect: 100-continue request is sized
+// before its body; one acting for a tenant with no key, which the listener
+// allows, gets its 100 Continue and is served.
+func TestFramingAdminListener(t *testing.T) {
+	t.Setenv("FRONTDOOR_ADMIN_TOKEN", "")
+	t.Setenv("TEST_EXPECT_KEYS", "sk-expect-key")
+	s := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT, c.ITL = 0, 0 })
+	cfg := testConfig(s)
+	cfg.Admin = DefaultConfig().Admin
+	cfg.Limits.MaxBodyBytes = 64 << 10
+	cfg.Auth.Required = true
+	cfg.Tenants = []Tenant{{Name: "acme", APIKeysEnv: "TEST_EXPECT_KEYS"}}
+	gw := startGateway(t, cfg)
+	addr := strings.TrimPrefix(serveAdmin(t, gw), "http://")
+	valid := chatBody("admin listener", `"max_tokens":2`)
+	const head = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nX-Frontdoor-Tenant: acme\r\n"
+	te := "Transfer-Encoding: chunked\r\n"
+	trailer := strconv.FormatInt(int64(len(valid)), 16) + "\r\n" + valid + "\r\n0\r\nX-Cache-Only: 1\r\nOrigin: http://evil.example\r\n\r\n"
+	// The listener's browser check (Origin) never sees the trailer either.
+	replies, closed := exchangeRaw(t, addr, []string{head + te + "\r\n" + trailer}, 0, 300*time.Millisecond)
+	checkReplies(t, replies, []int{400})
+	if !closed || !strings.Contains(replies[0].body, "trailers") {
+		t.Fatalf("trailer on the admin listener: closed %v, %+v", closed, replies)
+	}
+	for _, tc := range []expectCase{
+		{"over max_body_bytes", head + "Expect: 100-continue\r\nContent-Length: 107374182400\r\n\r\n", 413, "request_too_large", "", nil},
+		{"acting for a tenant", head + "Expect: 100-continue\r\nContent-Length: " + strconv.Itoa(len(valid)) + "\r\n\r\n", 100, "", valid, []int{200}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { exchangeExpect(t, addr, tc) })
+	}
+	if n := s.Stats().Received; n != 1 {
+		t.Fatalf("%d requests reached the node, want 1", n)
 	}
 }
 

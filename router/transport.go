@@ -81,7 +81,16 @@ func (g *Gateway) refuseFraming(ctx *fasthttp.RequestCtx) bool {
 // the status returned, skips the handler and closes (TestFramingExpect
 // holds the body to the OpenAI error). Chunked bodies, of unknown length,
 // are sent and checked as they are read.
-func (g *Gateway) handleExpect(ctx *fasthttp.RequestCtx) int {
+func (g *Gateway) handleExpect(ctx *fasthttp.RequestCtx) int { return g.answerExpect(ctx, true) }
+
+// handleAdminExpect is handleExpect on the admin listener, where a request
+// may act for any tenant without a key (tenantSet.resolve): the key is
+// left to the handler.
+func (g *Gateway) handleAdminExpect(ctx *fasthttp.RequestCtx) int { return g.answerExpect(ctx, false) }
+
+// answerExpect returns the status for handleExpect; checkKey: refuse a
+// missing or bad API key on the inference endpoints.
+func (g *Gateway) answerExpect(ctx *fasthttp.RequestCtx, checkKey bool) int {
 	if g.refuseFraming(ctx) {
 		return ctx.Response.StatusCode()
 	}
@@ -90,7 +99,7 @@ func (g *Gateway) handleExpect(ctx *fasthttp.RequestCtx) int {
 	reason := refusedAuth
 	if p := string(ctx.Path()); p == "/v1/chat/completions" || p == "/v1/completions" {
 		limit = int(g.conf().Limits.MaxBodyBytes)
-		if ctx.IsPost() {
+		if checkKey && ctx.IsPost() {
 			_, apiErr = g.rt.Load().tenants.resolve(ctx)
 		}
 	}
