@@ -13,7 +13,9 @@ import (
 // Transfer-Encoding or Content-Length folded over lines (obs-fold, §5.2).
 // The server's parser accepts these (it treats identity as no body, answers
 // both-headers requests before closing, and unfolds), so the gateway
-// refuses them itself, with a 400 and a close.
+// refuses them itself, with a 400 and a close. A Trailer field is refused
+// too: it announces fields after the body, which the gateway never takes
+// (ErrTrailerFields), and says so before the body is sent.
 func CheckRequestFraming(raw []byte) error {
 	var cl, te, framingLine bool
 	for len(raw) > 0 {
@@ -43,6 +45,8 @@ func CheckRequestFraming(raw []byte) error {
 				return errTransferEncoding
 			}
 			te, framingLine = true, true
+		case asciiEqualFold(name, "trailer"):
+			return errTrailerAnnounced
 		}
 	}
 	if cl && te {
@@ -55,7 +59,16 @@ var (
 	errFoldedFraming    = errors.New("malformed HTTP request: Content-Length or Transfer-Encoding folded over lines")
 	errTransferEncoding = errors.New("malformed HTTP request: the only Transfer-Encoding accepted is a single chunked")
 	errBothLengths      = errors.New("malformed HTTP request: both Content-Length and Transfer-Encoding")
+	errTrailerAnnounced = errors.New("malformed HTTP request: a Trailer header announces fields after the body, which are not accepted; send them as headers")
 )
+
+// ErrTrailerFields refuses a chunked request that sent fields after its
+// body. The server's parser files them with the headers, where they would
+// pass for headers a proxy in front checked or stripped (X-Cache-Only,
+// Cache-Control, X-Frontdoor-Tenant), so the gateway refuses the request,
+// with a 400 and a close, before it reads any header. No OpenAI SDK, nor
+// curl, sends request trailers.
+var ErrTrailerFields = errors.New("malformed HTTP request: fields after a chunked body (trailers) are not accepted; send them as headers")
 
 // asciiEqualFold compares b and the lower-case ASCII s, ignoring case.
 func asciiEqualFold(b []byte, s string) bool {

@@ -165,8 +165,12 @@ func onAdminListener(ctx *fasthttp.RequestCtx) bool {
 
 // handleAdminListener serves the admin listener: every route of the main
 // listener, each request trusted as if it carried the admin token, once
-// browserOrigin has passed it.
+// browserOrigin has passed it. Framing and trailers are refused first, so
+// that browserOrigin reads no trailer field.
 func (g *Gateway) handleAdminListener(ctx *fasthttp.RequestCtx) {
+	if g.refuseFraming(ctx) {
+		return
+	}
 	if e := browserOrigin(ctx); e != nil {
 		ctx.Response.Header.SetCanonical(headerRequestID, []byte(requestID(ctx)))
 		g.writeError(ctx, e)

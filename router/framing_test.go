@@ -3,11 +3,15 @@ package router
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -32,6 +36,7 @@ import (
 type framingReply struct {
 	status int
 	body   string
+	header http.Header
 }
 
 // exchangeRaw writes each of parts in turn, gap apart, then reads answers
@@ -53,7 +58,13 @@ func exchangeRaw(t *testing.T, addr string, parts []string, gap, quiet time.Dura
 			}
 		}
 	}()
-	br := bufio.NewReader(&quietReader{c: c, quiet: quiet})
+	return readReplies(t, bufio.NewReader(&quietReader{c: c, quiet: quiet}), nil)
+}
+
+// readReplies appends to replies the answers read off br until the server
+// closes the connection or br's quiet passes without a byte.
+func readReplies(t *testing.T, br *bufio.Reader, replies []framingReply) (_ []framingReply, closed bool) {
+	t.Helper()
 	for {
 		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
@@ -71,7 +82,7 @@ func exchangeRaw(t *testing.T, addr string, parts []string, gap, quiet time.Dura
 		if err != nil {
 			t.Fatalf("answer %d: %v", len(replies)+1, err)
 		}
-		replies = append(replies, framingReply{resp.StatusCode, string(b)})
+		replies = append(replies, framingReply{resp.StatusCode, string(b), resp.Header})
 	}
 }
 
@@ -368,4 +379,285 @@ func rssBytes(t *testing.T) int64 {
 	}
 	t.Fatal("no VmRSS in /proc/self/status")
 	return 0
+}
+
+// Fields after a chunked body (trailers) are never headers: a request that
+// sends any, or announces them with a Trailer header, is refused with a
+// 400 and a close before a header is read. Otherwise a trailer would pass
+// for a header that a proxy in front checked or stripped (the review sent
+// X-Cache-Only: 1 as a trailer and got a lookup-only answer).
+func TestFramingTrailers(t *testing.T) {
+	s := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT, c.ITL = 0, 0 })
+	cfg := testConfig(s)
+	const token = "trailer-test-admin-token-0123456789"
+	t.Setenv("TEST_ADMIN_TOKEN", token)
+	cfg.Admin.TokenEnv, cfg.Admin.AllowCIDRs = "TEST_ADMIN_TOKEN", nil
+	gw := startGateway(t, cfg)
+	addr := strings.TrimPrefix(gw.URL, "http://")
+	valid := chatBody("trailers", `"max_tokens":2`)
+	const te = "Transfer-Encoding: chunked\r\n"
+	// withTrailer frames body as one chunk, then the last chunk and fields.
+	withTrailer := func(body, fields string) string {
+		return strconv.FormatInt(int64(len(body)), 16) + "\r\n" + body + "\r\n0\r\n" + fields + "\r\n"
+	}
+	adminGet := func(headers, body string) string {
+		return "GET /admin/nodes HTTP/1.1\r\nHost: x\r\n" + headers + "\r\n" + body
+	}
+	cases := []struct {
+		name    string
+		send    string
+		want    int
+		closed  bool
+		reached int64 // requests that reach the node
+		list    bool  // the answer is the admin node list
+	}{
+		// Controls: the header is honoured (lookup-only, so a 204 and no
+		// node), a chunked body without trailers is served, and the token
+		// as a header opens the admin surface.
+		{"X-Cache-Only as a header", rawPost(te+"X-Cache-Only: 1\r\n", chunked(valid)), 204, false, 0, false},
+		{"chunked without trailers", rawPost(te, chunked(valid)), 200, false, 1, false},
+		{"admin token as a header", adminGet("Authorization: Bearer "+token+"\r\n", ""), 200, false, 0, true},
+		{"X-Cache-Only as a trailer", rawPost(te, withTrailer(valid, "X-Cache-Only: 1\r\nX-Request-Id: from-trailer\r\n")) + healthProbe, 400, true, 0, false},
+		{"Cache-Control as a trailer", rawPost(te, withTrailer(valid, "Cache-Control: no-store\r\n")), 400, true, 0, false},
+		{"Trailer header", rawPost(te+"Trailer: X-Cache-Only\r\n", withTrailer(valid, "X-Cache-Only: 1\r\n")), 400, true, 0, false},
+		{"Trailer header, no trailer sent", rawPost(te+"trailer: X-Cache-Only\r\n", chunked(valid)), 400, true, 0, false},
+		// fasthttp refuses an Authorization trailer itself; this holds it.
+		{"admin token as a trailer", adminGet(te, "0\r\nAuthorization: Bearer "+token+"\r\n\r\n"), 400, true, 0, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := s.Stats().Received
+			replies, closed := exchangeRaw(t, addr, []string{tc.send}, 0, 300*time.Millisecond)
+			if tc.list {
+				if len(replies) != 1 || replies[0].status != 200 || !strings.Contains(replies[0].body, `"gpu-a"`) {
+					t.Fatalf("not the admin node list: %+v", replies)
+				}
+			} else {
+				checkReplies(t, replies, []int{tc.want})
+			}
+			if closed != tc.closed {
+				t.Fatalf("closed: %v, want %v (answers %v)", closed, tc.closed, replies)
+			}
+			if n := s.Stats().Received - before; n != tc.reached {
+				t.Fatalf("%d requests reached the node, want %d", n, tc.reached)
+			}
+			if id := replies[0].header.Get("X-Request-Id"); id == "" || id == "from-trailer" {
+				t.Fatalf("X-Request-Id %q", id)
+			}
+		})
+	}
+	// Loud: counted by reason (the Trailer headers as framing) and logged.
+	checkRefusals(t, gw.URL, map[string]float64{"trailers": 2, "framing": 2})
+	if logs := gw.Logs.String(); !strings.Contains(logs, `"msg":"http: request refused","reason":"trailers"`) {
+		t.Fatalf("no WARN line for the refused trailers:\n%s", logs)
+	}
+}
+
+// A request with Expect: 100-continue that its headers condemn gets its
+// final answer, an OpenAI error and a close, before it sends its body and
+// without a 100 Continue: a Content-Length over limits.max_body_bytes
+// (413), a framing the gateway refuses (400), a missing or bad API key
+// (401). One that passes gets 100 Continue, sends its body and is served.
+func TestFramingExpect(t *testing.T) {
+	s := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT, c.ITL = 0, 0 })
+	cfg := testConfig(s)
+	cfg.Limits.MaxBodyBytes = 64 << 10
+	cfg.Auth.Required = true
+	t.Setenv("TEST_EXPECT_KEYS", "sk-expect-key")
+	cfg.Tenants = []Tenant{{Name: "acme", APIKeysEnv: "TEST_EXPECT_KEYS"}}
+	gw := startGateway(t, cfg)
+	addr := strings.TrimPrefix(gw.URL, "http://")
+	valid := chatBody("expect", `"max_tokens":2`)
+	const (
+		expect = "Expect: 100-continue\r\n"
+		key    = "Authorization: Bearer sk-expect-key\r\n"
+		te     = "Transfer-Encoding: chunked\r\n"
+	)
+	cl := func(n int) string { return "Content-Length: " + strconv.Itoa(n) + "\r\n" }
+	cases := []expectCase{
+		{"100 GB", rawPost(expect+key+"Content-Length: 107374182400\r\n", ""), 413, "request_too_large", "", nil},
+		{"one byte over max_body_bytes", rawPost(expect+key+cl(64<<10+1), ""), 413, "request_too_large", "", nil},
+		{"over twice max_body_bytes elsewhere", "POST /admin/cache/warm HTTP/1.1\r\nHost: x\r\n" + expect + cl(128<<10+1) + "\r\n", 413, "request_too_large", "", nil},
+		{"no API key", rawPost(expect+cl(len(valid)), ""), 401, "missing_api_key", "", nil},
+		{"bad API key", rawPost(expect+"Authorization: Bearer sk-nope\r\n"+cl(len(valid)), ""), 401, "invalid_api_key", "", nil},
+		{"both lengths", rawPost(expect+key+cl(len(valid))+te, ""), 400, "", "", nil},
+		{"Transfer-Encoding: identity", rawPost(expect+key+"Transfer-Encoding: identity\r\n", ""), 400, "", "", nil},
+		{"Trailer header", rawPost(expect+key+te+"Trailer: X-Cache-Only\r\n", ""), 400, "", "", nil},
+		{"valid", rawPost(expect+key+cl(len(valid)), ""), 100, "", valid, []int{200}},
+		{"at max_body_bytes", rawPost(expect+key+cl(64<<10), ""), 100, "", strings.Repeat("a", 64<<10), []int{400}},
+		// A chunked body's length is not known before it is read: it gets
+		// 100 Continue and is cut at twice the limit, with a 413.
+		{"chunked over twice max_body_bytes", rawPost(expect+key+te, ""), 100, "", chunked(strings.Repeat("a", 200<<10)), []int{413}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := s.Stats().Received
+			exchangeExpect(t, addr, tc)
+			reached := int64(0)
+			if tc.name == "valid" {
+				reached = 1
+			}
+			if n := s.Stats().Received - before; n != reached {
+				t.Fatalf("%d requests reached the node, want %d", n, reached)
+			}
+		})
+	}
+	checkRefusals(t, gw.URL, map[string]float64{"expect_too_large": 3, "expect_auth": 2})
+}
+
+// expectCase is a request sent with Expect: 100-continue.
+type expectCase struct {
+	name string
+	head string // the request line and headers, through the blank line
+	want int    // the first answer, read before any body byte is sent
+	code string // its OpenAI error code, if any
+	body string // sent after a 100 Continue
+	then []int  // the answers to it
+}
+
+// exchangeExpect sends tc's head alone and holds the answer to it: a
+// refusal is an OpenAI error with Connection: close, then the close; a
+// 100 Continue is followed by the body and tc.then.
+func exchangeExpect(t *testing.T, addr string, tc expectCase) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, tc.head); err != nil {
+		t.Fatal(err)
+	}
+	qr := &quietReader{c: c, quiet: 2 * time.Second}
+	br := bufio.NewReader(qr)
+	first, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer before the body: %v", err)
+	}
+	b, _ := io.ReadAll(first.Body)
+	first.Body.Close()
+	if first.StatusCode != tc.want {
+		t.Fatalf("answered %d before the body, want %d: %s", first.StatusCode, tc.want, b)
+	}
+	if tc.want == 100 {
+		qr.quiet = 500 * time.Millisecond
+		go func() { _, _ = io.WriteString(c, tc.body) }()
+		replies, _ := readReplies(t, br, nil)
+		checkReplies(t, replies, tc.then)
+		return
+	}
+	if !strings.Contains(string(b), `"error":{`) || tc.code != "" && !strings.Contains(string(b), `"code":`+strconv.Quote(tc.code)) {
+		t.Fatalf("not the OpenAI error %q: %s", tc.code, b)
+	}
+	if !first.Close || first.Header.Get("X-Request-Id") == "" {
+		t.Fatalf("Connection: close %v, X-Request-Id %q", first.Close, first.Header.Get("X-Request-Id"))
+	}
+	if rest, closed := readReplies(t, br, nil); len(rest) > 0 || !closed {
+		t.Fatalf("after the refusal: answers %v, closed %v", rest, closed)
+	}
+}
+
+// checkRefusals compares frontdoor_transport_refusals_total by reason.
+func checkRefusals(t *testing.T, url string, want map[string]float64) {
+	t.Helper()
+	resp, err := httpClient.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for reason, n := range want {
+		series := `frontdoor_transport_refusals_total{reason="` + reason + `"}`
+		if got := metricValue(t, string(mb), series); got != n {
+			t.Fatalf("%s = %v, want %v", series, got, n)
+		}
+	}
+}
+
+// The admin listener holds the same rules: trailers are refused before
+// anything reads a header, and an Expect: 100-continue request is sized
+// before its body; one acting for a tenant with no key, which the listener
+// allows, gets its 100 Continue and is served.
+func TestFramingAdminListener(t *testing.T) {
+	t.Setenv("FRONTDOOR_ADMIN_TOKEN", "")
+	t.Setenv("TEST_EXPECT_KEYS", "sk-expect-key")
+	s := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT, c.ITL = 0, 0 })
+	cfg := testConfig(s)
+	cfg.Admin = DefaultConfig().Admin
+	cfg.Limits.MaxBodyBytes = 64 << 10
+	cfg.Auth.Required = true
+	cfg.Tenants = []Tenant{{Name: "acme", APIKeysEnv: "TEST_EXPECT_KEYS"}}
+	gw := startGateway(t, cfg)
+	addr := strings.TrimPrefix(serveAdmin(t, gw), "http://")
+	valid := chatBody("admin listener", `"max_tokens":2`)
+	const head = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nX-Frontdoor-Tenant: acme\r\n"
+	te := "Transfer-Encoding: chunked\r\n"
+	trailer := strconv.FormatInt(int64(len(valid)), 16) + "\r\n" + valid + "\r\n0\r\nX-Cache-Only: 1\r\nOrigin: http://evil.example\r\n\r\n"
+	// The listener's browser check (Origin) never sees the trailer either.
+	replies, closed := exchangeRaw(t, addr, []string{head + te + "\r\n" + trailer}, 0, 300*time.Millisecond)
+	checkReplies(t, replies, []int{400})
+	if !closed || !strings.Contains(replies[0].body, "trailers") {
+		t.Fatalf("trailer on the admin listener: closed %v, %+v", closed, replies)
+	}
+	for _, tc := range []expectCase{
+		{"over max_body_bytes", head + "Expect: 100-continue\r\nContent-Length: 107374182400\r\n\r\n", 413, "request_too_large", "", nil},
+		{"acting for a tenant", head + "Expect: 100-continue\r\nContent-Length: " + strconv.Itoa(len(valid)) + "\r\n\r\n", 100, "", valid, []int{200}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { exchangeExpect(t, addr, tc) })
+	}
+	if n := s.Stats().Received; n != 1 {
+		t.Fatalf("%d requests reached the node, want 1", n)
+	}
+}
+
+// The clients people use still work: a 2 MiB chat body sent with Expect:
+// 100-continue by Go's net/http client and by curl (which sends it for
+// bodies over 1 MiB) gets 100 Continue, then 200.
+func TestFramingExpectClients(t *testing.T) {
+	gw, sims := simAndGateway(t, 1, func(c *sim.Config) { c.TTFT, c.ITL = 0, 0 })
+	body := chatBody(strings.Repeat("lorem ipsum ", 2<<20/12), `"max_tokens":2`)
+	t.Run("net/http", func(t *testing.T) {
+		client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{ExpectContinueTimeout: 10 * time.Second}}
+		var got100 atomic.Bool
+		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{Got100Continue: func() { got100.Store(true) }})
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, gw.URL+"/v1/chat/completions", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Expect", "100-continue")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !got100.Load() || !strings.Contains(string(b), `"chat.completion"`) {
+			t.Fatalf("%d (100 Continue: %v): %s", resp.StatusCode, got100.Load(), b)
+		}
+	})
+	t.Run("curl", func(t *testing.T) {
+		curl, err := exec.LookPath("curl")
+		if err != nil {
+			t.Skip("no curl")
+		}
+		f := filepath.Join(t.TempDir(), "body.json")
+		if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(curl, "-sS", "-v", "-H", "Content-Type: application/json", "--data-binary", "@"+f,
+			"-w", "\n%{http_code}", gw.URL+"/v1/chat/completions")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("curl: %v\n%s", err, stderr.String())
+		}
+		if !strings.HasSuffix(string(out), "\n200") || !strings.Contains(stderr.String(), "HTTP/1.1 100 Continue") {
+			t.Fatalf("curl: %s\n%s", out, stderr.String())
+		}
+	})
+	if n := sims[0].Stats().Received; n < 1 {
+		t.Fatalf("%d requests reached the node", n)
+	}
 }

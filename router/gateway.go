@@ -147,14 +147,14 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	if g.tracing, err = newTracing(context.Background(), cfg.Tracing); err != nil {
 		return nil, err
 	}
-	g.server = g.newServer(cfg, g.handle)
-	g.adminServer = g.newServer(cfg, g.handleAdminListener)
+	g.server = g.newServer(cfg, g.handle, g.handleExpect)
+	g.adminServer = g.newServer(cfg, g.handleAdminListener, g.handleAdminExpect)
 	return g, nil
 }
 
 // newServer is the HTTP server of a listener; the admin listener's differs
-// only in its handler.
-func (g *Gateway) newServer(cfg Config, handler fasthttp.RequestHandler) *fasthttp.Server {
+// only in its handlers.
+func (g *Gateway) newServer(cfg Config, handler fasthttp.RequestHandler, expect func(*fasthttp.RequestCtx) int) *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler:      handler,
 		ErrorHandler: g.handleTransportError,
@@ -174,6 +174,9 @@ func (g *Gateway) newServer(cfg Config, handler fasthttp.RequestHandler) *fastht
 		// limit on header size stays 16 KiB).
 		ReduceMemoryUsage: true,
 		Logger:            fasthttpLogger{g.log},
+
+		// Expect: 100-continue gets its 400, 401 or 413 before the body.
+		ExpectHandler: expect,
 	}
 }
 

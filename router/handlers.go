@@ -33,16 +33,15 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 			g.writeError(ctx, &adapters.APIError{Status: 500, Type: adapters.TypeServer, Code: "internal_error", Message: "internal error"})
 		}
 	}()
+	// A request whose body length two parsers could read differently, or
+	// with fields after its chunked body, is refused before anything reads
+	// a header (refuseFraming).
+	if g.refuseFraming(ctx) {
+		return
+	}
 	// Every answer carries X-Request-Id, whatever the route.
 	id := requestID(ctx)
 	ctx.Response.Header.SetCanonical(headerRequestID, []byte(id))
-	// A request whose body length two parsers could read differently is
-	// refused before anything else (adapters.CheckRequestFraming).
-	if err := adapters.CheckRequestFraming(ctx.Request.Header.RawHeaders()); err != nil {
-		g.writeError(ctx, adapters.BadRequest("", err.Error()))
-		ctx.SetConnectionClose()
-		return
-	}
 	switch string(ctx.Path()) {
 	case "/v1/chat/completions":
 		g.serveInference(ctx, adapters.EndpointChat, id)
@@ -156,6 +155,11 @@ func requestID(ctx *fasthttp.RequestCtx) string {
 	if id := ctx.Request.Header.Peek("X-Request-Id"); len(id) > 0 && len(id) <= 128 && printable(id) {
 		return string(id)
 	}
+	return newRequestID()
+}
+
+// newRequestID makes a request id.
+func newRequestID() string {
 	var b [16]byte
 	v := rand.Uint64()
 	for i := range 8 {

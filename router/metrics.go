@@ -18,6 +18,7 @@ type gatewayMetrics struct {
 	retries      map[string]*metrics.Counter // by the reason of the failed attempt
 	clientAborts *metrics.Counter
 	streamErrors *metrics.Counter
+	refused      *transportRefusals
 	streams      atomic.Int64
 	// upstreamAnswers counts answers from local nodes, for the spill ratio.
 	upstreamAnswers                    atomic.Int64
@@ -44,6 +45,7 @@ func newGatewayMetrics(set *metrics.Set, g *Gateway) *gatewayMetrics {
 		retries:      map[string]*metrics.Counter{},
 		clientAborts: set.NewCounter(`frontdoor_client_aborts_total`),
 		streamErrors: set.NewCounter(`frontdoor_stream_errors_total`),
+		refused:      newTransportRefusals(set, g.log),
 	}
 	for i, ep := range endpointLabel {
 		m.durations[i] = set.NewPrometheusHistogram(`frontdoor_request_duration_seconds{endpoint="` + ep + `"}`)

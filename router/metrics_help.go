@@ -22,6 +22,7 @@ var metricHelp = map[string]string{
 	"frontdoor_client_aborts_total":             "Streams whose client went away before the end.",
 	"frontdoor_stream_errors_total":             "Upstream streams that broke before their end.",
 	"frontdoor_streams_active":                  "Streams being sent to clients now.",
+	"frontdoor_transport_refusals_total":        "Requests refused at the HTTP layer with a close, by reason: framing (ambiguous length, Trailer header), trailers (fields after a chunked body), expect_too_large and expect_auth (answered instead of 100 Continue).",
 	"frontdoor_tokens_total":                    "Tokens of answers, by tenant, kind (prompt, completion) and source (upstream, cache).",
 	"frontdoor_cache_requests_total":            "Cache outcomes of inference requests, by result (hit_exact, hit_semantic, miss, bypass) and reason.",
 	"frontdoor_cache_errors_total":              "Cache store and embedder errors, by operation.",
