@@ -62,6 +62,7 @@ type Gateway struct {
 	fixed    map[string]adapters.Backend // Deps.Backends, by node name
 	backends sync.Map                    // *balancer.Node -> adapters.Backend, built on first use
 	metrics  *gatewayMetrics
+	upLog    *rateLog // rate-limited lines about nodes' answers
 	server   *fasthttp.Server
 	set      *metrics.Set
 	reload   reloader
@@ -102,6 +103,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	if g.log == nil {
 		g.log = NewLogger(cfg.Logging, os.Stderr)
 	}
+	g.upLog = newRateLog(g.log, 10*time.Second)
 	set := deps.Metrics
 	if set == nil {
 		set = metrics.NewSet()

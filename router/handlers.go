@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"runtime/debug"
@@ -798,12 +799,12 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.N
 	done := x.handOff()
 	tenantName := x.tenant.name
 	wantUsage := x.req.IncludeUsage
-	id, plan := x.id, x.plan
+	id, plan, upstream := x.id, x.plan, x.upstream
 	g.streams.Add(1)
 	g.live.add(resp)
 	g.metrics.streams.Add(1)
 	setStreamBody(ctx, func(w flushWriter) {
-		r := pumped{broken: true}
+		r := pumped{broken: true, cut: notStoredCut} // until the pump returns (it may panic)
 		defer func() {
 			if r := recover(); r != nil {
 				g.log.Error("stream pump panicked", "request_id", id, "panic", r)
@@ -814,8 +815,16 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.N
 			g.metrics.streams.Add(-1)
 			g.streams.Done()
 			var answer *adapters.Answer
-			if !r.broken && asm != nil {
-				answer, _ = asm.Answer()
+			if asm != nil {
+				why := r.cut
+				if why == "" {
+					var err error
+					answer, err = asm.Answer()
+					why = notStoredReason(err)
+				}
+				if why != "" {
+					g.notStored(id, upstream, why)
+				}
 			}
 			if answer != nil {
 				r.usage, r.usageKnown = answer.Usage, true
@@ -837,12 +846,58 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.N
 	})
 }
 
+// Why a stream's answer was not stored, for
+// frontdoor_cache_writes_dropped_total{reason}: the node reported an error
+// in it, it ended without [DONE] or a finish_reason, reading it failed
+// (idle, total, the connection), or every reader left and so the gateway
+// stopped reading.
+const (
+	notStoredError      = "stream_error"
+	notStoredIncomplete = "stream_incomplete"
+	notStoredCut        = "stream_cut"
+	notStoredClientGone = "client_gone"
+)
+
+var notStoredReasons = []string{notStoredError, notStoredIncomplete, notStoredCut, notStoredClientGone}
+
+// notStoredReason names an Assembler's refusal; "" when there is none, or
+// when it is a policy (several choices) rather than a fault.
+func notStoredReason(err error) string {
+	switch {
+	case errors.Is(err, adapters.ErrStreamError):
+		return notStoredError
+	case errors.Is(err, adapters.ErrStreamIncomplete):
+		return notStoredIncomplete
+	}
+	return ""
+}
+
+// notStored counts a streamed answer that was headed for the cache and is
+// not stored, and logs it. The cache is doing its job, so the line is
+// DEBUG when the fault is loud already (a cut stream has its "upstream
+// stream broke" WARN, a client gone is a client_aborts_total); a node that
+// put an error in its stream or ended it without [DONE] is an upstream
+// fault nothing else reports, so that is a WARN naming the node, at most
+// one per node and reason every 10 s.
+func (g *Gateway) notStored(id, node, why string) {
+	g.cm.notStored[why].Inc()
+	switch why {
+	case notStoredError, notStoredIncomplete:
+		g.upLog.warn(why+":"+node, "upstream stream not clean; its answer is not cached", "reason", why, "node", node, "request_id", id)
+	default:
+		if g.log.Enabled(context.Background(), slog.LevelDebug) {
+			g.log.Debug("cache: streamed answer not stored", "reason", why, "node", node, "request_id", id)
+		}
+	}
+}
+
 // errClientGone stops a pump's read of the node once its client is gone.
 var errClientGone = errors.New("client gone")
 
 // pumped is what a stream's pump saw.
 type pumped struct {
 	broken     bool
+	cut        string // why the read of the node stopped before its end: notStoredCut or notStoredClientGone
 	events     int
 	usage      adapters.Usage // from the include_usage chunk
 	usageKnown bool
@@ -884,7 +939,7 @@ func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse
 	})
 	for ; ; r.events++ {
 		if !clientOK && alone() {
-			r.broken = true
+			r.broken, r.cut = true, notStoredClientGone
 			return r
 		}
 		ev, err := resp.Next()
@@ -893,7 +948,7 @@ func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse
 				return r
 			}
 			if !clientOK && alone() {
-				r.broken = true
+				r.broken, r.cut = true, notStoredClientGone
 				return r
 			}
 			g.log.Warn("upstream stream broke", "request_id", id, "error", err.Error())
@@ -907,12 +962,12 @@ func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse
 				_, _ = w.Write(errEvent)
 				_ = w.Flush()
 			}
-			r.broken = true
+			r.broken, r.cut = true, notStoredCut
 			return r
 		}
 		usageOnly := false
-		if asm != nil && !ev.IsDone() {
-			usageOnly = asm.Add(ev.Data)
+		if asm != nil {
+			usageOnly = asm.Add(&ev)
 		} else if usageOnly = adapters.IsUsageOnly(ev.Data); usageOnly {
 			r.usage, r.usageKnown = adapters.ParseUsage(ev.Data)
 		}

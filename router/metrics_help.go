@@ -38,7 +38,7 @@ var metricHelp = map[string]string{
 	"frontdoor_cache_bytes":                     "Bytes used by the cache store, as the store reports them.",
 	"frontdoor_cache_lookup_seconds":            "Latency of cache store lookups, by operation (get, search).",
 	"frontdoor_cache_writes_total":              "Cache write-backs, by result (stored, failed).",
-	"frontdoor_cache_writes_dropped_total":      "Cache write-backs dropped before reaching the store, by reason.",
+	"frontdoor_cache_writes_dropped_total":      "Cache write-backs dropped before reaching the store, by reason: the store's (queue_full, breaker_open, shutdown) or an answer unfit to store (stream_error, stream_incomplete, stream_cut, client_gone).",
 	"frontdoor_cache_breaker_transitions_total": "State changes of the cache store's read and write breakers.",
 	"frontdoor_cache_backend_up":                "1 while the cache store answers, 0 while it is bypassed.",
 	"frontdoor_cache_backend_state":             "1 for the cache backend's current state (ok, degraded, bypassed).",

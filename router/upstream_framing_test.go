@@ -36,6 +36,12 @@ func startFakeNode(t *testing.T, answer string, hold bool) *fakeNode {
 // get an empty 200.
 func startScriptedNode(t *testing.T, answer func(w io.Writer) bool) *fakeNode {
 	t.Helper()
+	return startNode(t, func(_ []byte, w io.Writer) bool { return answer(w) })
+}
+
+// startNode is startScriptedNode whose answer also gets the request body.
+func startNode(t *testing.T, answer func(body []byte, w io.Writer) bool) *fakeNode {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +62,7 @@ func startScriptedNode(t *testing.T, answer func(w io.Writer) bool) *fakeNode {
 					if err != nil {
 						return
 					}
-					_, _ = io.Copy(io.Discard, req.Body)
+					body, _ := io.ReadAll(req.Body)
 					if req.Method != http.MethodPost { // health probes and metric scrapes pass
 						if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"); err != nil {
 							return
@@ -64,7 +70,7 @@ func startScriptedNode(t *testing.T, answer func(w io.Writer) bool) *fakeNode {
 						continue
 					}
 					f.requests.Add(1)
-					if !answer(c) {
+					if !answer(body, c) {
 						return
 					}
 				}
