@@ -171,6 +171,7 @@ func UpstreamConfig(cfg Config) adapters.Config {
 	ac := adapters.DefaultConfig()
 	ac.Connect, ac.FirstByte = cfg.Timeouts.Connect.D(), cfg.Timeouts.FirstByte.D()
 	ac.Idle, ac.Total = cfg.Timeouts.Idle.D(), cfg.Timeouts.Total.D()
+	ac.MaxBody = int(cfg.Limits.MaxUpstreamBodyBytes)
 	return ac
 }
 

@@ -435,6 +435,7 @@ type attempts struct {
 	next       int              // index of the next candidate to try
 	lastErr    *adapters.APIError
 	lastReason string // why the last attempt failed, for the retry metric
+	final      bool   // lastErr is the answer: no other node, no spill-over
 }
 
 // forward tries the candidate nodes in order until one answers. Failures
@@ -493,6 +494,11 @@ func (g *Gateway) forwardFrom(ctx *fasthttp.RequestCtx, x *exchange, ur *adapter
 			g.commit(ctx, x, n, be, resp)
 			return
 		}
+		if st.final {
+			g.failFlight(x)
+			g.writeError(ctx, st.lastErr)
+			return
+		}
 	}
 	g.noAnswer(ctx, x, ur, st)
 }
@@ -519,9 +525,18 @@ func (g *Gateway) nextNode(x *exchange, st *attempts) *balancer.Node {
 func (g *Gateway) answered(x *exchange, n *balancer.Node, be adapters.Backend, st *attempts, resp *adapters.UpstreamResponse, err error, sent time.Time) bool {
 	if err != nil {
 		x.slot.release()
-		g.pool.Report(n, balancer.OutcomeFailure, 0)
 		st.lastErr, st.lastReason = sendError(n.Name(), err), retryReason(err, 0)
-		g.log.Warn("upstream attempt failed", "request_id", x.id, "node", n.Name(), "error", err.Error())
+		if errors.Is(err, adapters.ErrAnswerTooLarge) {
+			// The node works; another would most likely answer as much.
+			g.pool.Report(n, balancer.OutcomeSuccess, 0)
+			st.final = true
+			g.badAnswer(x.id, n.Name(), err)
+			return false
+		}
+		g.pool.Report(n, balancer.OutcomeFailure, 0)
+		if !g.badAnswer(x.id, n.Name(), err) {
+			g.log.Warn("upstream attempt failed", "request_id", x.id, "node", n.Name(), "error", err.Error())
+		}
 		return false
 	}
 	if adapters.RetryableStatus(resp.Status) {
@@ -668,6 +683,7 @@ func (g *Gateway) trySpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.U
 	if err != nil {
 		x.slot.release()
 		g.failFlight(x)
+		g.badAnswer(x.id, s.name, err)
 		g.writeError(ctx, sendError(s.name, err))
 		return true
 	}
@@ -715,10 +731,12 @@ func retryReason(err error, status int) string {
 	switch {
 	case errors.Is(err, adapters.ErrConnect):
 		return "connect"
-	case errors.Is(err, adapters.ErrFirstByteTimeout):
+	case errors.Is(err, adapters.ErrFirstByteTimeout), errors.Is(err, adapters.ErrTotalTimeout):
 		return "timeout"
 	case errors.Is(err, adapters.ErrUpstreamClosed):
 		return "closed"
+	case errors.Is(err, adapters.ErrMalformedAnswer):
+		return "malformed"
 	case status == 429:
 		return "status_429"
 	case status >= 500:
@@ -728,10 +746,31 @@ func retryReason(err error, status int) string {
 }
 
 func sendError(node string, err error) *adapters.APIError {
-	if errors.Is(err, adapters.ErrFirstByteTimeout) {
-		return adapters.UpstreamTimeout("upstream " + node + " did not answer in time")
+	switch {
+	case errors.Is(err, adapters.ErrFirstByteTimeout):
+		return adapters.UpstreamTimeout("upstream " + node + " did not answer in time (timeouts.first_byte)")
+	case errors.Is(err, adapters.ErrTotalTimeout):
+		return adapters.UpstreamTimeout("upstream " + node + " did not answer in time: " + err.Error())
 	}
 	return adapters.UpstreamError("upstream " + node + " failed: " + err.Error())
+}
+
+// badAnswer makes an answer the gateway would not pass on loud: a metric
+// and a WARN line naming the node, at most one per node and kind every
+// 10 s (never the body). It reports whether err was such an answer.
+func (g *Gateway) badAnswer(id, node string, err error) bool {
+	kind := ""
+	switch {
+	case errors.Is(err, adapters.ErrAnswerTooLarge):
+		kind = "too_large"
+	case errors.Is(err, adapters.ErrMalformedAnswer):
+		kind = "malformed"
+	default:
+		return false
+	}
+	g.metrics.badAnswers[kind].Inc()
+	g.upLog.warn(kind+":"+node, "upstream answer refused", "reason", kind, "node", node, "request_id", id, "error", err.Error())
+	return true
 }
 
 // commit sends the answer of x.upstream (node, or spill-over when node is
@@ -754,6 +793,11 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.N
 		return
 	}
 	if !resp.Streaming() {
+		if resp.Converted {
+			g.metrics.badAnswers["sse_converted"].Inc()
+			g.upLog.warn("sse_converted:"+x.upstream, "upstream answered a non-streaming request with an event stream; converted to JSON",
+				"node", x.upstream, "request_id", x.id)
+		}
 		ctx.SetStatusCode(resp.Status)
 		ctx.Response.Header.SetContentTypeBytes(resp.ContentType)
 		ctx.SetBody(resp.Body)
@@ -763,9 +807,9 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.N
 				answer = a
 			}
 		}
-		if answer != nil {
+		if answer != nil && answer.Usage.TotalTokens > 0 {
 			g.settle(x, answer.Usage, true)
-		} else {
+		} else { // no usage in the answer (a converted stream may have none)
 			u, ok := adapters.ParseUsage(resp.Body)
 			g.settle(x, u, ok)
 		}

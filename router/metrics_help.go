@@ -21,6 +21,7 @@ var metricHelp = map[string]string{
 	"frontdoor_retries_total":                   "Upstream attempts retried on another node, by why the previous attempt failed.",
 	"frontdoor_client_aborts_total":             "Streams whose client went away before the end.",
 	"frontdoor_stream_errors_total":             "Upstream streams that broke before their end.",
+	"frontdoor_upstream_bad_answers_total":      "Node answers not passed on as sent, by reason: too_large (over limits.max_upstream_body_bytes; 502), malformed (cut or not a JSON completion; retried, else 502), sse_converted (an event stream for a non-streaming request, converted to JSON).",
 	"frontdoor_streams_active":                  "Streams being sent to clients now.",
 	"frontdoor_tokens_total":                    "Tokens of answers, by tenant, kind (prompt, completion) and source (upstream, cache).",
 	"frontdoor_cache_requests_total":            "Cache outcomes of inference requests, by result (hit_exact, hit_semantic, miss, bypass) and reason.",
