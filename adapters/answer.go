@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"strconv"
 	"unicode"
 	"unicode/utf8"
@@ -127,6 +129,19 @@ func parseUsage(u *fastjson.Value, dst *Usage) {
 	}
 }
 
+// Reasons an Assembler gives no answer; each wraps ErrNotAssembled.
+var (
+	// ErrStreamError: the stream carried an error: a named event (event:
+	// error, or any name but the default "message"), an error object in an
+	// event's data ({"error":...}, or vLLM's {"object":"error",...}), an
+	// event that is neither a chunk nor the usage chunk, unparsable JSON, or
+	// data after [DONE].
+	ErrStreamError = fmt.Errorf("%w: the stream carried an error", ErrNotAssembled)
+	// ErrStreamIncomplete: the stream ended without [DONE] or without a
+	// finish_reason.
+	ErrStreamIncomplete = fmt.Errorf("%w: the stream ended without [DONE] or a finish_reason", ErrNotAssembled)
+)
+
 // Assembler rebuilds an answer from the events of a stream as they pass.
 type Assembler struct {
 	ep        Endpoint
@@ -137,8 +152,10 @@ type Assembler struct {
 	calls     []toolCallParts
 	finish    string
 	usage     Usage
-	choices   int // highest choice index seen + 1
-	broken    bool
+	usageSeen bool
+	choices   int  // highest choice index seen + 1
+	done      bool // [DONE] arrived
+	fault     error
 }
 
 type toolCallParts struct {
@@ -149,32 +166,58 @@ type toolCallParts struct {
 // NewAssembler starts assembling a stream for ep.
 func NewAssembler(ep Endpoint) *Assembler { return &Assembler{ep: ep} }
 
-// Add takes one event's data. It reports whether the event carries only
-// usage (the include_usage chunk, with no choices).
-func (s *Assembler) Add(data []byte) (usageOnly bool) {
-	if s.broken || len(data) == 0 || data[0] != '{' {
+var sseMessage = []byte("message")
+
+// Add takes one event. It reports whether the event carries only usage
+// (the include_usage chunk, with no choices), so a caller can hold it back
+// from a client that did not ask for it.
+func (s *Assembler) Add(ev *SSEEvent) (usageOnly bool) {
+	data := ev.Data
+	switch {
+	case len(ev.Name) > 0 && !bytes.Equal(ev.Name, sseMessage):
+		// SSE's default event type is "message"; OpenAI-compatible
+		// engines name none. A named one (event: error) is not a chunk.
+		s.fail(ErrStreamError)
 		return false
+	case s.done:
+		s.fail(ErrStreamError) // anything after [DONE]
+		return false
+	case ev.IsDone():
+		s.done = true
+		return false
+	case len(data) == 0 || data[0] != '{':
+		return false
+	case s.fault != nil:
+		return IsUsageOnly(data)
 	}
 	v, err := s.parser.ParseBytes(data)
 	if err != nil {
-		s.broken = true
+		s.fail(ErrStreamError)
 		return false
 	}
-	if v.Get("error") != nil {
-		s.broken = true
+	choices, u := v.Get("choices"), v.Get("usage")
+	if u != nil && u.Type() != fastjson.TypeObject {
+		u = nil
+	}
+	if (choices == nil && u == nil) || v.Get("error") != nil {
+		// Neither a chunk nor the usage chunk: an error object
+		// ({"error":...}, vLLM's {"object":"error","message":...},
+		// DashScope's {"code":...,"message":...}) or something unknown.
+		s.fail(ErrStreamError)
 		return false
 	}
 	if m := v.GetStringBytes("model"); len(m) > 0 && s.model == "" {
 		s.model = string(m)
 	}
-	choices := v.GetArray("choices")
-	if u := v.Get("usage"); u != nil && u.Type() == fastjson.TypeObject {
+	list := choices.GetArray()
+	if u != nil {
 		parseUsage(u, &s.usage)
-		if len(choices) == 0 {
+		s.usageSeen = true
+		if len(list) == 0 {
 			return true
 		}
 	}
-	for _, c := range choices {
+	for _, c := range list {
 		idx := c.GetInt("index")
 		if idx+1 > s.choices {
 			s.choices = idx + 1
@@ -198,7 +241,7 @@ func (s *Assembler) Add(data []byte) (usageOnly bool) {
 		for _, tc := range d.GetArray("tool_calls") {
 			i := tc.GetInt("index")
 			if i < 0 || i > 128 {
-				s.broken = true
+				s.fail(ErrNotAssembled)
 				continue
 			}
 			for len(s.calls) <= i {
@@ -220,9 +263,25 @@ func (s *Assembler) Add(data []byte) (usageOnly bool) {
 	return false
 }
 
-// Answer returns the assembled answer once the stream has finished cleanly.
+// fail records the first reason the stream cannot be assembled.
+func (s *Assembler) fail(err error) {
+	if s.fault == nil {
+		s.fault = err
+	}
+}
+
+// Answer returns the assembled answer once the stream has finished
+// cleanly: no error in it, a finish_reason for its one choice, and [DONE].
+// Otherwise the error says why (ErrStreamError, ErrStreamIncomplete, or
+// ErrNotAssembled for an answer that is whole but not one to store, such as
+// several choices).
 func (s *Assembler) Answer() (*Answer, error) {
-	if s.broken || s.finish == "" || s.choices > 1 {
+	switch {
+	case s.fault != nil:
+		return nil, s.fault
+	case s.finish == "" || !s.done:
+		return nil, ErrStreamIncomplete
+	case s.choices > 1:
 		return nil, ErrNotAssembled
 	}
 	a := &Answer{Model: s.model, Content: string(s.content), Reasoning: string(s.reasoning), Finish: s.finish, Usage: s.usage}
@@ -271,6 +330,12 @@ const jsonSpace = " \t\r\n"
 // AppendCompletionJSON renders a as a non-streaming answer: chat.completion
 // for chat, text_completion for completions.
 func AppendCompletionJSON(dst []byte, ep Endpoint, id string, created int64, a *Answer) []byte {
+	return appendCompletionJSON(dst, ep, id, created, a, true)
+}
+
+// appendCompletionJSON is AppendCompletionJSON, without the usage object
+// when withUsage is false (the usage is not known).
+func appendCompletionJSON(dst []byte, ep Endpoint, id string, created int64, a *Answer, withUsage bool) []byte {
 	dst = append(dst, `{"id":`...)
 	dst = AppendJSONString(dst, id)
 	if ep == EndpointCompletion {
@@ -304,9 +369,52 @@ func AppendCompletionJSON(dst []byte, ep Endpoint, id string, created int64, a *
 	}
 	dst = append(dst, `,"logprobs":null,"finish_reason":`...)
 	dst = AppendJSONString(dst, a.Finish)
-	dst = append(dst, `}],"usage":`...)
-	dst = appendUsage(dst, a.Usage)
+	dst = append(dst, "}]"...)
+	if withUsage {
+		dst = append(dst, `,"usage":`...)
+		dst = appendUsage(dst, a.Usage)
+	}
 	return append(dst, '}')
+}
+
+// StreamToJSON turns a whole SSE answer (an engine's answer to a
+// non-streaming request that streamed all the same) into the one
+// chat.completion (or text_completion) JSON that the request asked for.
+// The stream must be whole and clean, as the cache requires of one it
+// stores (see Assembler.Answer); the error says why when it is not. The id
+// and created time are the stream's; usage is present when the stream had
+// it.
+func StreamToJSON(ep Endpoint, body []byte) ([]byte, error) {
+	sr := NewSSEReader(bytes.NewReader(body))
+	asm := NewAssembler(ep)
+	var id string
+	var created int64
+	for {
+		ev, err := sr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if id == "" && len(ev.Data) > 0 && ev.Data[0] == '{' {
+			if v, err := fastjson.ParseBytes(ev.Data); err == nil {
+				id, created = string(v.GetStringBytes("id")), v.GetInt64("created")
+			}
+		}
+		asm.Add(&ev)
+	}
+	a, err := asm.Answer()
+	if err != nil {
+		return nil, err
+	}
+	if id == "" {
+		id = "chatcmpl-frontdoor"
+		if ep == EndpointCompletion {
+			id = "cmpl-frontdoor"
+		}
+	}
+	return appendCompletionJSON(make([]byte, 0, 256+len(a.Content)+len(a.Reasoning)+len(a.ToolCalls)), ep, id, created, a, asm.usageSeen), nil
 }
 
 func appendUsage(dst []byte, u Usage) []byte {

@@ -27,6 +27,9 @@ func replay(t *testing.T, ep Endpoint, a *Answer, includeUsage bool) (*Answer, i
 		if err != nil {
 			t.Fatal(err)
 		}
+		if asm.Add(&ev) {
+			usageEvents++
+		}
 		if ev.IsDone() {
 			continue
 		}
@@ -34,9 +37,6 @@ func replay(t *testing.T, ep Endpoint, a *Answer, includeUsage bool) (*Answer, i
 			t.Fatalf("invalid chunk JSON: %s", ev.Data)
 		}
 		events++
-		if asm.Add(ev.Data) {
-			usageEvents++
-		}
 	}
 	got, err := asm.Answer()
 	if err != nil {
@@ -85,22 +85,118 @@ func TestAnswerRoundTrips(t *testing.T) {
 	}
 }
 
+// assemble feeds a stream, written as SSE, to an Assembler.
+func assemble(t *testing.T, ep Endpoint, stream string) (*Answer, error) {
+	t.Helper()
+	asm := NewAssembler(ep)
+	sr := NewSSEReader(strings.NewReader(stream))
+	for {
+		ev, err := sr.Next()
+		if errors.Is(err, io.EOF) {
+			return asm.Answer()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		asm.Add(&ev)
+	}
+}
+
+// A stream is assembled (and so may be stored) only when it is whole and
+// clean: a finish_reason, [DONE], and no error anywhere in it, whichever
+// way the engine reports one (vLLM, SGLang, TGI and DashScope each have
+// theirs).
 func TestAssemblerRefusesIncompleteStreams(t *testing.T) {
+	const (
+		part = "data: {\"id\":\"c\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Partial answer \"},\"finish_reason\":null}]}\n\n"
+		tail = "data: {\"id\":\"c\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tail\"},\"finish_reason\":\"stop\"}]}\n\n"
+		use  = "data: {\"id\":\"c\",\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2,\"total_tokens\":3}}\n\n"
+		done = "data: [DONE]\n\n"
+	)
+	if a, err := assemble(t, EndpointChat, part+tail+use+done); err != nil || a.Content != "Partial answer tail" || a.Usage.TotalTokens != 3 {
+		t.Fatalf("a clean stream: %+v %v", a, err)
+	}
+	if a, err := assemble(t, EndpointChat, "event: message\n"+part+tail+done); err != nil || a.Content != "Partial answer tail" {
+		t.Fatalf("the default event name: %+v %v", a, err)
+	}
+	for _, c := range []struct {
+		name, stream string
+		want         error
+	}{
+		{"event: error", part + "event: error\ndata: {\"message\":\"engine dead\"}\n\n" + tail + done, ErrStreamError},
+		{"another event name", part + "event: result\n" + tail + done, ErrStreamError},
+		{"top-level error (SGLang, vLLM)", part + "data: {\"error\":{\"message\":\"boom\",\"code\":500}}\n\n" + tail + done, ErrStreamError},
+		{"TGI error", part + "data: {\"error\":\"Request failed during generation\",\"error_type\":\"generation\"}\n\n" + tail + done, ErrStreamError},
+		{"vLLM object error", part + "data: {\"object\":\"error\",\"message\":\"engine dead\",\"type\":\"InternalServerError\",\"code\":500}\n\n" + tail + done, ErrStreamError},
+		{"DashScope code and message", part + "data: {\"code\":\"InternalError\",\"message\":\"x\",\"request_id\":\"r\"}\n\n" + tail + done, ErrStreamError},
+		{"error beside choices", part + "data: {\"choices\":[],\"error\":{\"message\":\"x\"}}\n\n" + tail + done, ErrStreamError},
+		{"unparsable chunk", part + "data: {\"choices\":[\n\n" + tail + done, ErrStreamError},
+		{"data after [DONE]", part + tail + done + part, ErrStreamError},
+		{"no [DONE]", part + tail, ErrStreamIncomplete},
+		{"no finish_reason", part + done, ErrStreamIncomplete},
+		{"several choices", "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"},\"finish_reason\":\"stop\"},{\"index\":1,\"delta\":{\"content\":\"b\"},\"finish_reason\":\"stop\"}]}\n\n" + done, ErrNotAssembled},
+	} {
+		a, err := assemble(t, EndpointChat, c.stream)
+		if !errors.Is(err, c.want) || !errors.Is(err, ErrNotAssembled) {
+			t.Errorf("%s: got %+v, %v; want %v", c.name, a, err, c.want)
+		}
+	}
+	// After an error the usage chunk is still told apart, so that a client
+	// that did not ask for it does not get it.
 	asm := NewAssembler(EndpointChat)
-	asm.Add([]byte(`{"choices":[{"index":0,"delta":{"content":"half"},"finish_reason":null}]}`))
-	if _, err := asm.Answer(); err == nil {
-		t.Fatal("a stream without finish_reason must not be cached")
+	asm.Add(&SSEEvent{Name: []byte("error"), Data: []byte(`{"message":"x"}`)})
+	if !asm.Add(&SSEEvent{Data: []byte(`{"choices":[],"usage":{"total_tokens":3}}`)}) {
+		t.Fatal("the usage chunk after an error is not reported as one")
 	}
-	asm.Add([]byte(`{"error":{"message":"boom"}}`))
-	asm.Add([]byte(`{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`))
-	if _, err := asm.Answer(); err == nil {
-		t.Fatal("a stream with an error event must not be cached")
+}
+
+// An event stream sent for a non-streaming request becomes the JSON answer
+// asked for, when it is whole and clean.
+func TestStreamToJSON(t *testing.T) {
+	a := &Answer{Model: "m", Content: "Paris.", Reasoning: "capital", Finish: "stop", Usage: Usage{1, 2, 3}}
+	var stream bytes.Buffer
+	for _, ev := range StreamEvents(EndpointChat, "chatcmpl-7", 1700000000, a, 1, true) {
+		stream.Write(ev)
 	}
-	two := NewAssembler(EndpointChat)
-	two.Add([]byte(`{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"stop"},{"index":1,"delta":{"content":"b"},"finish_reason":"stop"}]}`))
-	if _, err := two.Answer(); err == nil {
-		t.Fatal("n>1 streams must not be cached")
+	body, err := StreamToJSON(EndpointChat, stream.Bytes())
+	if err != nil {
+		t.Fatal(err)
 	}
+	var cc ChatCompletion
+	if err := json.Unmarshal(body, &cc); err != nil || cc.ID != "chatcmpl-7" || cc.Created != 1700000000 || cc.Object != "chat.completion" {
+		t.Fatalf("%v %s", err, body)
+	}
+	if p, err := ParseAnswer(EndpointChat, body); err != nil || p.Content != a.Content || p.Reasoning != a.Reasoning || p.Usage != a.Usage {
+		t.Fatalf("%v %+v", err, p)
+	}
+	// Without the usage chunk, the JSON has no usage (it is not known).
+	stream.Reset()
+	for _, ev := range StreamEvents(EndpointChat, "chatcmpl-7", 1, a, 1, false) {
+		stream.Write(ev)
+	}
+	if body, err := StreamToJSON(EndpointChat, stream.Bytes()); err != nil || bytes.Contains(body, []byte(`"usage"`)) {
+		t.Fatalf("%v %s", err, body)
+	}
+	if _, err := StreamToJSON(EndpointChat, stream.Bytes()[:stream.Len()-len("data: [DONE]\n\n")]); !errors.Is(err, ErrStreamIncomplete) {
+		t.Fatalf("a stream without [DONE]: %v", err)
+	}
+}
+
+// FuzzStreamToJSON: whatever the bytes, no panic, and what comes out is a
+// JSON answer that parses back.
+func FuzzStreamToJSON(f *testing.F) {
+	f.Add([]byte("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"))
+	f.Add([]byte("event: error\ndata: {\"message\":\"x\"}\n\n"))
+	f.Add([]byte("data: {\"choices\":[],\"usage\":{\"total_tokens\":1}}\n\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		body, err := StreamToJSON(EndpointChat, b)
+		if err != nil {
+			return
+		}
+		if _, err := ParseAnswer(EndpointChat, body); err != nil {
+			t.Fatalf("%q gave %s: %v", b, body, err)
+		}
+	})
 }
 
 func TestSplitTokensJoinsBack(t *testing.T) {
@@ -171,4 +267,31 @@ func FuzzIsUsageOnly(f *testing.F) {
 			}
 		}
 	})
+}
+
+var benchChunk = []byte(`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1796038047,"model":"qwen3-8b","choices":[{"index":0,"delta":{"content":" word"},"logprobs":null,"finish_reason":null}]}`)
+
+// BenchmarkAssemblerAdd is the cache's work on each event of a stream it
+// will store.
+func BenchmarkAssemblerAdd(b *testing.B) {
+	ev := SSEEvent{Raw: benchChunk, Data: benchChunk}
+	asm := NewAssembler(EndpointChat)
+	b.ReportAllocs()
+	for b.Loop() {
+		asm.Add(&ev)
+		if len(asm.content) > 1<<20 {
+			asm.content = asm.content[:0]
+		}
+	}
+}
+
+// BenchmarkCheckJSONAnswer is the check of every whole 2xx answer.
+func BenchmarkCheckJSONAnswer(b *testing.B) {
+	body := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1796038047,"model":"qwen3-8b","choices":[{"index":0,"message":{"role":"assistant","content":"large little own days its other came as saw her days how mother me end others"},"logprobs":null,"finish_reason":"stop","stop_reason":null}],"usage":{"prompt_tokens":20,"total_tokens":36,"completion_tokens":16}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := checkJSONAnswer(body); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

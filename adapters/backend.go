@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
 
 	"frontdoor/internal/redact"
 )
@@ -59,11 +60,18 @@ type Config struct {
 	Total     time.Duration // whole exchange; also the deadline of a non-streaming answer
 	MaxConns  int           // connection pool size per upstream
 	TLS       *tls.Config   // for https upstreams; nil: the system's roots
+	// MaxBody bounds an answer read whole (a non-streaming answer, or a
+	// JSON answer to a streaming request): past it the answer is refused
+	// with ErrAnswerTooLarge and its connection closed, unread.
+	MaxBody int
 }
+
+// DefaultMaxBody is the default of Config.MaxBody: 16 MiB.
+const DefaultMaxBody = 16 << 20
 
 // DefaultConfig returns the defaults of the timeouts: section.
 func DefaultConfig() Config {
-	return Config{Connect: 2 * time.Second, FirstByte: 60 * time.Second, Idle: 30 * time.Second, Total: 10 * time.Minute, MaxConns: 1024}
+	return Config{Connect: 2 * time.Second, FirstByte: 60 * time.Second, Idle: 30 * time.Second, Total: 10 * time.Minute, MaxConns: 1024, MaxBody: DefaultMaxBody}
 }
 
 // Validate checks the settings.
@@ -79,6 +87,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConns < 1 {
 		errs = append(errs, errors.New("max_conns: must be >= 1"))
+	}
+	if c.MaxBody < 1 {
+		errs = append(errs, errors.New("max_body: must be >= 1"))
 	}
 	return errors.Join(errs...)
 }
@@ -137,6 +148,9 @@ type UpstreamResponse struct {
 	RetryAfter  []byte // valid until Close
 	Body        []byte // valid until Close
 	Model       string // the upstream's real model, when a backend maps names
+	// Converted is true when the upstream answered a non-streaming request
+	// with an event stream, which Send turned into the JSON answer in Body.
+	Converted bool
 
 	modelFrom, modelTo []byte // renaming of the model in streamed events
 
@@ -146,7 +160,9 @@ type UpstreamResponse struct {
 	first    *SSEEvent    // read before Send returned; handed out by the first Next
 	onRead   func() error // see OnRead
 	idle     time.Duration
+	total    time.Duration // the whole exchange's allowance, for messages
 	deadline time.Time
+	atTotal  bool // the read deadline in force is the total one
 }
 
 // Streaming reports whether the body is read with Next.
@@ -170,6 +186,9 @@ func (r *UpstreamResponse) Next() (SSEEvent, error) {
 	}
 	ev, err := r.sse.Next()
 	if err != nil && isTimeout(err) {
+		if r.atTotal {
+			return ev, fmt.Errorf("upstream stream cut: %w (%s)", ErrTotalTimeout, r.total)
+		}
 		return ev, fmt.Errorf("upstream idle for more than %s: %w", r.idle, ErrIdleTimeout)
 	}
 	return r.rename(ev), err
@@ -202,7 +221,8 @@ func (r *UpstreamResponse) beforeRead() error {
 		}
 	}
 	d := time.Now().Add(r.idle)
-	if d.After(r.deadline) {
+	r.atTotal = !d.Before(r.deadline)
+	if r.atTotal {
 		d = r.deadline
 	}
 	_ = r.conn.Conn.SetReadDeadline(d)
@@ -231,13 +251,22 @@ func (r *UpstreamResponse) Close() {
 }
 
 // Errors of Send that happened before the first byte; all are retryable on
-// another node.
+// another node, except ErrAnswerTooLarge (another node would most likely
+// answer as much). ErrIdleTimeout and ErrTotalTimeout also end streams
+// (Next).
 var (
 	ErrConnect          = errors.New("connect failed")
 	ErrFirstByteTimeout = errors.New("no response before the first-byte timeout")
 	ErrIdleTimeout      = errors.New("stream idle timeout")
+	ErrTotalTimeout     = errors.New("timeouts.total reached")
 	ErrUpstreamClosed   = errors.New("upstream closed the connection")
 	ErrNoFinalAnswer    = errors.New("upstream answered with no final HTTP status")
+	// ErrMalformedAnswer is a 2xx answer that is not one: a body that is
+	// not JSON (cut by a short Content-Length, say), an error object, or an
+	// event stream for a non-streaming request that is not whole and clean.
+	ErrMalformedAnswer = errors.New("malformed answer")
+	// ErrAnswerTooLarge is an answer over Config.MaxBody.
+	ErrAnswerTooLarge = errors.New("answer too large")
 )
 
 // HTTPBackend speaks OpenAI-compatible HTTP to one upstream (vLLM, SGLang,
@@ -290,10 +319,16 @@ func NewHTTPBackend(t Target, cfg Config) (*HTTPBackend, error) {
 		// The write buffer is only held while a request is written.
 		ReadBufferSize:                upstreamReadBuffer,
 		WriteBufferSize:               16 << 10,
-		MaxResponseBodySize:           64 << 20,
 		DisableHeaderNamesNormalizing: false,
 		NoDefaultUserAgentHeader:      true,
 		RetryIfErr:                    func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
+		// Past it, fasthttp stops at the Content-Length (or once it has
+		// read that much), fails with ErrBodyTooLarge and closes the
+		// connection.
+		MaxResponseBodySize: cfg.MaxBody,
+		// fasthttp's parse errors otherwise quote the answer's bytes, which
+		// reach the client's error message and the logs.
+		SecureErrorLogMessage: true,
 		Dial: func(addr string) (net.Conn, error) {
 			c, err := dialAside(dialer, addr)
 			if err != nil {
@@ -349,7 +384,9 @@ func (b *HTTPBackend) Name() string { return b.target.Name }
 func (b *HTTPBackend) Target() Target { return b.target }
 
 // Send performs the request. It returns once the response headers (and, for
-// non-streaming answers, the body) have arrived.
+// non-streaming answers, the body) have arrived. A 2xx answer read whole is
+// checked: a JSON object with choices, or else ErrMalformedAnswer; an event
+// stream for a non-streaming request is converted to that JSON (Converted).
 func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamResponse, error) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
@@ -382,7 +419,7 @@ func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamR
 
 	// A non-streaming answer without a context deadline needs no clock
 	// reading here: its deadline is the total timeout from now.
-	wait := b.cfg.Total
+	wait, waitIsTotal := b.cfg.Total, true
 	var start, total time.Time
 	if d, ok := ctx.Deadline(); ok || ur.Stream {
 		start = time.Now()
@@ -393,10 +430,10 @@ func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamR
 		wait = total.Sub(start)
 	}
 	if ur.Stream && b.cfg.FirstByte < wait {
-		wait = b.cfg.FirstByte
+		wait, waitIsTotal = b.cfg.FirstByte, false
 	}
 	if wait <= 0 {
-		return nil, ErrFirstByteTimeout
+		return nil, fmt.Errorf("%w (%s) before the request was sent", ErrTotalTimeout, b.cfg.Total)
 	}
 	req.SetTimeout(wait)
 
@@ -404,7 +441,7 @@ func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamR
 	resp.StreamBody = ur.Stream
 	if err := b.client.Do(req, resp); err != nil {
 		fasthttp.ReleaseResponse(resp)
-		return nil, classify(err)
+		return nil, b.classify(err, waitIsTotal)
 	}
 	if s := resp.StatusCode(); s < 200 || s > 599 {
 		// fasthttp reads past interim 1xx answers but not 101: the
@@ -420,10 +457,17 @@ func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamR
 		RetryAfter:  resp.Header.Peek(fasthttp.HeaderRetryAfter),
 		resp:        resp,
 		idle:        b.cfg.Idle,
+		total:       b.cfg.Total,
 		deadline:    total,
 	}
 	if !ur.Stream {
 		out.Body = resp.Body()
+		if out.Status/100 == 2 {
+			if err := out.checkAnswer(ur.Endpoint); err != nil {
+				out.Close()
+				return nil, err
+			}
+		}
 		return out, nil
 	}
 	if a, ok := resp.LocalAddr().(*connAddr); ok {
@@ -431,25 +475,46 @@ func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamR
 		_ = a.conn.Conn.SetReadDeadline(time.Time{})
 	}
 	stream := resp.BodyStream()
-	if out.Status/100 != 2 || !bytes.HasPrefix(out.ContentType, []byte("text/event-stream")) {
+	if out.Status/100 != 2 || !bytes.HasPrefix(out.ContentType, textEventStream) {
 		// An error (or a server that ignored stream:true): read it whole.
+		// An error body past 4 MiB is cut (its message is all that is
+		// used); an answer past MaxBody is refused. Either way a body not
+		// read to its end closes the connection.
 		if out.conn != nil {
 			_ = out.conn.Conn.SetReadDeadline(time.Now().Add(b.cfg.Idle))
 		}
-		body, err := io.ReadAll(io.LimitReader(stream, 4<<20))
+		limit := int64(4 << 20)
+		if out.Status/100 == 2 {
+			limit = int64(b.cfg.MaxBody) + 1
+		}
+		body, err := io.ReadAll(io.LimitReader(stream, limit))
 		if err != nil {
 			out.Close()
-			return nil, classify(err)
+			return nil, b.classify(err, false)
 		}
 		out.Body = body
+		if out.Status/100 == 2 {
+			if len(body) > b.cfg.MaxBody {
+				out.Close()
+				return nil, b.tooLarge()
+			}
+			if err := checkJSONAnswer(body); err != nil {
+				out.Close()
+				return nil, err
+			}
+		}
 		return out, nil
 	}
 	// Engines send stream headers before the first token, so the first-byte
 	// timeout covers the first event too; until it has arrived nothing has
 	// reached the client and the request may still go to another node.
 	out.sse = NewSSEReader(stream)
+	firstBy, firstIsTotal := start.Add(b.cfg.FirstByte), false
+	if !firstBy.Before(total) {
+		firstBy, firstIsTotal = total, true
+	}
 	if out.conn != nil {
-		_ = out.conn.Conn.SetReadDeadline(start.Add(b.cfg.FirstByte))
+		_ = out.conn.Conn.SetReadDeadline(firstBy)
 	}
 	ev, err := out.sse.Next()
 	if err != nil {
@@ -457,7 +522,7 @@ func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamR
 		if errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("%w: stream ended before its first event", ErrUpstreamClosed)
 		}
-		return nil, classify(err)
+		return nil, b.classify(err, firstIsTotal)
 	}
 	out.first = ev.Clone()
 	if out.conn != nil {
@@ -466,10 +531,58 @@ func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamR
 	return out, nil
 }
 
-func classify(err error) error {
+var (
+	textEventStream = []byte("text/event-stream")
+	applicationJSON = []byte("application/json")
+)
+
+// checkAnswer checks a whole 2xx answer to a non-streaming request, and
+// converts an event stream to the JSON answer asked for.
+func (r *UpstreamResponse) checkAnswer(ep Endpoint) error {
+	if !bytes.HasPrefix(r.ContentType, textEventStream) {
+		return checkJSONAnswer(r.Body)
+	}
+	body, err := StreamToJSON(ep, r.Body)
+	if err != nil {
+		return fmt.Errorf("%w: an event stream for a non-streaming request, not whole and clean: %w", ErrMalformedAnswer, err)
+	}
+	r.Body, r.ContentType, r.Converted = body, applicationJSON, true
+	return nil
+}
+
+// checkJSONAnswer reports ErrMalformedAnswer unless body is a JSON object
+// with choices and no error: a completion. The error never quotes the body
+// (it reaches logs).
+func checkJSONAnswer(body []byte) error {
+	p := answerParsers.Get()
+	defer answerParsers.Put(p)
+	v, err := p.ParseBytes(body)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: the body (%d bytes) is not valid JSON", ErrMalformedAnswer, len(body))
+	case v.Type() != fastjson.TypeObject:
+		return fmt.Errorf("%w: the body is JSON but not an object", ErrMalformedAnswer)
+	case v.Get("error") != nil || v.Get("choices") == nil:
+		return fmt.Errorf("%w: a 2xx answer with an error object or no choices", ErrMalformedAnswer)
+	}
+	return nil
+}
+
+func (b *HTTPBackend) tooLarge() error {
+	return fmt.Errorf("%w: over limits.max_upstream_body_bytes (%d bytes)", ErrAnswerTooLarge, b.cfg.MaxBody)
+}
+
+// classify maps a failure of the exchange to the errors of Send; a timeout
+// is the total one when atTotal (the deadline in force was the total
+// deadline), else the first-byte one.
+func (b *HTTPBackend) classify(err error, atTotal bool) error {
 	switch {
 	case errors.Is(err, ErrConnect):
 		return err
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		return b.tooLarge()
+	case isTimeout(err) && atTotal:
+		return fmt.Errorf("%w (%s) before the whole answer", ErrTotalTimeout, b.cfg.Total)
 	case isTimeout(err):
 		return fmt.Errorf("%w: %w", ErrFirstByteTimeout, err)
 	case errors.Is(err, fasthttp.ErrConnectionClosed), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):

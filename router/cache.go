@@ -428,7 +428,10 @@ type cacheMetrics struct {
 	entries     atomic.Int64
 	vectors     atomic.Int64
 	bytes       atomic.Int64
-	drops       atomic.Uint64 // write-backs dropped since start
+	drops       atomic.Uint64 // write-backs dropped since start (the store's reasons)
+	// notStored counts streamed answers unfit to store, by notStoredReasons;
+	// not in drops, which is the store's health.
+	notStored map[string]*metrics.Counter
 }
 
 var (
@@ -438,7 +441,11 @@ var (
 )
 
 func newCacheMetrics(set *metrics.Set) *cacheMetrics {
-	m := &cacheMetrics{set: set, requests: map[[2]string]*metrics.Counter{}, errs: map[string]*metrics.Counter{}, guards: map[string]*metrics.Counter{}}
+	m := &cacheMetrics{set: set, requests: map[[2]string]*metrics.Counter{}, errs: map[string]*metrics.Counter{}, guards: map[string]*metrics.Counter{},
+		notStored: map[string]*metrics.Counter{}}
+	for _, r := range notStoredReasons {
+		m.notStored[r] = set.NewCounter(`frontdoor_cache_writes_dropped_total{reason="` + r + `"}`)
+	}
 	for _, r := range cacheResults {
 		for _, reason := range cacheReasons {
 			m.requests[[2]string{r, reason}] = set.NewCounter(`frontdoor_cache_requests_total{result="` + r + `",reason="` + reason + `"}`)

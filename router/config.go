@@ -16,6 +16,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"frontdoor/adapters"
 	"frontdoor/balancer"
 	"frontdoor/cache"
 	"frontdoor/internal/redisconn"
@@ -25,7 +26,18 @@ import (
 // Limits is the limits: section.
 type Limits struct {
 	MaxBodyBytes units.Bytes `yaml:"max_body_bytes"`
+	// MaxUpstreamBodyBytes bounds a node's answer read whole (every
+	// non-streaming answer is); past it the answer is a 502, unread.
+	MaxUpstreamBodyBytes units.Bytes `yaml:"max_upstream_body_bytes"`
 }
+
+// The range of limits.max_upstream_body_bytes: below 64 KiB ordinary
+// answers would be refused; past 1 GiB one answer could take the
+// process's memory.
+const (
+	minUpstreamBody units.Bytes = 64 << 10
+	maxUpstreamBody units.Bytes = 1 << 30
+)
 
 // Server is the server: section. Its keys (engine, loops, io_uring) chose
 // the event-loop engine, which is gone; they are read only so that
@@ -193,7 +205,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Listen:    ":8080",
-		Limits:    Limits{MaxBodyBytes: 8 << 20},
+		Limits:    Limits{MaxBodyBytes: 8 << 20, MaxUpstreamBodyBytes: adapters.DefaultMaxBody},
 		Timeouts:  Timeouts{Connect: units.Duration(2e9), FirstByte: units.Duration(60e9), Idle: units.Duration(30e9), Total: units.Duration(600e9), Client: units.Duration(120e9)},
 		Admin:     Admin{TokenEnv: "FRONTDOOR_ADMIN_TOKEN"},
 		Logging:   Logging{Level: "info", Format: "json", AccessLog: true, FlushInterval: units.Duration(100 * time.Millisecond)},
@@ -513,6 +525,9 @@ func (c *Config) Problems() []string {
 	}
 	if c.Limits.MaxBodyBytes < 1024 {
 		add("limits.max_body_bytes: must be at least 1024")
+	}
+	if v := c.Limits.MaxUpstreamBodyBytes; v < minUpstreamBody || v > maxUpstreamBody {
+		add("limits.max_upstream_body_bytes: must be between 64KiB and 1GiB (a node's whole answer, held in memory while it is read)")
 	}
 	if c.Timeouts.Connect <= 0 || c.Timeouts.FirstByte <= 0 || c.Timeouts.Idle <= 0 || c.Timeouts.Total <= 0 {
 		add("timeouts: connect, first_byte, idle and total must all be > 0")

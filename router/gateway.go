@@ -62,6 +62,7 @@ type Gateway struct {
 	fixed    map[string]adapters.Backend // Deps.Backends, by node name
 	backends sync.Map                    // *balancer.Node -> adapters.Backend, built on first use
 	metrics  *gatewayMetrics
+	upLog    *rateLog // rate-limited lines about nodes' answers
 	server   *fasthttp.Server
 	// adminServer serves admin.listen: the same routes, every request
 	// trusted as an admin (handleAdminListener).
@@ -107,6 +108,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	if g.log == nil {
 		g.log = NewLogger(cfg.Logging, os.Stderr)
 	}
+	g.upLog = newRateLog(g.log, 10*time.Second)
 	set := deps.Metrics
 	if set == nil {
 		set = metrics.NewSet()
@@ -185,6 +187,7 @@ func UpstreamConfig(cfg Config) adapters.Config {
 	ac := adapters.DefaultConfig()
 	ac.Connect, ac.FirstByte = cfg.Timeouts.Connect.D(), cfg.Timeouts.FirstByte.D()
 	ac.Idle, ac.Total = cfg.Timeouts.Idle.D(), cfg.Timeouts.Total.D()
+	ac.MaxBody = int(cfg.Limits.MaxUpstreamBodyBytes)
 	return ac
 }
 
@@ -438,6 +441,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 // the admin token, once its Host and Origin show no browser acting for
 // another site.
 func (g *Gateway) ServeAdmin(ln net.Listener) error {
+	defer g.self.add(ln)()
 	err := g.adminServer.Serve(ln)
 	if errors.Is(err, net.ErrClosed) {
 		return nil

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"runtime/debug"
@@ -438,6 +439,7 @@ type attempts struct {
 	next       int              // index of the next candidate to try
 	lastErr    *adapters.APIError
 	lastReason string // why the last attempt failed, for the retry metric
+	final      bool   // lastErr is the answer: no other node, no spill-over
 }
 
 // forward tries the candidate nodes in order until one answers. Failures
@@ -496,6 +498,11 @@ func (g *Gateway) forwardFrom(ctx *fasthttp.RequestCtx, x *exchange, ur *adapter
 			g.commit(ctx, x, n, be, resp)
 			return
 		}
+		if st.final {
+			g.failFlight(x)
+			g.writeError(ctx, st.lastErr)
+			return
+		}
 	}
 	g.noAnswer(ctx, x, ur, st)
 }
@@ -522,9 +529,18 @@ func (g *Gateway) nextNode(x *exchange, st *attempts) *balancer.Node {
 func (g *Gateway) answered(x *exchange, n *balancer.Node, be adapters.Backend, st *attempts, resp *adapters.UpstreamResponse, err error, sent time.Time) bool {
 	if err != nil {
 		x.slot.release()
-		g.pool.Report(n, balancer.OutcomeFailure, 0)
 		st.lastErr, st.lastReason = sendError(n.Name(), err), retryReason(err, 0)
-		g.log.Warn("upstream attempt failed", "request_id", x.id, "node", n.Name(), "error", err.Error())
+		if errors.Is(err, adapters.ErrAnswerTooLarge) {
+			// The node works; another would most likely answer as much.
+			g.pool.Report(n, balancer.OutcomeSuccess, 0)
+			st.final = true
+			g.badAnswer(x.id, n.Name(), err)
+			return false
+		}
+		g.pool.Report(n, balancer.OutcomeFailure, 0)
+		if !g.badAnswer(x.id, n.Name(), err) {
+			g.log.Warn("upstream attempt failed", "request_id", x.id, "node", n.Name(), "error", err.Error())
+		}
 		return false
 	}
 	if adapters.RetryableStatus(resp.Status) {
@@ -671,6 +687,7 @@ func (g *Gateway) trySpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.U
 	if err != nil {
 		x.slot.release()
 		g.failFlight(x)
+		g.badAnswer(x.id, s.name, err)
 		g.writeError(ctx, sendError(s.name, err))
 		return true
 	}
@@ -718,10 +735,12 @@ func retryReason(err error, status int) string {
 	switch {
 	case errors.Is(err, adapters.ErrConnect):
 		return "connect"
-	case errors.Is(err, adapters.ErrFirstByteTimeout):
+	case errors.Is(err, adapters.ErrFirstByteTimeout), errors.Is(err, adapters.ErrTotalTimeout):
 		return "timeout"
 	case errors.Is(err, adapters.ErrUpstreamClosed):
 		return "closed"
+	case errors.Is(err, adapters.ErrMalformedAnswer):
+		return "malformed"
 	case status == 429:
 		return "status_429"
 	case status >= 500:
@@ -731,10 +750,31 @@ func retryReason(err error, status int) string {
 }
 
 func sendError(node string, err error) *adapters.APIError {
-	if errors.Is(err, adapters.ErrFirstByteTimeout) {
-		return adapters.UpstreamTimeout("upstream " + node + " did not answer in time")
+	switch {
+	case errors.Is(err, adapters.ErrFirstByteTimeout):
+		return adapters.UpstreamTimeout("upstream " + node + " did not answer in time (timeouts.first_byte)")
+	case errors.Is(err, adapters.ErrTotalTimeout):
+		return adapters.UpstreamTimeout("upstream " + node + " did not answer in time: " + err.Error())
 	}
 	return adapters.UpstreamError("upstream " + node + " failed: " + err.Error())
+}
+
+// badAnswer makes an answer the gateway would not pass on loud: a metric
+// and a WARN line naming the node, at most one per node and kind every
+// 10 s (never the body). It reports whether err was such an answer.
+func (g *Gateway) badAnswer(id, node string, err error) bool {
+	kind := ""
+	switch {
+	case errors.Is(err, adapters.ErrAnswerTooLarge):
+		kind = "too_large"
+	case errors.Is(err, adapters.ErrMalformedAnswer):
+		kind = "malformed"
+	default:
+		return false
+	}
+	g.metrics.badAnswers[kind].Inc()
+	g.upLog.warn(kind+":"+node, "upstream answer refused", "reason", kind, "node", node, "request_id", id, "error", err.Error())
+	return true
 }
 
 // commit sends the answer of x.upstream (node, or spill-over when node is
@@ -757,6 +797,11 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.N
 		return
 	}
 	if !resp.Streaming() {
+		if resp.Converted {
+			g.metrics.badAnswers["sse_converted"].Inc()
+			g.upLog.warn("sse_converted:"+x.upstream, "upstream answered a non-streaming request with an event stream; converted to JSON",
+				"node", x.upstream, "request_id", x.id)
+		}
 		ctx.SetStatusCode(resp.Status)
 		ctx.Response.Header.SetContentTypeBytes(resp.ContentType)
 		ctx.SetBody(resp.Body)
@@ -766,9 +811,9 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.N
 				answer = a
 			}
 		}
-		if answer != nil {
+		if answer != nil && answer.Usage.TotalTokens > 0 {
 			g.settle(x, answer.Usage, true)
-		} else {
+		} else { // no usage in the answer (a converted stream may have none)
 			u, ok := adapters.ParseUsage(resp.Body)
 			g.settle(x, u, ok)
 		}
@@ -802,12 +847,12 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.N
 	done := x.handOff()
 	tenantName := x.tenant.name
 	wantUsage := x.req.IncludeUsage
-	id, plan := x.id, x.plan
+	id, plan, upstream := x.id, x.plan, x.upstream
 	g.streams.Add(1)
 	g.live.add(resp)
 	g.metrics.streams.Add(1)
 	setStreamBody(ctx, func(w flushWriter) {
-		r := pumped{broken: true}
+		r := pumped{broken: true, cut: notStoredCut} // until the pump returns (it may panic)
 		defer func() {
 			if r := recover(); r != nil {
 				g.log.Error("stream pump panicked", "request_id", id, "panic", r)
@@ -818,8 +863,16 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.N
 			g.metrics.streams.Add(-1)
 			g.streams.Done()
 			var answer *adapters.Answer
-			if !r.broken && asm != nil {
-				answer, _ = asm.Answer()
+			if asm != nil {
+				why := r.cut
+				if why == "" {
+					var err error
+					answer, err = asm.Answer()
+					why = notStoredReason(err)
+				}
+				if why != "" {
+					g.notStored(id, upstream, why)
+				}
 			}
 			if answer != nil {
 				r.usage, r.usageKnown = answer.Usage, true
@@ -841,12 +894,58 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.N
 	})
 }
 
+// Why a stream's answer was not stored, for
+// frontdoor_cache_writes_dropped_total{reason}: the node reported an error
+// in it, it ended without [DONE] or a finish_reason, reading it failed
+// (idle, total, the connection), or every reader left and so the gateway
+// stopped reading.
+const (
+	notStoredError      = "stream_error"
+	notStoredIncomplete = "stream_incomplete"
+	notStoredCut        = "stream_cut"
+	notStoredClientGone = "client_gone"
+)
+
+var notStoredReasons = []string{notStoredError, notStoredIncomplete, notStoredCut, notStoredClientGone}
+
+// notStoredReason names an Assembler's refusal; "" when there is none, or
+// when it is a policy (several choices) rather than a fault.
+func notStoredReason(err error) string {
+	switch {
+	case errors.Is(err, adapters.ErrStreamError):
+		return notStoredError
+	case errors.Is(err, adapters.ErrStreamIncomplete):
+		return notStoredIncomplete
+	}
+	return ""
+}
+
+// notStored counts a streamed answer that was headed for the cache and is
+// not stored, and logs it. The cache is doing its job, so the line is
+// DEBUG when the fault is loud already (a cut stream has its "upstream
+// stream broke" WARN, a client gone is a client_aborts_total); a node that
+// put an error in its stream or ended it without [DONE] is an upstream
+// fault nothing else reports, so that is a WARN naming the node, at most
+// one per node and reason every 10 s.
+func (g *Gateway) notStored(id, node, why string) {
+	g.cm.notStored[why].Inc()
+	switch why {
+	case notStoredError, notStoredIncomplete:
+		g.upLog.warn(why+":"+node, "upstream stream not clean; its answer is not cached", "reason", why, "node", node, "request_id", id)
+	default:
+		if g.log.Enabled(context.Background(), slog.LevelDebug) {
+			g.log.Debug("cache: streamed answer not stored", "reason", why, "node", node, "request_id", id)
+		}
+	}
+}
+
 // errClientGone stops a pump's read of the node once its client is gone.
 var errClientGone = errors.New("client gone")
 
 // pumped is what a stream's pump saw.
 type pumped struct {
 	broken     bool
+	cut        string // why the read of the node stopped before its end: notStoredCut or notStoredClientGone
 	events     int
 	usage      adapters.Usage // from the include_usage chunk
 	usageKnown bool
@@ -888,7 +987,7 @@ func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse
 	})
 	for ; ; r.events++ {
 		if !clientOK && alone() {
-			r.broken = true
+			r.broken, r.cut = true, notStoredClientGone
 			return r
 		}
 		ev, err := resp.Next()
@@ -897,7 +996,7 @@ func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse
 				return r
 			}
 			if !clientOK && alone() {
-				r.broken = true
+				r.broken, r.cut = true, notStoredClientGone
 				return r
 			}
 			g.log.Warn("upstream stream broke", "request_id", id, "error", err.Error())
@@ -911,12 +1010,12 @@ func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse
 				_, _ = w.Write(errEvent)
 				_ = w.Flush()
 			}
-			r.broken = true
+			r.broken, r.cut = true, notStoredCut
 			return r
 		}
 		usageOnly := false
-		if asm != nil && !ev.IsDone() {
-			usageOnly = asm.Add(ev.Data)
+		if asm != nil {
+			usageOnly = asm.Add(&ev)
 		} else if usageOnly = adapters.IsUsageOnly(ev.Data); usageOnly {
 			r.usage, r.usageKnown = adapters.ParseUsage(ev.Data)
 		}

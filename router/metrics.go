@@ -19,6 +19,7 @@ type gatewayMetrics struct {
 	clientAborts *metrics.Counter
 	streamErrors *metrics.Counter
 	refused      *transportRefusals
+	badAnswers   map[string]*metrics.Counter // by badAnswerReasons
 	streams      atomic.Int64
 	// upstreamAnswers counts answers from local nodes, for the spill ratio.
 	upstreamAnswers                    atomic.Int64
@@ -37,7 +38,11 @@ type gatewayMetrics struct {
 var endpointLabel = [2]string{"chat", "completions"}
 
 // retryReasons label frontdoor_retries_total: why the previous attempt failed.
-var retryReasons = []string{"connect", "timeout", "closed", "status_429", "status_5xx", "other"}
+var retryReasons = []string{"connect", "timeout", "closed", "malformed", "status_429", "status_5xx", "other"}
+
+// badAnswerReasons label frontdoor_upstream_bad_answers_total: answers not
+// passed on as the node sent them.
+var badAnswerReasons = []string{"too_large", "malformed", "sse_converted"}
 
 func newGatewayMetrics(set *metrics.Set, g *Gateway) *gatewayMetrics {
 	m := &gatewayMetrics{
@@ -46,6 +51,10 @@ func newGatewayMetrics(set *metrics.Set, g *Gateway) *gatewayMetrics {
 		clientAborts: set.NewCounter(`frontdoor_client_aborts_total`),
 		streamErrors: set.NewCounter(`frontdoor_stream_errors_total`),
 		refused:      newTransportRefusals(set, g.log),
+		badAnswers:   map[string]*metrics.Counter{},
+	}
+	for _, r := range badAnswerReasons {
+		m.badAnswers[r] = set.NewCounter(`frontdoor_upstream_bad_answers_total{reason="` + r + `"}`)
 	}
 	for i, ep := range endpointLabel {
 		m.durations[i] = set.NewPrometheusHistogram(`frontdoor_request_duration_seconds{endpoint="` + ep + `"}`)

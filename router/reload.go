@@ -25,7 +25,7 @@ func (g *Gateway) newRuntime(cfg Config, prev *liveConfig) (*liveConfig, error) 
 	if rt.tenants, err = newTenantSet(cfg, rt.admin.token); err != nil {
 		return nil, err
 	}
-	if prev != nil && reflect.DeepEqual(prev.cfg.Spillover, cfg.Spillover) && prev.cfg.Timeouts == cfg.Timeouts {
+	if prev != nil && reflect.DeepEqual(prev.cfg.Spillover, cfg.Spillover) && UpstreamConfig(prev.cfg) == UpstreamConfig(cfg) {
 		rt.spill = prev.spill
 	} else if rt.spill, err = newSpillover(cfg, g.set, &g.spillInflight); err != nil {
 		return nil, err
@@ -73,7 +73,7 @@ func restartKeys(cur, next *Config) []string {
 	}
 	diff("listen", cur.Listen, next.Listen)
 	diff("admin.listen", cur.Admin.Listen, next.Admin.Listen)
-	diff("limits.max_body_bytes", cur.Limits, next.Limits)
+	diff("limits.max_body_bytes", cur.Limits.MaxBodyBytes, next.Limits.MaxBodyBytes)
 	diff("timeouts.client", cur.Timeouts.Client, next.Timeouts.Client)
 	diff("logging", cur.Logging, next.Logging)
 	diff("redis", cur.Redis, next.Redis)
@@ -123,8 +123,8 @@ func (g *Gateway) Reload(next Config) error {
 	if err := g.pool.Update(next.Balancer, next.Nodes, next.Models); err != nil {
 		return fmt.Errorf("balancer: %w", err)
 	}
-	if cur.cfg.Timeouts != next.Timeouts {
-		g.backends.Clear() // requests in flight keep theirs; new ones get the new timeouts
+	if UpstreamConfig(cur.cfg) != UpstreamConfig(next) {
+		g.backends.Clear() // requests in flight keep theirs; new ones get the new timeouts and limit
 	}
 	g.metrics.setTenants(next.Tenants)
 	g.rt.Store(rt)

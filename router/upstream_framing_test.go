@@ -36,6 +36,12 @@ func startFakeNode(t *testing.T, answer string, hold bool) *fakeNode {
 // get an empty 200.
 func startScriptedNode(t *testing.T, answer func(w io.Writer) bool) *fakeNode {
 	t.Helper()
+	return startNode(t, func(_ []byte, w io.Writer) bool { return answer(w) })
+}
+
+// startNode is startScriptedNode whose answer also gets the request body.
+func startNode(t *testing.T, answer func(body []byte, w io.Writer) bool) *fakeNode {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +62,7 @@ func startScriptedNode(t *testing.T, answer func(w io.Writer) bool) *fakeNode {
 					if err != nil {
 						return
 					}
-					_, _ = io.Copy(io.Discard, req.Body)
+					body, _ := io.ReadAll(req.Body)
 					if req.Method != http.MethodPost { // health probes and metric scrapes pass
 						if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"); err != nil {
 							return
@@ -64,7 +70,7 @@ func startScriptedNode(t *testing.T, answer func(w io.Writer) bool) *fakeNode {
 						continue
 					}
 					f.requests.Add(1)
-					if !answer(c) {
+					if !answer(body, c) {
 						return
 					}
 				}
@@ -99,6 +105,12 @@ func TestUpstreamMalformedAnswers(t *testing.T) {
 		{"100 Continue, then nothing", "HTTP/1.1 100 Continue\r\n\r\n", false},
 		{"101 Switching Protocols", "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n", true},
 		{"NUL in a header", "HTTP/1.1 200 OK\r\n" + jsonHead + "X-A: a\x00b\r\n" + cl + "\r\n" + completion, false},
+		// The framing holds but the answer is not one: a Content-Length 40
+		// bytes short of the JSON, a body that is not JSON, an error object
+		// sent with a 200.
+		{"Content-Length 40 bytes short", "HTTP/1.1 200 OK\r\n" + jsonHead + "Content-Length: " + strconv.Itoa(len(completion)-40) + "\r\n\r\n" + completion, false},
+		{"not JSON", "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 31\r\n\r\n<html>bad node: 502 oops</html>", true},
+		{"an error object with a 200", "HTTP/1.1 200 OK\r\n" + jsonHead + "Content-Length: 63\r\n\r\n" + `{"object":"error","message":"bad node: engine dead","code":500}`, true},
 	}
 	good := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT, c.ITL = 0, 0 })
 	for _, tc := range cases {
@@ -126,19 +138,27 @@ func TestUpstreamMalformedAnswers(t *testing.T) {
 					t.Fatalf("stream %v: the bad node had %d requests; answer %s", stream, bad.requests.Load(), b)
 				}
 
-				// Alone: a 502 in the OpenAI format.
+				// Alone: a 502 in the OpenAI format that never quotes the
+				// answer, and never cached: the same request is a miss again
+				// (a 502, or a 503 once the failure has made the node unusable).
 				bad = startFakeNode(t, tc.answer, tc.hold)
 				cfg = testConfig()
+				cfg.Cache.Backend = "memory"
 				cfg.Nodes = []balancer.NodeConfig{{Name: "gpu-a", URL: bad.URL(), Kind: "vllm", Models: []string{"qwen3-8b"}, MaxConcurrency: 10, Weight: 1}}
 				gw = startGateway(t, cfg)
-				resp, b = post(t, gw.URL+"/v1/chat/completions", body)
-				var env struct {
-					Error struct {
-						Type string `json:"type"`
-					} `json:"error"`
+				for i := range 2 {
+					resp, b = post(t, gw.URL+"/v1/chat/completions", body)
+					var env struct {
+						Error struct {
+							Type string `json:"type"`
+						} `json:"error"`
+					}
+					if resp.StatusCode != 502 && (i == 0 || resp.StatusCode != 503) || resp.Header.Get("X-Cache") != "miss" || json.Unmarshal(b, &env) != nil || env.Error.Type == "" || strings.Contains(string(b), "bad node") {
+						t.Fatalf("stream %v, alone, request %d: %d (X-Cache %q) %s", stream, i, resp.StatusCode, resp.Header.Get("X-Cache"), b)
+					}
 				}
-				if resp.StatusCode != 502 || json.Unmarshal(b, &env) != nil || env.Error.Type == "" {
-					t.Fatalf("stream %v, alone: %d %s", stream, resp.StatusCode, b)
+				if strings.Contains(gw.Logs.String(), "bad node") {
+					t.Fatalf("stream %v: the logs quote the answer:\n%s", stream, gw.Logs.String())
 				}
 			}
 		})
