@@ -460,6 +460,7 @@ func TestStaticNodeOnOwnListenAddressRefused(t *testing.T) {
 		listen, url string
 		refused     bool
 	}{
+		{"127.0.0.1:9091", "http://127.0.0.1:9091/v1", true}, // admin.listen, below
 		{":8080", "http://127.0.0.1:8080/v1", true},
 		{"0.0.0.0:8080", "http://localhost:8080", true},
 		{"127.0.0.1:8080", "http://127.0.0.1:8080", true},
@@ -471,6 +472,9 @@ func TestStaticNodeOnOwnListenAddressRefused(t *testing.T) {
 	} {
 		cfg := testConfig()
 		cfg.Listen = c.listen
+		if c.listen == "127.0.0.1:9091" {
+			cfg.Listen, cfg.Admin.Listen = ":8080", c.listen
+		}
 		cfg.Nodes = []balancer.NodeConfig{{Name: "gpu", URL: c.url, Kind: "vllm", Models: []string{"qwen3-8b"}, MaxConcurrency: 1, Weight: 1}}
 		problems := strings.Join(cfg.Problems(), "\n")
 		if got := strings.Contains(problems, "nodes[0].url") && strings.Contains(problems, "own address"); got != c.refused {

@@ -92,7 +92,7 @@ func listenAddrPorts(listen string) []netip.AddrPort {
 // address. Every request would come back to the gateway. (A discovered
 // address that is the gateway is dropped at run time.)
 func (c *Config) selfNodeProblems() []string {
-	self := listenAddrPorts(c.Listen)
+	self := append(listenAddrPorts(c.Listen), listenAddrPorts(c.Admin.Listen)...)
 	if len(self) == 0 {
 		return nil
 	}
@@ -121,8 +121,8 @@ func (c *Config) selfNodeProblems() []string {
 		}
 		for _, a := range addrs {
 			if isSelf(self, netip.AddrPortFrom(a, uint16(p))) {
-				out = append(out, fmt.Sprintf("nodes[%d].url: %q is this gateway's own address (listen: %q): every request would come back to it",
-					i, redact.URL(n.URL), c.Listen))
+				out = append(out, fmt.Sprintf("nodes[%d].url: %q is this gateway's own address (listen: %q, admin.listen: %q): every request would come back to it",
+					i, redact.URL(n.URL), c.Listen, c.Admin.Listen))
 				break
 			}
 		}
