@@ -3,7 +3,10 @@ package cache
 import (
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/valyala/fastjson"
 )
@@ -113,5 +116,33 @@ func BenchmarkComputeKeys(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		ComputeKeys("acme", "m", "chat", v)
+	}
+}
+
+// The canonical form is stable: entries stored by an earlier release stay
+// reachable. The hashes were taken before the members were sorted as pairs
+// (issue 25) and must not change.
+func TestKeysAreStableAcrossReleases(t *testing.T) {
+	k := keysOf(t, "acme", "m", `{"model":"m","temperature":0.7,"max_tokens":64,"user":"u","x":{"b":[1,{"z":true,"a":null}],"a":"s"},`+
+		`"messages":[{"role":"system","content":"You are terse."},{"role":"user","name":"bob","content":"What is 2+2?"}]}`)
+	if k.Exact != "b87c04e13ef92b200c86bea9620fc6fe" || k.Scope != "89f190919cf0d018602cfd18eef08421" || k.Query != "What is 2+2?" {
+		t.Fatalf("the canonical form changed: %+v", k)
+	}
+}
+
+// An object of many keys costs a sort, not a scan of the object per key:
+// 50,000 keys (540 KB) took 19 s before issue 25.
+func TestKeysOfALargeObjectAreQuick(t *testing.T) {
+	members := make([]string, 50000)
+	for i := range members {
+		members[i] = `"k` + strconv.Itoa(i) + `":1`
+	}
+	obj := "{" + strings.Join(members, ",") + "}"
+	// One in a message (the scope's path), one at the top level.
+	body := `{"model":"m","messages":[{"role":"user","content":"hi","x":` + obj + `}],"x_vendor":` + obj + `}`
+	start := time.Now()
+	keysOf(t, "acme", "m", body)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("keys of a %d-byte body took %v", len(body), d)
 	}
 }

@@ -413,7 +413,7 @@ func withIncludeUsage(root *fastjson.Value) []byte {
 		root.Set("stream_options", so)
 	}
 	so.Set("include_usage", arena.NewTrue())
-	return root.MarshalTo(nil)
+	return adapters.AppendJSONValue(nil, root)
 }
 
 // cacheMetrics are the cache's Prometheus series.

@@ -62,6 +62,7 @@ type Gateway struct {
 	fixed    map[string]adapters.Backend // Deps.Backends, by node name
 	backends sync.Map                    // *balancer.Node -> adapters.Backend, built on first use
 	metrics  *gatewayMetrics
+	bodies   *bodyRefusals
 	server   *fasthttp.Server
 	// adminServer serves admin.listen: the same routes, every request
 	// trusted as an admin (handleAdminListener).
@@ -139,6 +140,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		return nil, err
 	}
 	g.metrics = newGatewayMetrics(set, g)
+	g.bodies = newBodyRefusals(set, g.log)
 	g.adm.RegisterMetrics(set)
 	g.reload.register(set)
 	if g.tracing, err = newTracing(context.Background(), cfg.Tracing); err != nil {
