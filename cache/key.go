@@ -29,8 +29,19 @@ type Keys struct {
 
 // Fields that never change the output, so they are not part of the key:
 // streaming is a transport choice, and user is an end-user id for abuse
-// monitoring.
+// monitoring (unless KeyOptions.ByUser).
 var ignoredFields = map[string]bool{"stream": true, "stream_options": true, "model": true, "user": true}
+
+// KeyOptions are the switches of the key (cache.key_by_user).
+type KeyOptions struct {
+	// ByUser makes the request's user field part of the exact key and of
+	// the semantic scope: two end users never share an entry. Requests
+	// with no user (or "") share theirs, keyed as without the switch.
+	ByUser bool
+}
+
+// KeyOptions returns the key switches of the section.
+func (c *Config) KeyOptions() KeyOptions { return KeyOptions{ByUser: c.KeyByUser} }
 
 // specDefaults are the values the OpenAI API documents as defaults: a field
 // sent with its default equals the field left out. null always equals absent.
@@ -47,21 +58,21 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b 
 // API ("chat" or "completion"); root is the request's JSON object, with no
 // duplicate keys (adapters.ParseRequest refuses them: the key must read
 // the request as the engine does).
-func ComputeKeys(namespace, model, endpoint string, root *fastjson.Value) Keys {
-	k := Keys{Exact: ExactKey(namespace, model, endpoint, root)}
-	k.Scope, k.Query = SemanticScope(namespace, model, endpoint, root)
+func ComputeKeys(namespace, model, endpoint string, root *fastjson.Value, opt KeyOptions) Keys {
+	k := Keys{Exact: ExactKey(namespace, model, endpoint, root, opt)}
+	k.Scope, k.Query = SemanticScope(namespace, model, endpoint, root, opt)
 	return k
 }
 
 // ExactKey is the hash of the canonical request.
-func ExactKey(namespace, model, endpoint string, root *fastjson.Value) string {
-	return canonicalHash(namespace, model, endpoint, root, -1)
+func ExactKey(namespace, model, endpoint string, root *fastjson.Value, opt KeyOptions) string {
+	return canonicalHash(namespace, model, endpoint, root, -1, opt)
 }
 
 // SemanticScope is the hash of the canonical request without the text of
 // the last user turn, and that text. Both are "" when the request has no
 // text-only last user turn (chat only).
-func SemanticScope(namespace, model, endpoint string, root *fastjson.Value) (scope, query string) {
+func SemanticScope(namespace, model, endpoint string, root *fastjson.Value, opt KeyOptions) (scope, query string) {
 	if endpoint != "chat" {
 		return "", ""
 	}
@@ -69,10 +80,10 @@ func SemanticScope(namespace, model, endpoint string, root *fastjson.Value) (sco
 	if !ok {
 		return "", ""
 	}
-	return canonicalHash(namespace, model, endpoint, root, i), query
+	return canonicalHash(namespace, model, endpoint, root, i, opt), query
 }
 
-func canonicalHash(namespace, model, endpoint string, root *fastjson.Value, skipMessage int) string {
+func canonicalHash(namespace, model, endpoint string, root *fastjson.Value, skipMessage int, opt KeyOptions) string {
 	obj, err := root.Object()
 	if err != nil {
 		return ""
@@ -83,7 +94,7 @@ func canonicalHash(namespace, model, endpoint string, root *fastjson.Value, skip
 	b = appendStr(b, namespace)
 	b = appendStr(b, endpoint)
 	b = appendStr(b, model)
-	b = appendTopLevel(b, obj, skipMessage)
+	b = appendTopLevel(b, obj, skipMessage, opt)
 	sum := sha256.Sum256(b)
 	*bp = b
 	bufPool.Put(bp)
@@ -123,11 +134,17 @@ func lastUserTurn(root *fastjson.Value) (int, string, bool) {
 	return 0, "", false
 }
 
-func appendTopLevel(b []byte, obj *fastjson.Object, skipMessage int) []byte {
+func appendTopLevel(b []byte, obj *fastjson.Object, skipMessage int, opt KeyOptions) []byte {
 	fields := make([]member, 0, 16)
 	maxTokens := int64(-1)
 	obj.Visit(func(key []byte, v *fastjson.Value) {
 		k := keyString(key)
+		if k == "user" && opt.ByUser {
+			if len(v.GetStringBytes()) > 0 {
+				fields = append(fields, member{k, v})
+			}
+			return
+		}
 		if ignoredFields[k] || v.Type() == fastjson.TypeNull {
 			return
 		}

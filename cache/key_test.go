@@ -17,7 +17,7 @@ func keysOf(t *testing.T, ns, model, body string) Keys {
 	if err != nil {
 		t.Fatalf("bad test JSON %s: %v", body, err)
 	}
-	return ComputeKeys(ns, model, "chat", v)
+	return ComputeKeys(ns, model, "chat", v, KeyOptions{})
 }
 
 const baseReq = `{"model":"m","temperature":0.7,"max_tokens":64,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is 2+2?"}]}`
@@ -72,7 +72,7 @@ func TestExactKeyCoversEverythingThatChangesOutput(t *testing.T) {
 	if keysOf(t, "other", "m", baseReq).Exact == base.Exact || keysOf(t, "other", "m", baseReq).Scope == base.Scope {
 		t.Fatal("namespace must be part of the key and scope")
 	}
-	if v, _ := fastjson.Parse(baseReq); ComputeKeys("acme", "m", "completion", v).Exact == base.Exact {
+	if v, _ := fastjson.Parse(baseReq); ComputeKeys("acme", "m", "completion", v, KeyOptions{}).Exact == base.Exact {
 		t.Fatal("endpoint must be part of the key")
 	}
 }
@@ -115,7 +115,7 @@ func BenchmarkComputeKeys(b *testing.B) {
 	v, _ := fastjson.Parse(baseReq)
 	b.ReportAllocs()
 	for b.Loop() {
-		ComputeKeys("acme", "m", "chat", v)
+		ComputeKeys("acme", "m", "chat", v, KeyOptions{})
 	}
 }
 
@@ -144,5 +144,40 @@ func TestKeysOfALargeObjectAreQuick(t *testing.T) {
 	keysOf(t, "acme", "m", body)
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("keys of a %d-byte body took %v", len(body), d)
+	}
+}
+
+// cache.key_by_user: the user field is part of the key and the scope; the
+// requests without one share theirs, keyed as with the switch off.
+func TestKeyByUser(t *testing.T) {
+	keys := func(body string, opt KeyOptions) Keys {
+		v, err := fastjson.Parse(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ComputeKeys("acme", "m", "chat", v, opt)
+	}
+	withUser := func(u string) string {
+		return strings.Replace(baseReq, `{"model":"m",`, `{"model":"m","user":`+u+`,`, 1)
+	}
+	on, off := KeyOptions{ByUser: true}, KeyOptions{}
+	alice, bob := keys(withUser(`"alice"`), on), keys(withUser(`"bob"`), on)
+	if alice.Exact == bob.Exact || alice.Scope == bob.Scope || alice.Query != bob.Query {
+		t.Fatalf("two users share a key or scope: %+v %+v", alice, bob)
+	}
+	if again := keys(withUser(`"alice"`), on); again != alice {
+		t.Fatal("the same user must get the same keys")
+	}
+	none := keys(baseReq, off)
+	for _, b := range []string{baseReq, withUser(`""`), withUser(`null`)} {
+		if k := keys(b, on); k != none {
+			t.Fatalf("no user must key as with the switch off: %s", b)
+		}
+	}
+	if alice.Exact == none.Exact || alice.Scope == none.Scope {
+		t.Fatal("a user must not share with the requests that have none")
+	}
+	if a, b := keys(withUser(`"alice"`), off), keys(withUser(`"bob"`), off); a != b || a != none {
+		t.Fatal("off, the user field is ignored")
 	}
 }

@@ -183,6 +183,61 @@ func TestAmbiguousBodiesNeverPoisonTheCache(t *testing.T) {
 	}
 }
 
+// Issue 25, finding 11: with cache.key_by_user, an end user's answer is a
+// hit for that user only, exact and semantic, and the requests with no
+// user share theirs; off (the default), the tenant's users share. A reload
+// applies the switch to the next request.
+func TestCacheKeyByUser(t *testing.T) {
+	const q, reworded = "What is the capital of France?", "what is the capital of france"
+	as := func(user string) string {
+		if user == "" {
+			return ""
+		}
+		return `"user":"` + user + `"`
+	}
+	for _, on := range []bool{true, false} {
+		t.Run(map[bool]string{true: "on", false: "off"}[on], func(t *testing.T) {
+			gw, _ := cacheGateway(t, "memory", func(c *Config) { c.Cache.KeyByUser = on })
+			askStored(t, gw, cbody(q, as("alice")))
+			other := map[bool]string{true: cacheMiss, false: cacheHitExact}[on]
+			otherReworded := map[bool]string{true: cacheMiss, false: cacheHitSemantic}[on]
+			for _, c := range []struct{ user, question, want string }{
+				{"bob", q, other},
+				{"carol", reworded, otherReworded},
+				{"", q, other}, // no user: not alice's either
+				{"alice", q, cacheHitExact},
+				{"alice", reworded, cacheHitSemantic},
+			} {
+				if xc, _, _ := ask(t, gw, cbody(c.question, as(c.user))); xc != c.want {
+					t.Errorf("user %q asks %q: X-Cache %q, want %q", c.user, c.question, xc, c.want)
+				}
+			}
+		})
+	}
+	t.Run("no user", func(t *testing.T) {
+		gw, _ := cacheGateway(t, "memory", func(c *Config) { c.Cache.KeyByUser = true })
+		askStored(t, gw, cbody(q, ""))
+		if xc, _, _ := ask(t, gw, cbody(q, `"user":""`)); xc != cacheHitExact {
+			t.Errorf("requests with no user must share: X-Cache %q", xc)
+		}
+	})
+	t.Run("reload", func(t *testing.T) {
+		gw, _ := cacheGateway(t, "memory", nil)
+		askStored(t, gw, cbody(q, as("alice")))
+		next := *gw.conf()
+		next.Cache.KeyByUser = true
+		if err := gw.Reload(next); err != nil {
+			t.Fatalf("reload: %v", err)
+		}
+		if xc, _, _ := ask(t, gw, cbody(q, as("bob"))); xc != cacheMiss {
+			t.Errorf("after the reload, another user: X-Cache %q, want a miss", xc)
+		}
+		if xc, _, _ := ask(t, gw, cbody(q, "")); xc != cacheHitExact {
+			t.Errorf("after the reload, no user: X-Cache %q, want the entry stored before", xc)
+		}
+	})
+}
+
 // The body the gateway rewrites before sending it upstream (a stream that
 // did not ask for usage, a model alias) reads as the client's did: fastjson
 // wrote the strings the cache key had unescaped in Go's syntax (\a, \x00,

@@ -130,8 +130,9 @@ func FuzzRequestViewsAgree(f *testing.F) {
 			return
 		}
 		defer req.Release()
+		opt := cache.KeyOptions{ByUser: how&4 != 0}
 		// The router computes the keys before it rewrites the body.
-		keys := cache.ComputeKeys("ns", "m", endpoint, req.Root())
+		keys := cache.ComputeKeys("ns", "m", endpoint, req.Root(), opt)
 		msgs := cacheMessages(req.Root())
 
 		upstream := req.Body // as toUpstream builds it
@@ -167,7 +168,7 @@ func FuzzRequestViewsAgree(f *testing.F) {
 		if err != nil {
 			t.Fatalf("fastjson cannot read encoding/json's output %q: %v", canon, err)
 		}
-		if again := cache.ComputeKeys("ns", "m", endpoint, v); again != keys {
+		if again := cache.ComputeKeys("ns", "m", endpoint, v, opt); again != keys {
 			t.Fatalf("keys differ: cache %+v, engine %+v\nbody %q\nengine's reading %s", keys, again, body, canon)
 		}
 	})
