@@ -66,9 +66,11 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 	$(GO) run ./bench/overhead
 
-## fuzz: fuzz the request parser and the warm-file parser for 60s each.
+## fuzz: fuzz the request parser, the agreement of the cache's and an
+## engine's reading of a request, and the warm-file parser for 60s each.
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseRequest -fuzztime 60s ./adapters
+	$(GO) test -run '^$$' -fuzz FuzzRequestViewsAgree -fuzztime 60s ./router
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./internal/warm
 
 ## demo: run the self-contained demo.

@@ -96,7 +96,7 @@ func (d *DashScope) rewrite(ur *UpstreamRequest) ([]byte, error) {
 		}
 		so.Set("include_usage", a.NewTrue())
 	}
-	return v.MarshalTo(nil), nil
+	return AppendJSONValue(nil, v), nil
 }
 
 // renameModel makes the answer show the model the client asked for.

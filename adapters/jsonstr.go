@@ -2,6 +2,9 @@ package adapters
 
 import (
 	"unicode/utf8"
+	"unsafe"
+
+	"github.com/valyala/fastjson"
 )
 
 const hexDigits = "0123456789abcdef"
@@ -49,3 +52,42 @@ func AppendJSONString(dst []byte, s string) []byte {
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }
+
+// AppendJSONValue appends v as JSON. It replaces fastjson's MarshalTo for
+// a request going upstream: MarshalTo writes every string and key that
+// fastjson has unescaped (the cache key reads them all) with
+// strconv.AppendQuote, whose \a, \v, \x00 and \U000e0067 are not JSON, so
+// an engine would refuse the body, or read something else than the cache.
+func AppendJSONValue(dst []byte, v *fastjson.Value) []byte {
+	switch v.Type() {
+	case fastjson.TypeObject:
+		o, _ := v.Object()
+		dst = append(dst, '{')
+		n := 0
+		o.Visit(func(k []byte, e *fastjson.Value) {
+			if n > 0 {
+				dst = append(dst, ',')
+			}
+			n++
+			dst = append(AppendJSONString(dst, bytesString(k)), ':')
+			dst = AppendJSONValue(dst, e)
+		})
+		return append(dst, '}')
+	case fastjson.TypeArray:
+		dst = append(dst, '[')
+		for i, e := range v.GetArray() {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = AppendJSONValue(dst, e)
+		}
+		return append(dst, ']')
+	case fastjson.TypeString:
+		return AppendJSONString(dst, bytesString(v.GetStringBytes()))
+	default: // numbers as written, true, false, null
+		return v.MarshalTo(dst)
+	}
+}
+
+// bytesString views b as a string, for a read that ends before b changes.
+func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

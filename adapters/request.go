@@ -3,6 +3,7 @@ package adapters
 import (
 	"strconv"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/valyala/fastjson"
 )
 
@@ -62,10 +63,17 @@ func (r *Request) Release() {
 // Body (the gateway forwards it within the handler); the parsed tree is the
 // parser's own copy and lives until Release.
 func ParseRequest(ep Endpoint, body []byte) (*Request, *APIError) {
-	// fastjson's parser is lenient with numbers (it accepts a lone "."), so
-	// the strict validator runs first: nothing invalid is ever forwarded.
-	if err := fastjson.ValidateBytes(body); err != nil {
-		return nil, BadRequest("", "invalid JSON body: "+err.Error())
+	// One reading of the body: the cache reads it with fastjson, which
+	// takes the first of duplicate keys, keeps a lone surrogate escape as
+	// its six characters and lets invalid UTF-8 through, while the engines
+	// (Python, Go's encoding/json) take the last key and decode or refuse
+	// the rest. So the body must be I-JSON (RFC 7493): valid UTF-8, escapes
+	// that are Unicode scalar values, and unique keys at every depth, which
+	// jsontext checks in one pass. It is also stricter than fastjson's
+	// parser, which accepts a lone "." as a number: nothing invalid is ever
+	// forwarded.
+	if !jsontext.Value(body).IsValid() {
+		return nil, invalidBody(body)
 	}
 	p := parserPool.Get()
 	root, err := p.ParseBytes(body)

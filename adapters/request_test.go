@@ -2,6 +2,8 @@ package adapters
 
 import (
 	"encoding/json"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -113,9 +115,10 @@ func FuzzParseRequest(f *testing.F) {
 		if err := fastjson.ValidateBytes(r.Body); err != nil {
 			t.Fatalf("accepted body is not JSON: %v", err)
 		}
+		_ = r.PromptText() // unescapes strings, as the cache key does
 		var a fastjson.Arena
 		r.Root().Set("model", a.NewString("other"))
-		if out := r.Root().MarshalTo(nil); fastjson.GetString(out, "model") != "other" {
+		if out := AppendJSONValue(nil, r.Root()); !json.Valid(out) || fastjson.GetString(out, "model") != "other" {
 			t.Fatalf("model rewrite failed: %s", out)
 		}
 	})
@@ -131,5 +134,171 @@ func TestAppendJSONString(t *testing.T) {
 		if utf8.ValidString(s) && back != s {
 			t.Fatalf("round trip %q -> %q", s, back)
 		}
+	}
+}
+
+// chatBodyOfSize builds a realistic chat request of about size bytes: a
+// system prompt, two tools, and turns of prose with escapes and non-ASCII
+// text, ending on a user question.
+func chatBodyOfSize(size int) []byte {
+	turn := func(i int) string {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		text := `Turn ` + strconv.Itoa(i) + `: the deployment in eu-west-1 failed with \"exit code 137\" after the rollout;` +
+			` logs say \u201cOOMKilled\u201d. Température élevée, 内存不足. Steps:\n1. check limits\n2. raise memory\n3. redeploy. `
+		return `{"role":"` + role + `","content":"` + strings.Repeat(text, 2) + `"}`
+	}
+	head := `{"model":"qwen3-8b","temperature":0.2,"max_tokens":512,"stream":false,"user":"u-1234",` +
+		`"tools":[{"type":"function","function":{"name":"get_logs","description":"Fetch pod logs","parameters":{"type":"object","properties":{"pod":{"type":"string"},"lines":{"type":"integer"}},"required":["pod"]}}},` +
+		`{"type":"function","function":{"name":"restart","parameters":{"type":"object","properties":{"pod":{"type":"string"}}}}}],` +
+		`"messages":[{"role":"system","content":"You are a careful SRE assistant. Answer briefly and cite the command you would run."}`
+	var sb strings.Builder
+	sb.WriteString(head)
+	for i := 0; sb.Len() < size-200; i++ {
+		sb.WriteString("," + turn(i))
+	}
+	sb.WriteString(`,{"role":"user","content":"So what should I change first?"}]}`)
+	return []byte(sb.String())
+}
+
+func BenchmarkParseRequest(b *testing.B) {
+	for _, size := range []int{2 << 10, 64 << 10} {
+		body := chatBodyOfSize(size)
+		b.Run(strconv.Itoa(size>>10)+"KiB", func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				r, err := ParseRequest(EndpointChat, body)
+				if err != nil {
+					b.Fatal(err)
+				}
+				r.Release()
+			}
+		})
+	}
+}
+
+// A body that two JSON readers could read differently is refused, with
+// the problem, the key and its place named (issue 25): fastjson, which the
+// cache reads with, takes the first of duplicate keys, engines the last.
+func TestParseRequestRefusesAmbiguousBodies(t *testing.T) {
+	const msgs = `"messages":[{"role":"user","content":"hi"}]`
+	cases := []struct {
+		name, body, code, param, names string
+	}{
+		{"top level", `{"model":"a","model":"b",` + msgs + `}`, CodeDuplicateKey, "model", `"model" in the request body`},
+		{"escaped key", `{"model":"a","\u006dodel":"b",` + msgs + `}`, CodeDuplicateKey, "model", `"model" in the request body`},
+		{"message content", `{"model":"m","messages":[{"role":"user","content":"a","content":"b"}]}`, CodeDuplicateKey, "messages[0].content", `"content" in messages[0]`},
+		{"second message", `{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","role":"system","content":"b"}]}`, CodeDuplicateKey, "messages[1].role", `"role" in messages[1]`},
+		{"content part", `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a","text":"b"}]}]}`, CodeDuplicateKey, "messages[0].content[0].text", `"text" in messages[0].content[0]`},
+		{"part type", `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","type":"text","text":"a"}]}]}`, CodeDuplicateKey, "messages[0].content[0].type", `"type" in messages[0].content[0]`},
+		{"tool schema", `{"model":"m",` + msgs + `,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{},"a":{}}}}}]}`,
+			CodeDuplicateKey, "tools[0].function.parameters.properties.a", `"a" in tools[0].function.parameters.properties`},
+		{"stream_options", `{"model":"m",` + msgs + `,"stream":true,"stream_options":{"include_usage":false,"include_usage":true}}`, CodeDuplicateKey, "stream_options.include_usage", `"include_usage" in stream_options`},
+		{"logit_bias", `{"model":"m",` + msgs + `,"logit_bias":{"50256":1,"50256":-100}}`, CodeDuplicateKey, "logit_bias.50256", `"50256" in logit_bias`},
+		{"vendor field", `{"model":"m",` + msgs + `,"x_vendor":{"a.b":{"k":1,"k":2}}}`, CodeDuplicateKey, `x_vendor["a.b"].k`, `"k" in x_vendor["a.b"]`},
+		{"invalid UTF-8 in a value", `{"model":"m","messages":[{"role":"user","content":"a` + "\xff" + `"}]}`, CodeInvalidUTF8, "messages[0].content", "invalid UTF-8"},
+		{"truncated UTF-8", `{"model":"m","messages":[{"role":"user","content":"` + "\xe4\xb8" + `"}]}`, CodeInvalidUTF8, "messages[0].content", "invalid UTF-8"},
+		{"encoded surrogate", `{"model":"m","messages":[{"role":"user","content":"` + "\xed\xa0\x80" + `"}]}`, CodeInvalidUTF8, "messages[0].content", "invalid UTF-8"},
+		{"invalid UTF-8 in a key", `{"model":"m",` + msgs + `,"x` + "\xff" + `":1}`, CodeInvalidUTF8, "", "invalid UTF-8"},
+		{"lone high surrogate", `{"model":"m","messages":[{"role":"user","content":"x\ud800"}]}`, CodeInvalidEscape, "messages[0].content", `surrogate escape \ud800`},
+		{"lone low surrogate", `{"model":"m","messages":[{"role":"user","content":"x\uDC00y"}]}`, CodeInvalidEscape, "messages[0].content", `surrogate escape \uDC00`},
+		{"high then not low", `{"model":"m","messages":[{"role":"user","content":"\ud83d\u0041"}]}`, CodeInvalidEscape, "messages[0].content", `surrogate escape \ud83d`},
+		{"pair reversed", `{"model":"m","messages":[{"role":"user","content":"\ude00\ud83d"}]}`, CodeInvalidEscape, "messages[0].content", `surrogate escape \ude00`},
+		{"surrogate in a key", `{"model":"m",` + msgs + `,"\ud800":1}`, CodeInvalidEscape, "", `surrogate escape \ud800`},
+		// Still refused as before: not JSON at all.
+		{"lone dot", `{"model":"m",` + msgs + `,"temperature":.}`, CodeInvalidJSON, "temperature", "invalid character"},
+		{"NaN", `{"model":"m",` + msgs + `,"temperature":NaN}`, CodeInvalidJSON, "temperature", "invalid character"},
+		{"trailing comma", `{"model":"m",` + msgs + `,}`, CodeInvalidJSON, "", "invalid character"},
+		{"two values", `{"model":"m",` + msgs + `} {}`, CodeInvalidJSON, "", "after the top-level value"},
+		{"cut short", `{"model":"m","messages":[`, CodeInvalidJSON, "messages", "unexpected EOF"},
+		{"empty", ``, CodeInvalidJSON, "", "empty"},
+		{"control character", "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\x01\"}]}", CodeInvalidJSON, "messages[0].content", "invalid character"},
+	}
+	for _, c := range cases {
+		r, e := ParseRequest(EndpointChat, []byte(c.body))
+		if r != nil {
+			r.Release()
+			t.Errorf("%s: accepted %q", c.name, c.body)
+			continue
+		}
+		if e.Status != 400 || e.Type != TypeInvalidRequest || e.Code != c.code || e.Param != c.param || !strings.Contains(e.Message, c.names) {
+			t.Errorf("%s: %s; want code %s, param %q, naming %s", c.name, e.AppendJSON(nil), c.code, c.param, c.names)
+		}
+	}
+	// What is unambiguous stays accepted: a key once per object, however
+	// often it recurs elsewhere, escaped pairs, an escaped backslash.
+	for _, body := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"a"},{"role":"user","content":"a"}],"x":{"model":{"model":1}}}`,
+		`{"model":"m","messages":[{"role":"user","content":"\ud83d\ude00 \uD83D\uDE00 😀 \u00e9"}]}`,
+		`{"model":"m","messages":[{"role":"user","content":"x\\ud800"}]}`,
+		`{"model":"m","messages":[{"role":"user","content":"nul \u0000 and \u2028"}]}`,
+	} {
+		r, e := ParseRequest(EndpointChat, []byte(body))
+		if e != nil {
+			t.Errorf("refused %s: %v", body, e)
+			continue
+		}
+		r.Release()
+	}
+}
+
+// AppendJSONValue writes what it reads: the strings and keys fastjson has
+// unescaped (the cache key reads them all) come out as JSON, where
+// fastjson's MarshalTo writes Go escapes (\a, \x00, \U000e0067).
+func TestAppendJSONValueIsJSON(t *testing.T) {
+	const flag = "\U0001F3F4\U000E0067\U000E0062\U000E0073\U000E0063\U000E0074\U000E007F"
+	body := `{"model":"m","x_\u0001":"\u0007\b\f\n\r\t\"\\\/ \u00ad \u2028 ` + flag + `","x_n":[1.50,-0,2e3,true,false,null,{}],` +
+		`"messages":[{"role":"user","content":[{"type":"text","text":"a\u0000b` + flag + `\n"}]}]}`
+	var want map[string]any
+	if err := json.Unmarshal([]byte(body), &want); err != nil {
+		t.Fatal(err)
+	}
+	want["model"] = "other"
+	r, apiErr := ParseRequest(EndpointChat, []byte(body))
+	if apiErr != nil {
+		t.Fatal(apiErr)
+	}
+	defer r.Release()
+	_ = r.PromptText() // unescapes the message texts, as the cache key does
+	_ = r.Root().GetStringBytes("x_\x01")
+	var a fastjson.Arena
+	r.Root().Set("model", a.NewString("other"))
+	out := AppendJSONValue(nil, r.Root())
+	var got map[string]any
+	if err := json.Unmarshal(out, &got); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("%v: %s\nreads as %v\nwant     %v", err, out, got, want)
+	}
+
+	// The spill-over's rewrite too.
+	d := &DashScope{quirks: true}
+	out, err := d.rewrite(&UpstreamRequest{Body: []byte(body), Model: "other", Stream: true})
+	if err != nil || json.Unmarshal(out, &got) != nil || got["x_\x01"] != want["x_\x01"] {
+		t.Fatalf("dashscope rewrite: %v %s", err, out)
+	}
+}
+
+// BenchmarkAppendJSONValue is the rewrite of a request going upstream (a
+// stream that did not ask for usage, a model alias), its strings unescaped
+// as the cache key leaves them.
+func BenchmarkAppendJSONValue(b *testing.B) {
+	for _, size := range []int{2 << 10, 64 << 10} {
+		body := chatBodyOfSize(size)
+		b.Run(strconv.Itoa(size>>10)+"KiB", func(b *testing.B) {
+			r, apiErr := ParseRequest(EndpointChat, body)
+			if apiErr != nil {
+				b.Fatal(apiErr)
+			}
+			defer r.Release()
+			_ = r.PromptText()
+			buf := make([]byte, 0, 2*len(body))
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				buf = AppendJSONValue(buf[:0], r.Root())
+			}
+		})
 	}
 }

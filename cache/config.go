@@ -114,6 +114,9 @@ type Config struct {
 	Eligibility  Eligibility      `yaml:"eligibility"`
 	Coalesce     bool             `yaml:"coalesce"`
 	StreamReplay StreamReplay     `yaml:"stream_replay"`
+	// KeyByUser keys entries by the request's user field as well (see
+	// KeyOptions): off, the tenant's namespace is the only boundary.
+	KeyByUser bool `yaml:"key_by_user"`
 }
 
 // prefixLines puts prefix before each line of err (a joined error).
@@ -145,6 +148,7 @@ func DefaultConfig() Config {
 		Eligibility:  Eligibility{MaxTemperature: 2.0, CacheToolCalls: true},
 		Coalesce:     true,
 		StreamReplay: StreamReplay{ChunkTokens: 4},
+		KeyByUser:    false, // the tenant is the boundary; user is an end-user id for abuse monitoring
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/valyala/fastjson"
 )
@@ -28,8 +29,19 @@ type Keys struct {
 
 // Fields that never change the output, so they are not part of the key:
 // streaming is a transport choice, and user is an end-user id for abuse
-// monitoring.
+// monitoring (unless KeyOptions.ByUser).
 var ignoredFields = map[string]bool{"stream": true, "stream_options": true, "model": true, "user": true}
+
+// KeyOptions are the switches of the key (cache.key_by_user).
+type KeyOptions struct {
+	// ByUser makes the request's user field part of the exact key and of
+	// the semantic scope: two end users never share an entry. Requests
+	// with no user (or "") share theirs, keyed as without the switch.
+	ByUser bool
+}
+
+// KeyOptions returns the key switches of the section.
+func (c *Config) KeyOptions() KeyOptions { return KeyOptions{ByUser: c.KeyByUser} }
 
 // specDefaults are the values the OpenAI API documents as defaults: a field
 // sent with its default equals the field left out. null always equals absent.
@@ -43,22 +55,24 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b 
 
 // ComputeKeys derives the exact key and the semantic scope of a request.
 // model is the resolved model (after alias resolution); endpoint names the
-// API ("chat" or "completion"); root is the request's JSON object.
-func ComputeKeys(namespace, model, endpoint string, root *fastjson.Value) Keys {
-	k := Keys{Exact: ExactKey(namespace, model, endpoint, root)}
-	k.Scope, k.Query = SemanticScope(namespace, model, endpoint, root)
+// API ("chat" or "completion"); root is the request's JSON object, with no
+// duplicate keys (adapters.ParseRequest refuses them: the key must read
+// the request as the engine does).
+func ComputeKeys(namespace, model, endpoint string, root *fastjson.Value, opt KeyOptions) Keys {
+	k := Keys{Exact: ExactKey(namespace, model, endpoint, root, opt)}
+	k.Scope, k.Query = SemanticScope(namespace, model, endpoint, root, opt)
 	return k
 }
 
 // ExactKey is the hash of the canonical request.
-func ExactKey(namespace, model, endpoint string, root *fastjson.Value) string {
-	return canonicalHash(namespace, model, endpoint, root, -1)
+func ExactKey(namespace, model, endpoint string, root *fastjson.Value, opt KeyOptions) string {
+	return canonicalHash(namespace, model, endpoint, root, -1, opt)
 }
 
 // SemanticScope is the hash of the canonical request without the text of
 // the last user turn, and that text. Both are "" when the request has no
 // text-only last user turn (chat only).
-func SemanticScope(namespace, model, endpoint string, root *fastjson.Value) (scope, query string) {
+func SemanticScope(namespace, model, endpoint string, root *fastjson.Value, opt KeyOptions) (scope, query string) {
 	if endpoint != "chat" {
 		return "", ""
 	}
@@ -66,10 +80,10 @@ func SemanticScope(namespace, model, endpoint string, root *fastjson.Value) (sco
 	if !ok {
 		return "", ""
 	}
-	return canonicalHash(namespace, model, endpoint, root, i), query
+	return canonicalHash(namespace, model, endpoint, root, i, opt), query
 }
 
-func canonicalHash(namespace, model, endpoint string, root *fastjson.Value, skipMessage int) string {
+func canonicalHash(namespace, model, endpoint string, root *fastjson.Value, skipMessage int, opt KeyOptions) string {
 	obj, err := root.Object()
 	if err != nil {
 		return ""
@@ -80,7 +94,7 @@ func canonicalHash(namespace, model, endpoint string, root *fastjson.Value, skip
 	b = appendStr(b, namespace)
 	b = appendStr(b, endpoint)
 	b = appendStr(b, model)
-	b = appendTopLevel(b, obj, skipMessage)
+	b = appendTopLevel(b, obj, skipMessage, opt)
 	sum := sha256.Sum256(b)
 	*bp = b
 	bufPool.Put(bp)
@@ -120,15 +134,17 @@ func lastUserTurn(root *fastjson.Value) (int, string, bool) {
 	return 0, "", false
 }
 
-func appendTopLevel(b []byte, obj *fastjson.Object, skipMessage int) []byte {
-	type kv struct {
-		k string
-		v *fastjson.Value
-	}
-	fields := make([]kv, 0, 16)
+func appendTopLevel(b []byte, obj *fastjson.Object, skipMessage int, opt KeyOptions) []byte {
+	fields := make([]member, 0, 16)
 	maxTokens := int64(-1)
 	obj.Visit(func(key []byte, v *fastjson.Value) {
-		k := string(key)
+		k := keyString(key)
+		if k == "user" && opt.ByUser {
+			if len(v.GetStringBytes()) > 0 {
+				fields = append(fields, member{k, v})
+			}
+			return
+		}
 		if ignoredFields[k] || v.Type() == fastjson.TypeNull {
 			return
 		}
@@ -142,9 +158,9 @@ func appendTopLevel(b []byte, obj *fastjson.Object, skipMessage int) []byte {
 		if def, ok := specDefaults[k]; ok && string(appendValue(nil, v)) == def {
 			return
 		}
-		fields = append(fields, kv{k, v})
+		fields = append(fields, member{k, v})
 	})
-	slices.SortFunc(fields, func(a, b kv) int { return strings.Compare(a.k, b.k) })
+	sortMembers(fields)
 	b = append(b, '{')
 	if maxTokens >= 0 {
 		b = appendStr(b, "max_tokens")
@@ -172,16 +188,11 @@ func appendMessagesWithout(b []byte, msgs *fastjson.Value, skip int) []byte {
 		}
 		o, _ := m.Object()
 		b = append(b, "{Q"...)
-		var keys []string
-		o.Visit(func(k []byte, _ *fastjson.Value) {
-			if string(k) != "content" {
-				keys = append(keys, string(k))
+		for _, f := range sortedMembers(o) {
+			if f.k != "content" {
+				b = appendStr(b, f.k)
+				b = appendValue(b, f.v)
 			}
-		})
-		slices.Sort(keys)
-		for _, k := range keys {
-			b = appendStr(b, k)
-			b = appendValue(b, o.Get(k))
 		}
 		b = append(b, '}')
 	}
@@ -194,13 +205,10 @@ func appendValue(b []byte, v *fastjson.Value) []byte {
 	switch v.Type() {
 	case fastjson.TypeObject:
 		o, _ := v.Object()
-		keys := make([]string, 0, o.Len())
-		o.Visit(func(k []byte, _ *fastjson.Value) { keys = append(keys, string(k)) })
-		slices.Sort(keys)
 		b = append(b, '{')
-		for _, k := range keys {
-			b = appendStr(b, k)
-			b = appendValue(b, o.Get(k))
+		for _, f := range sortedMembers(o) {
+			b = appendStr(b, f.k)
+			b = appendValue(b, f.v)
 		}
 		return append(b, '}')
 	case fastjson.TypeArray:
@@ -234,6 +242,32 @@ func appendValue(b []byte, v *fastjson.Value) []byte {
 	default:
 		return append(b, 'z')
 	}
+}
+
+// member is one key and value of an object.
+type member struct {
+	k string
+	v *fastjson.Value
+}
+
+// sortedMembers returns o's members sorted by key. Each value is the one
+// beside its key, not o.Get(key): that would cost a scan of o per key
+// (quadratic: seconds for an object of 50,000 keys) and read the first of
+// duplicate keys.
+func sortedMembers(o *fastjson.Object) []member {
+	ms := make([]member, 0, o.Len())
+	o.Visit(func(k []byte, v *fastjson.Value) { ms = append(ms, member{keyString(k), v}) })
+	sortMembers(ms)
+	return ms
+}
+
+// keyString is a key Visit gives as bytes, as the string fastjson holds it
+// (Visit makes the bytes of its string without a copy): no allocation per
+// key. The tree is not changed while a key is computed.
+func keyString(k []byte) string { return unsafe.String(unsafe.SliceData(k), len(k)) }
+
+func sortMembers(ms []member) {
+	slices.SortStableFunc(ms, func(a, b member) int { return strings.Compare(a.k, b.k) })
 }
 
 func appendStr(b []byte, s string) []byte {

@@ -34,6 +34,7 @@ type cachePlan struct {
 	store        bool   // write the answer back
 	reason       string // why lookup or store is off (metrics label)
 	keys         cache.Keys
+	keyOpt       cache.KeyOptions // as planned: a reload between the two keys must not split them
 	namespace    string
 	endpoint     string
 	model        string
@@ -160,7 +161,8 @@ func (g *Gateway) plan(x *exchange, h planHints) *cachePlan {
 			p.ttl = min(time.Duration(secs)*time.Second, maxTTL)
 		}
 	}
-	p.keys.Exact = cache.ExactKey(p.namespace, p.model, p.endpoint, req.Root())
+	p.keyOpt = c.KeyOptions()
+	p.keys.Exact = cache.ExactKey(p.namespace, p.model, p.endpoint, req.Root(), p.keyOpt)
 	p.semantic = c.Semantic.Enabled && g.embedder != nil && x.endpoint == adapters.EndpointChat
 	if p.semantic {
 		thr := semanticThreshold(c.Semantic, x.tenant.cfg, x.model)
@@ -264,7 +266,7 @@ func (g *Gateway) lookupSemantic(ctx *fasthttp.RequestCtx, x *exchange, p *cache
 // it) and reports whether a semantic lookup or store applies.
 func (g *Gateway) semanticScope(x *exchange, p *cachePlan) bool {
 	if p.semantic && p.keys.Scope == "" {
-		p.keys.Scope, p.keys.Query = cache.SemanticScope(p.namespace, p.model, p.endpoint, x.req.Root())
+		p.keys.Scope, p.keys.Query = cache.SemanticScope(p.namespace, p.model, p.endpoint, x.req.Root(), p.keyOpt)
 		p.semantic = p.keys.Scope != ""
 	}
 	return p.semantic
@@ -413,7 +415,7 @@ func withIncludeUsage(root *fastjson.Value) []byte {
 		root.Set("stream_options", so)
 	}
 	so.Set("include_usage", arena.NewTrue())
-	return root.MarshalTo(nil)
+	return adapters.AppendJSONValue(nil, root)
 }
 
 // cacheMetrics are the cache's Prometheus series.

@@ -302,7 +302,8 @@ func TestCacheControlAndEligibility(t *testing.T) {
 				t.Fatalf("multimodal: %q", xc)
 			}
 		}
-		if xc, _, _ := ask(t, gw, cbody("hot", `"temperature":2`), "X-Cache-TTL", "5"); xc != "miss" {
+		hot := strings.Replace(cbody("hot", ""), `"temperature":0.7`, `"temperature":2`, 1)
+		if xc, _, _ := ask(t, gw, hot, "X-Cache-TTL", "5"); xc != "miss" {
 			t.Fatalf("temperature 2 is within max_temperature 2: %q", xc)
 		}
 		if xc, _, _ := ask(t, gw, cbody("many", `"n":2`)); xc != "bypass" {

@@ -63,6 +63,7 @@ type Gateway struct {
 	backends sync.Map                    // *balancer.Node -> adapters.Backend, built on first use
 	metrics  *gatewayMetrics
 	upLog    *rateLog // rate-limited lines about nodes' answers
+	bodies   *bodyRefusals
 	server   *fasthttp.Server
 	// adminServer serves admin.listen: the same routes, every request
 	// trusted as an admin (handleAdminListener).
@@ -144,6 +145,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		return nil, err
 	}
 	g.metrics = newGatewayMetrics(set, g)
+	g.bodies = newBodyRefusals(set, g.log)
 	g.adm.RegisterMetrics(set)
 	g.reload.register(set)
 	if g.tracing, err = newTracing(context.Background(), cfg.Tracing); err != nil {

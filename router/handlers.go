@@ -299,6 +299,7 @@ func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
 	}
 	req, apiErr := adapters.ParseRequest(x.endpoint, ctx.PostBody())
 	if apiErr != nil {
+		g.bodies.note(x, apiErr)
 		g.writeError(ctx, apiErr)
 		return false
 	}
@@ -430,7 +431,7 @@ func (x *exchange) handOff() func(usage int) {
 func rewriteModel(root *fastjson.Value, model string) []byte {
 	var arena fastjson.Arena
 	root.Set("model", arena.NewString(model))
-	return root.MarshalTo(nil)
+	return adapters.AppendJSONValue(nil, root)
 }
 
 // attempts is how far forward has got through the candidate nodes.

@@ -17,6 +17,7 @@ import (
 var metricHelp = map[string]string{
 	"frontdoor_build_info":                      "Version, VCS revision and Go version of the running binary; always 1.",
 	"frontdoor_requests_total":                  "Inference requests answered, by endpoint and HTTP status code.",
+	"frontdoor_request_bodies_refused_total":    "Inference requests refused because two JSON readers could read their body differently, by reason (duplicate_key, invalid_utf8, invalid_unicode_escape).",
 	"frontdoor_request_duration_seconds":        "Time from request arrival to the end of the handler (streams: to the start of the stream), by endpoint.",
 	"frontdoor_retries_total":                   "Upstream attempts retried on another node, by why the previous attempt failed.",
 	"frontdoor_client_aborts_total":             "Streams whose client went away before the end.",
