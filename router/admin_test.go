@@ -16,28 +16,6 @@ var adminPaths = []string{"/admin/nodes", "/admin/cache/stats", "/admin/cache/ho
 
 const testToken = "fd-test-admin-4f9c2a7e1b"
 
-// adminReq sends one request; host, when set, replaces the Host header.
-func adminReq(t *testing.T, method, url, host string, headers ...string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if host != "" {
-		req.Host = host
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
 // serveAdmin opens the gateway's admin listener on a loopback port.
 func serveAdmin(t *testing.T, gw *testGateway) string {
 	t.Helper()
@@ -63,23 +41,23 @@ func TestAdminDefaultNeedsTheToken(t *testing.T) {
 	for _, p := range adminPaths {
 		for _, h := range [][]string{nil, {"X-Forwarded-For", "127.0.0.1"}, {"X-Real-Ip", "127.0.0.1"},
 			{"Authorization", "Bearer " + testToken + "x"}, {"Authorization", "Basic " + testToken}, {"Authorization", "Bearer"}} {
-			if code, b := adminReq(t, http.MethodGet, gw.URL+p, "", h...); code != 403 || !strings.Contains(b, "admin_forbidden") {
+			if code, b := adminDo(t, http.MethodGet, gw.URL+p, "", h...); code != 403 || !strings.Contains(string(b), "admin_forbidden") {
 				t.Errorf("GET %s from loopback with %q: %d %s", p, h, code, b)
 			}
 		}
-		if code, b := adminReq(t, http.MethodGet, gw.URL+p, "", "Authorization", "Bearer "+testToken); code != 200 {
+		if code, b := adminDo(t, http.MethodGet, gw.URL+p, "", "Authorization", "Bearer "+testToken); code != 200 {
 			t.Errorf("GET %s with the token: %d %s", p, code, b)
 		}
 	}
-	if code, _ := adminReq(t, http.MethodPost, gw.URL+"/admin/reload", ""); code != 403 {
+	if code, _ := adminDo(t, http.MethodPost, gw.URL+"/admin/reload", ""); code != 403 {
 		t.Errorf("POST /admin/reload without the token: %d", code)
 	}
-	if code, _ := adminReq(t, http.MethodDelete, gw.URL+"/admin/cache?namespace=default", ""); code != 403 {
+	if code, _ := adminDo(t, http.MethodDelete, gw.URL+"/admin/cache?namespace=default", ""); code != 403 {
 		t.Errorf("DELETE /admin/cache without the token: %d", code)
 	}
 	// The public routes stay public.
 	for _, p := range []string{"/healthz", "/metrics", "/v1/models"} {
-		if code, _ := adminReq(t, http.MethodGet, gw.URL+p, ""); code != 200 {
+		if code, _ := adminDo(t, http.MethodGet, gw.URL+p, ""); code != 200 {
 			t.Errorf("GET %s: %d", p, code)
 		}
 	}
@@ -93,7 +71,7 @@ func TestAdminClosedWithoutToken(t *testing.T) {
 	cfg.Admin = DefaultConfig().Admin
 	gw := startGateway(t, cfg)
 	for _, auth := range []string{"", "Bearer ", "Bearer  "} {
-		if code, _ := adminReq(t, http.MethodGet, gw.URL+"/status", "", "Authorization", auth); code != 403 {
+		if code, _ := adminDo(t, http.MethodGet, gw.URL+"/status", "", "Authorization", auth); code != 403 {
 			t.Errorf("GET /status with Authorization %q: %d", auth, code)
 		}
 	}
@@ -114,33 +92,33 @@ func TestAdminListener(t *testing.T) {
 	gw := startGateway(t, cfg)
 	admin := serveAdmin(t, gw)
 	for _, p := range adminPaths {
-		if code, b := adminReq(t, http.MethodGet, admin+p, ""); code != 200 {
+		if code, b := adminDo(t, http.MethodGet, admin+p, ""); code != 200 {
 			t.Errorf("admin listener GET %s: %d %s", p, code, b)
 		}
-		if code, _ := adminReq(t, http.MethodGet, gw.URL+p, ""); code != 403 {
+		if code, _ := adminDo(t, http.MethodGet, gw.URL+p, ""); code != 403 {
 			t.Errorf("main listener GET %s: %d", p, code)
 		}
 	}
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(admin, "http://"))
 	for _, host := range []string{"localhost:" + port, "[::1]:" + port, "10.0.0.7:" + port, "app.localhost:" + port} {
-		if code, b := adminReq(t, http.MethodGet, admin+"/status", host); code != 200 {
+		if code, b := adminDo(t, http.MethodGet, admin+"/status", "", "Host", host); code != 200 {
 			t.Errorf("Host %s: %d %s", host, code, b)
 		}
 	}
 	for _, host := range []string{"evil.example:" + port, "evil.example", "127.0.0.1.nip.io:" + port} {
-		if code, b := adminReq(t, http.MethodGet, admin+"/status", host); code != 403 || !strings.Contains(b, "admin_host_forbidden") {
+		if code, b := adminDo(t, http.MethodGet, admin+"/status", "", "Host", host); code != 403 || !strings.Contains(string(b), "admin_host_forbidden") {
 			t.Errorf("Host %s (DNS rebinding): %d %s", host, code, b)
 		}
 	}
 	self := strings.TrimPrefix(admin, "http://")
 	for _, h := range [][]string{{"Origin", "https://evil.example"}, {"Origin", "null"}, {"Origin", "http://127.0.0.1:1"},
 		{"Sec-Fetch-Site", "cross-site"}, {"Sec-Fetch-Site", "same-site"}} {
-		if code, b := adminReq(t, http.MethodPost, admin+"/admin/reload", "", h...); code != 403 || !strings.Contains(b, "admin_cross_origin") {
+		if code, b := adminDo(t, http.MethodPost, admin+"/admin/reload", "", h...); code != 403 || !strings.Contains(string(b), "admin_cross_origin") {
 			t.Errorf("POST /admin/reload with %q: %d %s", h, code, b)
 		}
 	}
 	// The dashboard's own fetch of /status is same-origin.
-	if code, b := adminReq(t, http.MethodGet, admin+"/status", "", "Origin", "http://"+self, "Sec-Fetch-Site", "same-origin"); code != 200 {
+	if code, b := adminDo(t, http.MethodGet, admin+"/status", "", "Origin", "http://"+self, "Sec-Fetch-Site", "same-origin"); code != 200 {
 		t.Errorf("same-origin fetch: %d %s", code, b)
 	}
 	// Inference works there too, and may act for a tenant (frontdoor warm).
@@ -164,18 +142,18 @@ func TestAdminAllowCIDRs(t *testing.T) {
 	cfg := testConfig(testenv.GPUSim(t, nil))
 	cfg.Admin.AllowCIDRs = []string{"127.0.0.0/8"}
 	gw := startGateway(t, cfg)
-	if code, _ := adminReq(t, http.MethodGet, gw.URL+"/status", ""); code != 200 {
+	if code, _ := adminDo(t, http.MethodGet, gw.URL+"/status", ""); code != 200 {
 		t.Errorf("/status from an allowed peer: %d", code)
 	}
-	if code, _ := adminReq(t, http.MethodGet, gw.URL+"/status", "rebind.example"); code != 403 {
+	if code, _ := adminDo(t, http.MethodGet, gw.URL+"/status", "", "Host", "rebind.example"); code != 403 {
 		t.Errorf("/status from an allowed peer with a DNS name in Host: %d", code)
 	}
-	if code, _ := adminReq(t, http.MethodPost, gw.URL+"/admin/reload", "", "Origin", "https://evil.example"); code != 403 {
+	if code, _ := adminDo(t, http.MethodPost, gw.URL+"/admin/reload", "", "Origin", "https://evil.example"); code != 403 {
 		t.Errorf("cross-origin POST from an allowed peer: %d", code)
 	}
 	cfg.Admin.AllowCIDRs = []string{"10.0.0.0/8"}
 	gw = startGateway(t, cfg)
-	if code, _ := adminReq(t, http.MethodGet, gw.URL+"/status", ""); code != 403 {
+	if code, _ := adminDo(t, http.MethodGet, gw.URL+"/status", ""); code != 403 {
 		t.Errorf("/status from a peer outside allow_cidrs: %d", code)
 	}
 }
@@ -200,7 +178,7 @@ func TestWeakAdminTokenRefused(t *testing.T) {
 		t.Fatalf("reload with a placeholder token: %v", err)
 	}
 	// The running token still works.
-	if code, _ := adminReq(t, http.MethodGet, gw.URL+"/status", "", "Authorization", "Bearer "+testToken); code != 200 {
+	if code, _ := adminDo(t, http.MethodGet, gw.URL+"/status", "", "Authorization", "Bearer "+testToken); code != 200 {
 		t.Errorf("after the refused reload, the old token: %d", code)
 	}
 }

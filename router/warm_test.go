@@ -17,6 +17,10 @@ func adminDo(t *testing.T, method, url, body string, headers ...string) (int, []
 		t.Fatal(err)
 	}
 	for i := 0; i+1 < len(headers); i += 2 {
+		if headers[i] == "Host" {
+			req.Host = headers[i+1] // Go's client sends req.Host, not a Host header
+			continue
+		}
 		req.Header.Set(headers[i], headers[i+1])
 	}
 	resp, err := httpClient.Do(req)
