@@ -172,8 +172,7 @@ func (g *Gateway) handleAdminListener(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if e := browserOrigin(ctx); e != nil {
-		ctx.Response.Header.SetCanonical(headerRequestID, []byte(requestID(ctx)))
-		g.writeError(ctx, e)
+		g.refuse(ctx, requestID(ctx), refusedOrigin, e)
 		return
 	}
 	ctx.SetUserValue(adminListenerKey{}, true)

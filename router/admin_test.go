@@ -117,6 +117,14 @@ func TestAdminListener(t *testing.T) {
 			t.Errorf("POST /admin/reload with %q: %d %s", h, code, b)
 		}
 	}
+	// Each refusal is counted and logged (the rebinding and cross-site
+	// ones above: 3 + 5).
+	if _, m := adminDo(t, http.MethodGet, gw.URL+"/metrics", ""); !strings.Contains(string(m), `frontdoor_transport_refusals_total{reason="admin_origin"} 8`) {
+		t.Errorf("refusals not counted:\n%s", grepLines(string(m), "transport_refusals"))
+	}
+	if !strings.Contains(gw.Logs.String(), "admin_origin") {
+		t.Errorf("no WARN line for the refusals:\n%s", gw.Logs.String())
+	}
 	// The dashboard's own fetch of /status is same-origin.
 	if code, b := adminDo(t, http.MethodGet, admin+"/status", "", "Origin", "http://"+self, "Sec-Fetch-Site", "same-origin"); code != 200 {
 		t.Errorf("same-origin fetch: %d %s", code, b)

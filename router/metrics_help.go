@@ -24,7 +24,7 @@ var metricHelp = map[string]string{
 	"frontdoor_stream_errors_total":             "Upstream streams that broke before their end.",
 	"frontdoor_upstream_bad_answers_total":      "Node answers not passed on as sent, by reason: too_large (over limits.max_upstream_body_bytes; 502), malformed (cut or not a JSON completion; retried, else 502), sse_converted (an event stream for a non-streaming request, converted to JSON).",
 	"frontdoor_streams_active":                  "Streams being sent to clients now.",
-	"frontdoor_transport_refusals_total":        "Requests refused at the HTTP layer with a close, by reason: framing (ambiguous length, Trailer header), trailers (fields after a chunked body), expect_too_large and expect_auth (answered instead of 100 Continue).",
+	"frontdoor_transport_refusals_total":        "Requests refused at the HTTP layer with a close, by reason: framing (ambiguous length, Trailer header), trailers (fields after a chunked body), expect_too_large and expect_auth (answered instead of 100 Continue), admin_origin (the admin listener: a DNS name in Host, or a browser acting for another site).",
 	"frontdoor_tokens_total":                    "Tokens of answers, by tenant, kind (prompt, completion) and source (upstream, cache).",
 	"frontdoor_cache_requests_total":            "Cache outcomes of inference requests, by result (hit_exact, hit_semantic, miss, bypass) and reason.",
 	"frontdoor_cache_errors_total":              "Cache store and embedder errors, by operation.",

@@ -18,6 +18,7 @@ const (
 	refusedTrailers = "trailers"         // fields after a chunked body
 	refusedTooLarge = "expect_too_large" // Content-Length over the limit, before 100 Continue
 	refusedAuth     = "expect_auth"      // no or a bad API key, before 100 Continue
+	refusedOrigin   = "admin_origin"     // the admin listener: a browser acting for another site (browserOrigin)
 )
 
 // transportRefusals counts the refusals by reason
@@ -29,7 +30,7 @@ type transportRefusals struct {
 
 func newTransportRefusals(set *metrics.Set, log *slog.Logger) *transportRefusals {
 	r := &transportRefusals{log: newRateLog(log, 10*time.Second), counter: map[string]*metrics.Counter{}}
-	for _, reason := range []string{refusedFraming, refusedTrailers, refusedTooLarge, refusedAuth} {
+	for _, reason := range []string{refusedFraming, refusedTrailers, refusedTooLarge, refusedAuth, refusedOrigin} {
 		r.counter[reason] = set.NewCounter(`frontdoor_transport_refusals_total{reason="` + reason + `"}`)
 	}
 	return r
