@@ -7,32 +7,23 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
-	"github.com/valyala/fastjson"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"frontdoor/adapters"
 	"frontdoor/cache"
-)
-
-// Values of the X-Cache response header.
-const (
-	cacheHitExact    = "hit-exact"
-	cacheHitSemantic = "hit-semantic"
-	cacheMiss        = "miss"
-	cacheBypass      = "bypass"
 )
 
 // cachePlan is what the cache does for one request, decided before any
 // lookup. It holds copies only, so it outlives the request's parse tree
 // (the write-back runs after the handler has returned).
 type cachePlan struct {
-	lookup       bool   // look up before going upstream
-	store        bool   // write the answer back
-	reason       string // why lookup or store is off (metrics label)
+	lookup       bool        // look up before going upstream
+	store        bool        // write the answer back
+	reason       cacheReason // why lookup or store is off
 	keys         cache.Keys
 	keyOpt       cache.KeyOptions // as planned: a reload between the two keys must not split them
 	namespace    string
@@ -129,24 +120,24 @@ func (g *Gateway) plan(x *exchange, h planHints) *cachePlan {
 	noStore, noCache := h.noStore, h.noCache
 	switch {
 	case g.store == nil:
-		p.reason = "off"
+		p.reason = reasonOff
 	case noStore:
-		p.reason = "no_store"
+		p.reason = reasonNoStore
 	case req.Multimodal && !c.Eligibility.CacheMultimodal:
-		p.reason = "multimodal"
+		p.reason = reasonMultimodal
 	case req.N > 1:
-		p.reason = "n"
+		p.reason = reasonN
 	case req.HasTemperature && req.Temperature > c.Eligibility.MaxTemperature:
-		p.reason = "temperature"
+		p.reason = reasonTemperature
 	case x.endpoint == adapters.EndpointCompletion && len(req.Root().GetArray("prompt")) > 1:
-		p.reason = "batch_prompt"
+		p.reason = reasonBatchPrompt
 	case !c.Exact.Enabled && !c.Semantic.Enabled:
-		p.reason = "disabled"
+		p.reason = reasonDisabled
 	default:
 		p.store = true
 		p.lookup = !noCache
 		if noCache {
-			p.reason = "no_cache"
+			p.reason = reasonNoCache
 		}
 	}
 	if !p.store {
@@ -192,6 +183,31 @@ func semanticThreshold(c cache.SemanticConfig, t Tenant, model string) float64 {
 	return c.Threshold
 }
 
+// lookup runs the cache lookups, traced when the request is.
+func (g *Gateway) lookup(ctx *fasthttp.RequestCtx, x *exchange, p *cachePlan) bool {
+	if x.trc == nil {
+		return g.lookupExact(ctx, x, p) || g.lookupSemantic(ctx, x, p)
+	}
+	return g.tracedLookup(ctx, x, p)
+}
+
+// tracedLookup is the cache lookup with a span for each kind.
+func (g *Gateway) tracedLookup(ctx *fasthttp.RequestCtx, x *exchange, p *cachePlan) bool {
+	s := x.child("cache.lookup exact", trace.SpanKindInternal, attribute.String("frontdoor.cache.lookup", "exact"))
+	hit := g.lookupExact(ctx, x, p)
+	s.SetAttributes(attribute.Bool("frontdoor.cache.hit", hit))
+	s.End()
+	if hit || !p.lookup || !p.semantic {
+		return hit
+	}
+	s = x.child("cache.lookup semantic", trace.SpanKindInternal, attribute.String("frontdoor.cache.lookup", "semantic"))
+	hit = g.lookupSemantic(ctx, x, p)
+	s.SetAttributes(attribute.Bool("frontdoor.cache.hit", hit), attribute.Float64("frontdoor.cache.similarity", float64(p.similarity)),
+		attribute.Float64("frontdoor.cache.threshold", float64(p.threshold)))
+	s.End()
+	return hit
+}
+
 // lookupExact answers the request from the exact cache on a hit.
 func (g *Gateway) lookupExact(ctx *fasthttp.RequestCtx, x *exchange, p *cachePlan) bool {
 	if g.conf().Cache.Exact.Enabled {
@@ -209,15 +225,16 @@ func (g *Gateway) lookupExact(ctx *fasthttp.RequestCtx, x *exchange, p *cachePla
 		if err != nil {
 			// A store that is down or bypassed is a bypass; its writes go to
 			// the queue, which drops them while the write breaker is open.
-			x.cacheResult, x.cacheReason = cacheBypass, "store_error"
+			reason := reasonStoreError
 			if errors.Is(err, cache.ErrBypassed) || errors.Is(err, cache.ErrUnavailable) {
-				x.cacheReason = "store_down"
+				reason = reasonStoreDown
 			}
+			x.setCache(&ctx.Response.Header, cacheOutcome{resultBypass, reason}, "")
 			p.lookup, p.lookupFailed = false, true
 			return false
 		}
 		if e != nil && e.Namespace == p.namespace {
-			g.serveEntry(ctx, x, e, cacheHitExact, 0)
+			g.serveEntry(ctx, x, e, resultHitExact, 0)
 			return true
 		}
 	}
@@ -256,7 +273,7 @@ func (g *Gateway) lookupSemantic(ctx *fasthttp.RequestCtx, x *exchange, p *cache
 				"entry", m.Entry.ID, "similarity", m.Similarity)
 			continue
 		}
-		g.serveEntry(ctx, x, m.Entry, cacheHitSemantic, m.Similarity)
+		g.serveEntry(ctx, x, m.Entry, resultHitSemantic, m.Similarity)
 		return true
 	}
 	return false
@@ -301,12 +318,11 @@ func newCompletionID(ep adapters.Endpoint) string {
 
 // serveEntry answers from a cache entry, as SSE or JSON as the client asked,
 // with a fresh id and created time.
-func (g *Gateway) serveEntry(ctx *fasthttp.RequestCtx, x *exchange, e *cache.Entry, result string, similarity float32) {
-	x.cacheResult = result
+func (g *Gateway) serveEntry(ctx *fasthttp.RequestCtx, x *exchange, e *cache.Entry, result cacheResult, similarity float32) {
 	h := &ctx.Response.Header
-	h.Set("X-Cache-Entry", e.ID)
+	x.setCache(h, cacheOutcome{result: result}, e.ID)
 	h.Set("X-Cache-Age", strconv.FormatInt(int64(time.Since(e.Created).Seconds()), 10))
-	if result == cacheHitSemantic {
+	if result == resultHitSemantic {
 		h.Set("X-Cache-Similarity", strconv.FormatFloat(float64(similarity), 'f', 4, 32))
 		h.Set("X-Cache-Matched", e.ID) // GET /admin/cache/{id} shows what it answered
 	}
@@ -319,8 +335,7 @@ func (g *Gateway) serveEntry(ctx *fasthttp.RequestCtx, x *exchange, e *cache.Ent
 // serveFlightAnswer answers from a finished flight whose answer is being
 // stored: the hit it is about to be.
 func (g *Gateway) serveFlightAnswer(ctx *fasthttp.RequestCtx, x *exchange, f *flight, a *adapters.Answer) {
-	x.cacheResult = cacheHitExact
-	ctx.Response.Header.Set("X-Cache-Entry", f.entryID)
+	x.setCache(&ctx.Response.Header, cacheOutcome{result: resultHitExact}, f.entryID)
 	ctx.Response.Header.Set("X-Cache-Age", "0")
 	g.cm.tokensSaved.Add(a.Usage.TotalTokens)
 	g.metrics.countTokens(x.tenant.name, "cache", a.Usage.PromptTokens, a.Usage.CompletionTokens)
@@ -403,132 +418,4 @@ func (g *Gateway) cacheWrite(f *flight, p *cachePlan, a *adapters.Answer) (w cac
 		return w, false
 	}
 	return cache.Write{Entry: e, Vec: vec, TTL: p.ttl}, true
-}
-
-// withIncludeUsage asks the upstream for the usage chunk, which the cache
-// needs; the chunk is stripped again for clients that did not ask for it.
-func withIncludeUsage(root *fastjson.Value) []byte {
-	var arena fastjson.Arena
-	so := root.Get("stream_options")
-	if so == nil || so.Type() != fastjson.TypeObject {
-		so = arena.NewObject()
-		root.Set("stream_options", so)
-	}
-	so.Set("include_usage", arena.NewTrue())
-	return adapters.AppendJSONValue(nil, root)
-}
-
-// cacheMetrics are the cache's Prometheus series.
-type cacheMetrics struct {
-	set         *metrics.Set
-	requests    map[[2]string]*metrics.Counter
-	errs        map[string]*metrics.Counter
-	guards      map[string]*metrics.Counter
-	similarity  *metrics.PrometheusHistogram
-	tokensSaved *metrics.Counter
-	results     [4]atomic.Int64 // hit_exact, hit_semantic, miss, bypass
-	entries     atomic.Int64
-	vectors     atomic.Int64
-	bytes       atomic.Int64
-	drops       atomic.Uint64 // write-backs dropped since start (the store's reasons)
-	// notStored counts streamed answers unfit to store, by notStoredReasons;
-	// not in drops, which is the store's health.
-	notStored map[string]*metrics.Counter
-}
-
-var (
-	cacheResults = []string{"hit_exact", "hit_semantic", "miss", "bypass"}
-	cacheReasons = []string{"", "off", "no_store", "no_cache", "multimodal", "n", "temperature", "batch_prompt", "disabled", "store_error", "store_down", "coalesced", "lookup_only"}
-	cacheErrOps  = []string{"get", "put", "search", "embed", "stats"}
-)
-
-func newCacheMetrics(set *metrics.Set) *cacheMetrics {
-	m := &cacheMetrics{set: set, requests: map[[2]string]*metrics.Counter{}, errs: map[string]*metrics.Counter{}, guards: map[string]*metrics.Counter{},
-		notStored: map[string]*metrics.Counter{}}
-	for _, r := range notStoredReasons {
-		m.notStored[r] = set.NewCounter(`frontdoor_cache_writes_dropped_total{reason="` + r + `"}`)
-	}
-	for _, r := range cacheResults {
-		for _, reason := range cacheReasons {
-			m.requests[[2]string{r, reason}] = set.NewCounter(`frontdoor_cache_requests_total{result="` + r + `",reason="` + reason + `"}`)
-		}
-	}
-	for _, op := range cacheErrOps {
-		m.errs[op] = set.NewCounter(`frontdoor_cache_errors_total{op="` + op + `"}`)
-	}
-	for _, g := range cache.GuardReasons {
-		m.guards[g] = set.NewCounter(`frontdoor_cache_guard_rejections_total{guard="` + g + `"}`)
-	}
-	m.similarity = set.NewPrometheusHistogramExt(`frontdoor_cache_similarity`,
-		[]float64{0.5, 0.6, 0.7, 0.8, 0.85, 0.88, 0.9, 0.91, 0.92, 0.93, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 1})
-	m.tokensSaved = set.NewCounter(`frontdoor_cache_tokens_saved_total`)
-	set.NewGauge(`frontdoor_cache_entries`, func() float64 { return float64(m.entries.Load()) })
-	set.NewGauge(`frontdoor_cache_vector_entries`, func() float64 { return float64(m.vectors.Load()) })
-	set.NewGauge(`frontdoor_cache_bytes`, func() float64 { return float64(m.bytes.Load()) })
-	return m
-}
-
-func (m *cacheMetrics) request(result, reason string) {
-	label, i := "bypass", 3
-	switch result {
-	case cacheHitExact:
-		label, i = "hit_exact", 0
-	case cacheHitSemantic:
-		label, i = "hit_semantic", 1
-	case cacheMiss:
-		label, i = "miss", 2
-	}
-	m.results[i].Add(1)
-	if c := m.requests[[2]string{label, reason}]; c != nil {
-		c.Inc()
-	}
-}
-
-// totals returns the request counts by result since start.
-func (m *cacheMetrics) totals() map[string]int64 {
-	out := map[string]int64{}
-	for i, r := range cacheResults {
-		out[r] = m.results[i].Load()
-	}
-	return out
-}
-
-// hitRatio is hits over lookups (hits and misses) since start.
-func (m *cacheMetrics) hitRatio() float64 {
-	hits := m.results[0].Load() + m.results[1].Load()
-	if total := hits + m.results[2].Load(); total > 0 {
-		return float64(hits) / float64(total)
-	}
-	return 0
-}
-
-func (m *cacheMetrics) errors(op string) *metrics.Counter { return m.errs[op] }
-
-func (m *cacheMetrics) dropped() uint64 { return m.drops.Load() }
-
-func (m *cacheMetrics) guardRejects(reason string) *metrics.Counter {
-	if c := m.guards[reason]; c != nil {
-		return c
-	}
-	return m.errs["search"]
-}
-
-// refreshStats keeps the entry gauges current without a store call per scrape.
-func (g *Gateway) refreshStats(ctx context.Context) {
-	t := time.NewTicker(2 * time.Second)
-	defer t.Stop()
-	for {
-		if st, err := g.store.Stats(ctx); err == nil {
-			g.cm.entries.Store(st.Entries)
-			g.cm.vectors.Store(st.VectorEntries)
-			g.cm.bytes.Store(st.Bytes)
-		} else if ctx.Err() == nil {
-			g.cm.errors("stats").Inc()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }

@@ -2,4 +2,12 @@
 // the cache lookups, admission, node choice with retries, spill-over, the
 // streaming pump with write-back, and the admin and status endpoints. It
 // wires the other packages together; nothing imports it.
+//
+// One request's life, file by file in call order: server.go (routes, the
+// transport's errors), inference.go (the exchange: validate, admit, plan
+// the cache, lead or follow a flight), cache.go (lookups, replay,
+// write-back; outcome.go names what the cache did), forward.go (node
+// choice, attempts, retries on another node), spill.go (the hosted API),
+// respond.go (commit as JSON or as a stream, the pump, settle, finish).
+// errors.go holds every error answer the gateway makes itself.
 package router

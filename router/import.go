@@ -60,7 +60,7 @@ func (g *Gateway) ImportAnswer(ctx context.Context, in warm.ImportRequest) (warm
 	x := &exchange{endpoint: adapters.EndpointChat, req: req, tenant: t, model: model}
 	p := g.plan(x, planHints{tag: validTag([]byte(in.Tag))})
 	if !p.store {
-		return warm.ImportResponse{}, fmt.Errorf("%w: the request is not cacheable (%s)", errImport, p.reason)
+		return warm.ImportResponse{}, fmt.Errorf("%w: the request is not cacheable (%s)", errImport, p.reason.label())
 	}
 	if !g.conf().Cache.Exact.Enabled {
 		return warm.ImportResponse{}, fmt.Errorf("%w: imports need cache.exact", errImport)

@@ -163,12 +163,12 @@ func TestAmbiguousBodiesNeverPoisonTheCache(t *testing.T) {
 	}
 
 	xc, resp, b := ask(t, gw, msg(`"content":"`+q+`"`))
-	if xc != cacheMiss || chatContent(t, b) != "echo: "+q {
+	if xc != "miss" || chatContent(t, b) != "echo: "+q {
 		t.Errorf("the plain question: X-Cache %q (similarity %s), answer %q; want a miss answered by the node",
 			xc, resp.Header.Get("X-Cache-Similarity"), chatContent(t, b))
 	}
 	resp, b = post(t, gw.URL+"/v1/completions", `{"model":"qwen3-8b","prompt":"`+q+`"}`)
-	if xc := resp.Header.Get("X-Cache"); resp.StatusCode != 200 || xc != cacheMiss || strings.Contains(string(b), "evil") {
+	if xc := resp.Header.Get("X-Cache"); resp.StatusCode != 200 || xc != "miss" || strings.Contains(string(b), "evil") {
 		t.Errorf("the plain prompt: %d X-Cache %q: %s", resp.StatusCode, xc, b)
 	}
 	// The refusals are counted by reason and logged at WARN.
@@ -199,14 +199,14 @@ func TestCacheKeyByUser(t *testing.T) {
 		t.Run(map[bool]string{true: "on", false: "off"}[on], func(t *testing.T) {
 			gw, _ := cacheGateway(t, "memory", func(c *Config) { c.Cache.KeyByUser = on })
 			askStored(t, gw, cbody(q, as("alice")))
-			other := map[bool]string{true: cacheMiss, false: cacheHitExact}[on]
-			otherReworded := map[bool]string{true: cacheMiss, false: cacheHitSemantic}[on]
+			other := map[bool]string{true: "miss", false: "hit-exact"}[on]
+			otherReworded := map[bool]string{true: "miss", false: "hit-semantic"}[on]
 			for _, c := range []struct{ user, question, want string }{
 				{"bob", q, other},
 				{"carol", reworded, otherReworded},
 				{"", q, other}, // no user: not alice's either
-				{"alice", q, cacheHitExact},
-				{"alice", reworded, cacheHitSemantic},
+				{"alice", q, "hit-exact"},
+				{"alice", reworded, "hit-semantic"},
 			} {
 				if xc, _, _ := ask(t, gw, cbody(c.question, as(c.user))); xc != c.want {
 					t.Errorf("user %q asks %q: X-Cache %q, want %q", c.user, c.question, xc, c.want)
@@ -217,7 +217,7 @@ func TestCacheKeyByUser(t *testing.T) {
 	t.Run("no user", func(t *testing.T) {
 		gw, _ := cacheGateway(t, "memory", func(c *Config) { c.Cache.KeyByUser = true })
 		askStored(t, gw, cbody(q, ""))
-		if xc, _, _ := ask(t, gw, cbody(q, `"user":""`)); xc != cacheHitExact {
+		if xc, _, _ := ask(t, gw, cbody(q, `"user":""`)); xc != "hit-exact" {
 			t.Errorf("requests with no user must share: X-Cache %q", xc)
 		}
 	})
@@ -229,10 +229,10 @@ func TestCacheKeyByUser(t *testing.T) {
 		if err := gw.Reload(next); err != nil {
 			t.Fatalf("reload: %v", err)
 		}
-		if xc, _, _ := ask(t, gw, cbody(q, as("bob"))); xc != cacheMiss {
+		if xc, _, _ := ask(t, gw, cbody(q, as("bob"))); xc != "miss" {
 			t.Errorf("after the reload, another user: X-Cache %q, want a miss", xc)
 		}
-		if xc, _, _ := ask(t, gw, cbody(q, "")); xc != cacheHitExact {
+		if xc, _, _ := ask(t, gw, cbody(q, "")); xc != "hit-exact" {
 			t.Errorf("after the reload, no user: X-Cache %q, want the entry stored before", xc)
 		}
 	})

@@ -1,14 +1,18 @@
 package router
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"frontdoor/adapters"
 )
@@ -150,4 +154,65 @@ func (b *bucket) drain() {
 	b.refill(time.Now())
 	b.tokens = 0
 	b.mu.Unlock()
+}
+
+// trySpill sends the request to the hosted API when the policy allows it,
+// and reports whether it answered the client (with the hosted answer or an
+// error of its own).
+func (g *Gateway) trySpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.UpstreamRequest, reason string) bool {
+	s := g.rt.Load().spill
+	if s == nil || (reason == "saturated" && !s.onSat) || (reason == "failed" && !s.onFail) {
+		return false
+	}
+	if !x.tenant.spillover {
+		x.spillRefused = true
+		return false
+	}
+	maxTokens := x.req.MaxTokens
+	if maxTokens == 0 {
+		maxTokens = g.conf().Admission.DefaultMaxTokens
+	}
+	if wait, limit := s.take(len(ur.Body)/4 + maxTokens); wait > 0 {
+		g.failFlight(x)
+		g.writeError(ctx, errSpillQuota(limit, wait))
+		return true
+	}
+	s.inflight.Add(1)
+	x.slot.hold(nil, s.inflight)
+	x.attempts++
+	var span trace.Span
+	if x.trc != nil {
+		span = g.startAttempt(x, ur, nil)
+	}
+	resp, err := s.backend.Send(context.Background(), ur)
+	if span != nil {
+		endAttempt(span, resp, err, time.Time{})
+	}
+	if err != nil {
+		x.slot.release()
+		g.failFlight(x)
+		g.badAnswer(x.id, s.name, err)
+		g.writeError(ctx, sendError(s.name, err))
+		return true
+	}
+	x.upstream = s.name
+	s.count(reason, x.model)
+	s.spilled.Add(1)
+	ctx.Response.Header.Set("X-Upstream-Model", resp.Model)
+	if resp.Status == 429 {
+		s.throttled()
+		e := s.backend.MapError(resp.Status, resp.Body)
+		e.RetryAfter = 1
+		if ra, err := strconv.Atoi(string(resp.RetryAfter)); err == nil && ra > 0 {
+			e.RetryAfter = ra
+		}
+		resp.Close()
+		x.slot.release()
+		ctx.Response.Header.SetCanonical(headerUpstream, []byte(s.name))
+		g.failFlight(x)
+		g.writeError(ctx, e)
+		return true
+	}
+	g.commit(ctx, x, nil, s.backend, resp)
+	return true
 }

@@ -101,8 +101,7 @@ func (ts *tenantSet) resolve(ctx *fasthttp.RequestCtx) (*tenant, *adapters.APIEr
 		if t := ts.byName[string(name)]; t != nil {
 			return t, nil
 		}
-		return nil, &adapters.APIError{Status: 400, Type: adapters.TypeInvalidRequest, Code: "unknown_tenant",
-			Message: "X-Frontdoor-Tenant names no configured tenant"}
+		return nil, errUnknownTenant()
 	}
 	if len(key) > 0 {
 		d := sha256.Sum256(key)
@@ -114,11 +113,9 @@ func (ts *tenantSet) resolve(ctx *fasthttp.RequestCtx) (*tenant, *adapters.APIEr
 		return ts.def, nil
 	}
 	if len(key) == 0 {
-		return nil, &adapters.APIError{Status: 401, Type: adapters.TypeAuthentication, Code: "missing_api_key",
-			Message: "missing API key: send Authorization: Bearer <key>"}
+		return nil, errMissingAPIKey()
 	}
-	return nil, &adapters.APIError{Status: 401, Type: adapters.TypeAuthentication, Code: "invalid_api_key",
-		Message: "invalid API key"}
+	return nil, errInvalidAPIKey()
 }
 
 func bearer(h []byte) []byte {

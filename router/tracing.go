@@ -175,8 +175,11 @@ func (x *exchange) finishSpan() {
 	if x.upstream != "" {
 		attrs = append(attrs, attribute.String("frontdoor.upstream", x.upstream))
 	}
-	if x.cacheResult != "" {
-		attrs = append(attrs, attribute.String("frontdoor.cache", x.cacheResult))
+	if r := x.cache.result; r != resultNone {
+		attrs = append(attrs, attribute.String("frontdoor.cache", r.header()))
+		if reason := x.cache.reason; reason != reasonNone {
+			attrs = append(attrs, attribute.String("frontdoor.cache.reason", reason.label()))
+		}
 	}
 	x.trc.span.SetAttributes(attrs...)
 	if x.status >= 500 {
@@ -194,23 +197,6 @@ func (x *exchange) child(name string, kind trace.SpanKind, attrs ...attribute.Ke
 	}
 	_, s := x.trc.span.TracerProvider().Tracer("frontdoor/router").Start(x.trc.ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
 	return s
-}
-
-// tracedLookup is the cache lookup with a span for each kind.
-func (g *Gateway) tracedLookup(ctx *fasthttp.RequestCtx, x *exchange, p *cachePlan) bool {
-	s := x.child("cache.lookup exact", trace.SpanKindInternal, attribute.String("frontdoor.cache.lookup", "exact"))
-	hit := g.lookupExact(ctx, x, p)
-	s.SetAttributes(attribute.Bool("frontdoor.cache.hit", hit))
-	s.End()
-	if hit || !p.lookup || !p.semantic {
-		return hit
-	}
-	s = x.child("cache.lookup semantic", trace.SpanKindInternal, attribute.String("frontdoor.cache.lookup", "semantic"))
-	hit = g.lookupSemantic(ctx, x, p)
-	s.SetAttributes(attribute.Bool("frontdoor.cache.hit", hit), attribute.Float64("frontdoor.cache.similarity", float64(p.similarity)),
-		attribute.Float64("frontdoor.cache.threshold", float64(p.threshold)))
-	s.End()
-	return hit
 }
 
 // startAttempt opens the span of one attempt on node n (nil: spill-over)
@@ -257,14 +243,6 @@ func endAdmission(s trace.Span, rej *admission.Rejection) {
 		s.SetAttributes(attribute.String("frontdoor.admission.rejected", rej.Limit))
 	}
 	s.End()
-}
-
-// lookup runs the cache lookups, traced when the request is.
-func (g *Gateway) lookup(ctx *fasthttp.RequestCtx, x *exchange, p *cachePlan) bool {
-	if x.trc == nil {
-		return g.lookupExact(ctx, x, p) || g.lookupSemantic(ctx, x, p)
-	}
-	return g.tracedLookup(ctx, x, p)
 }
 
 func (g *Gateway) spillName() string {

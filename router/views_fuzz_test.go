@@ -135,13 +135,14 @@ func FuzzRequestViewsAgree(f *testing.F) {
 		keys := cache.ComputeKeys("ns", "m", endpoint, req.Root(), opt)
 		msgs := cacheMessages(req.Root())
 
-		upstream := req.Body // as toUpstream builds it
+		model := req.Model
 		if how&1 != 0 {
-			upstream = rewriteModel(req.Root(), "other-model")
+			model = "other-model"
 		}
-		if how&2 != 0 {
-			upstream = withIncludeUsage(req.Root())
+		if how&2 != 0 { // a stream without the usage chunk: it is asked for
+			req.Stream, req.IncludeUsage = true, false
 		}
+		upstream := req.UpstreamBody(model) // as toUpstream builds it
 		d := json.NewDecoder(bytes.NewReader(upstream))
 		d.UseNumber()
 		var top map[string]any

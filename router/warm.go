@@ -236,9 +236,9 @@ func (s *selfTarget) Warm(ctx context.Context, it *warm.Item) (warm.Result, erro
 		return 0, err
 	case status != fasthttp.StatusOK:
 		return 0, fmt.Errorf("request: HTTP %d", status)
-	case xc == cacheMiss:
+	case xc == resultMiss.header():
 		return warm.Warmed, nil
-	case xc == cacheHitExact || xc == cacheHitSemantic:
+	case xc == resultHitExact.header() || xc == resultHitSemantic.header():
 		return warm.Cached, nil
 	}
 	return 0, fmt.Errorf("answered but not cached (X-Cache: %q)", xc)

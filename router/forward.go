@@ -1,0 +1,273 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"frontdoor/adapters"
+	"frontdoor/balancer"
+	"math/rand/v2"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
+)
+
+type attempts struct {
+	cands      []*balancer.Node // ordered by the picker
+	next       int              // index of the next candidate to try
+	lastErr    *adapters.APIError
+	lastReason string // why the last attempt failed, for the retry metric
+	final      bool   // lastErr is the answer: no other node, no spill-over
+}
+
+// forward tries the candidate nodes in order until one answers. Failures
+// before the first byte move on to the next (different) node.
+func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.UpstreamRequest) {
+	st := g.candidates(x)
+	if maxWait := g.conf().Balancer.Queue.MaxWait.D(); maxWait > 0 && !anyFree(st.cands) && g.pool.AnyUsable(x.model) {
+		// Every node is full: wait for a slot before spilling over or
+		// answering 503.
+		deadline := time.Now().Add(maxWait)
+		for !anyFree(st.cands) && time.Now().Before(deadline) {
+			if !g.pool.WaitForSlot(context.Background(), x.model, time.Until(deadline)) {
+				break
+			}
+			st = g.candidates(x)
+		}
+	}
+	g.forwardFrom(ctx, x, ur, st)
+}
+
+func (g *Gateway) candidates(x *exchange) *attempts {
+	if !x.prefixDone {
+		x.prefix, x.prefixDone = requestPrefix(g.pool.PrefixHasher(), x.req), true
+	}
+	cands, _ := g.pool.PickWith(x.model, balancer.Hints{Affinity: x.req.SystemPromptHash(), Prefix: x.prefix})
+	x.tries = attempts{cands: cands, lastReason: "other"}
+	return &x.tries
+}
+
+// forwardFrom is forward from where st stands.
+func (g *Gateway) forwardFrom(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.UpstreamRequest, st *attempts) {
+	for {
+		n := g.nextNode(x, st)
+		if n == nil {
+			break
+		}
+		if x.attempts > 0 {
+			g.metrics.retries[st.lastReason].Inc()
+			time.Sleep(g.backoff(x.attempts))
+		}
+		a := g.send(x, ur, n)
+		if a.err == nil && !adapters.RetryableStatus(a.resp.Status) {
+			g.answeredBy(x, a)
+			g.commit(ctx, x, n, a.backend, a.resp)
+			return
+		}
+		g.attemptFailed(x, st, a)
+		if st.final {
+			g.failFlight(x)
+			g.writeError(ctx, st.lastErr)
+			return
+		}
+	}
+	g.noAnswer(ctx, x, ur, st)
+}
+
+// nextNode takes a slot on the next candidate that has one free, or
+// returns nil when none is left or the attempts are used up. The slot is
+// released on every path (finish releases it too, panics included).
+func (g *Gateway) nextNode(x *exchange, st *attempts) *balancer.Node {
+	for st.next < len(st.cands) && x.attempts < 1+g.conf().Balancer.Retries {
+		n := st.cands[st.next]
+		st.next++
+		if n.TryAcquire() {
+			x.slot.hold(n, nil)
+			g.pool.Routed(n, x.prefix)
+			return n
+		}
+	}
+	return nil
+}
+
+// attempt is one try of a request on a node, up to the node's first byte.
+type attempt struct {
+	node    *balancer.Node
+	backend adapters.Backend
+	sent    time.Time // for a stream, when it was sent: the time to first token runs from it
+	resp    *adapters.UpstreamResponse
+	err     error
+}
+
+// send sends ur to node n, whose slot x holds, traced when x is.
+func (g *Gateway) send(x *exchange, ur *adapters.UpstreamRequest, n *balancer.Node) attempt {
+	x.attempts++
+	a := attempt{node: n, backend: g.backendFor(n)}
+	if ur.Stream { // the time to the first token is only known for streams
+		a.sent = time.Now()
+	}
+	var span trace.Span
+	if x.trc != nil {
+		span = g.startAttempt(x, ur, n)
+	}
+	a.resp, a.err = a.backend.Send(context.Background(), ur)
+	if span != nil {
+		endAttempt(span, a.resp, a.err, a.sent)
+	}
+	return a
+}
+
+// answeredBy records that a's node answered: the answer goes to the client.
+func (g *Gateway) answeredBy(x *exchange, a attempt) {
+	// Time to first token is only known for streams: a non-streaming
+	// answer arrives whole.
+	var ttft time.Duration
+	if a.resp.Streaming() {
+		ttft = time.Since(a.sent)
+		g.metrics.ttft.add(a.sent.Add(ttft), ttft)
+	}
+	g.pool.Report(a.node, balancer.OutcomeSuccess, ttft)
+	g.metrics.upstreamAnswers.Add(1)
+	x.upstream = a.node.Name()
+}
+
+// attemptFailed ends an attempt that failed before its first byte: it frees
+// the slot, reports the node, logs, and records in st why (st.final when
+// no other node should be tried).
+func (g *Gateway) attemptFailed(x *exchange, st *attempts, a attempt) {
+	n := a.node
+	x.slot.release()
+	if a.err == nil { // a status another node may not answer with
+		st.lastErr, st.lastReason = a.backend.MapError(a.resp.Status, a.resp.Body), retryReason(nil, a.resp.Status)
+		a.resp.Close()
+		g.pool.Report(n, balancer.OutcomeFailure, 0)
+		g.log.Warn("upstream attempt refused", "request_id", x.id, "node", n.Name(), "status", a.resp.Status)
+		return
+	}
+	st.lastErr, st.lastReason = sendError(n.Name(), a.err), retryReason(a.err, 0)
+	if errors.Is(a.err, adapters.ErrAnswerTooLarge) {
+		// The node works; another would most likely answer as much.
+		g.pool.Report(n, balancer.OutcomeSuccess, 0)
+		st.final = true
+		g.badAnswer(x.id, n.Name(), a.err)
+		return
+	}
+	g.pool.Report(n, balancer.OutcomeFailure, 0)
+	if !g.badAnswer(x.id, n.Name(), a.err) {
+		g.log.Warn("upstream attempt failed", "request_id", x.id, "node", n.Name(), "error", a.err.Error())
+	}
+}
+
+// noAnswer spills the request over, or answers the error of the last
+// attempt, when no node answered.
+func (g *Gateway) noAnswer(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.UpstreamRequest, st *attempts) {
+	reason := "failed"
+	if x.attempts == 0 {
+		reason = "saturated"
+	}
+	if g.trySpill(ctx, x, ur, reason) {
+		return
+	}
+	lastErr := st.lastErr
+	switch {
+	case x.spillRefused:
+		lastErr = adapters.Unavailable("no local capacity for "+x.model+", and this tenant's traffic may not leave for the hosted API; retry shortly", 1)
+	case lastErr == nil && !g.pool.AnyUsable(x.model):
+		lastErr = adapters.Unavailable("no healthy node serves "+x.model+" right now; retry shortly", 1)
+	case lastErr == nil:
+		lastErr = adapters.Unavailable("all nodes serving "+x.model+" are at capacity; retry shortly", 1)
+	}
+	g.failFlight(x)
+	g.writeError(ctx, lastErr)
+}
+
+// anyFree reports whether some candidate has a free slot.
+func anyFree(cands []*balancer.Node) bool {
+	for _, n := range cands {
+		if n.Inflight() < int64(n.Config().MaxConcurrency) {
+			return true
+		}
+	}
+	return false
+}
+
+// failFlight tells the followers of x's flight that it got no answer.
+func (g *Gateway) failFlight(x *exchange) {
+	if f := x.flight; f != nil {
+		f.failed = true
+		close(f.ready)
+		g.flights.leave(f)
+		x.flight = nil
+	}
+}
+
+// backoff is the wait before the attempt-th retry: exponential from
+// balancer.backoff.base up to max, with equal jitter.
+func (g *Gateway) backoff(attempt int) time.Duration {
+	base, maxD := g.conf().Balancer.Backoff.Base.D(), g.conf().Balancer.Backoff.Max.D()
+	if base <= 0 {
+		return 0
+	}
+	d := base << (attempt - 1)
+	if d > maxD || d <= 0 {
+		d = maxD
+	}
+	return d/2 + rand.N(d/2+1) // equal jitter
+}
+
+// retryReason names why an attempt failed, for frontdoor_retries_total.
+func retryReason(err error, status int) string {
+	switch {
+	case errors.Is(err, adapters.ErrConnect):
+		return "connect"
+	case errors.Is(err, adapters.ErrFirstByteTimeout), errors.Is(err, adapters.ErrTotalTimeout):
+		return "timeout"
+	case errors.Is(err, adapters.ErrUpstreamClosed):
+		return "closed"
+	case errors.Is(err, adapters.ErrMalformedAnswer):
+		return "malformed"
+	case status == 429:
+		return "status_429"
+	case status >= 500:
+		return "status_5xx"
+	}
+	return "other"
+}
+
+func sendError(node string, err error) *adapters.APIError {
+	switch {
+	case errors.Is(err, adapters.ErrFirstByteTimeout):
+		return adapters.UpstreamTimeout("upstream " + node + " did not answer in time (timeouts.first_byte)")
+	case errors.Is(err, adapters.ErrTotalTimeout):
+		return adapters.UpstreamTimeout("upstream " + node + " did not answer in time: " + err.Error())
+	}
+	return adapters.UpstreamError("upstream " + node + " failed: " + err.Error())
+}
+
+// badAnswer makes an answer the gateway would not pass on loud: a metric
+// and a WARN line naming the node, at most one per node and kind every
+// 10 s (never the body). It reports whether err was such an answer.
+func (g *Gateway) badAnswer(id, node string, err error) bool {
+	kind := ""
+	switch {
+	case errors.Is(err, adapters.ErrAnswerTooLarge):
+		kind = "too_large"
+	case errors.Is(err, adapters.ErrMalformedAnswer):
+		kind = "malformed"
+	default:
+		return false
+	}
+	g.metrics.badAnswers[kind].Inc()
+	g.upLog.warn(kind+":"+node, "upstream answer refused", "reason", kind, "node", node, "request_id", id, "error", err.Error())
+	return true
+}
+
+// requestPrefix is the prompt's prefix hashes for the prefix scorer; nil
+// when h is (prefix weight 0).
+func requestPrefix(h *balancer.PrefixHasher, req *adapters.Request) *balancer.Prefix {
+	if h == nil {
+		return nil
+	}
+	req.WalkPrompt(h.Message, h.Write)
+	return h.Prefix()
+}

@@ -1,0 +1,244 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"frontdoor/adapters"
+	"frontdoor/balancer"
+	"frontdoor/router/admission"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
+)
+
+type exchange struct {
+	start        time.Time
+	id           string
+	endpoint     adapters.Endpoint
+	req          *adapters.Request
+	tenant       *tenant
+	model        string // after alias resolution
+	upstream     string
+	attempts     int
+	status       int
+	cache        cacheOutcome      // set through setCache
+	spillRefused bool              // spill-over would have applied but the tenant may not leave
+	pass         *admission.Pass   // the tenant's rate and concurrency admission
+	charge       *admission.Charge // the token charge of a miss
+	streamOwned  bool              // a stream writer settles and releases at its end
+	streamEvents int               // events pumped to the client, for the per-token time
+	slot         heldSlot          // the node or spill-over slot of the current attempt
+	plan         *cachePlan
+	flight       *flight
+	finished     bool                     // finish ran
+	tries        attempts                 // where forward stands
+	prefix       *balancer.Prefix         // the prompt's prefix hashes (prefix weight > 0)
+	prefixDone   bool                     // prefix was computed
+	upstreamReq  adapters.UpstreamRequest // what toUpstream built
+	trc          *requestTrace            // nil when tracing is off
+}
+
+func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint, id string) {
+	x := &exchange{start: time.Now(), id: id, endpoint: ep}
+	if g.tracing != nil {
+		g.startRequestSpan(ctx, x)
+	}
+	defer func() { g.finish(ctx, x, recover()) }()
+	ur, leader := g.prepare(ctx, x)
+	if leader != nil {
+		ur = g.rejoin(ctx, x, leader)
+	}
+	if ur != nil {
+		g.forward(ctx, x, ur)
+	}
+}
+
+// prepare runs a request up to its trip upstream: it validates, admits and
+// looks it up in the cache. It returns the upstream request, or nil when
+// the client has its answer already, or the flight of an identical request
+// in progress that x must follow (see rejoin).
+func (g *Gateway) prepare(ctx *fasthttp.RequestCtx, x *exchange) (*adapters.UpstreamRequest, *flight) {
+	if !g.admitAndPlan(ctx, x) {
+		return nil, nil
+	}
+	if p := x.plan; p.lookup && g.lookup(ctx, x, p) {
+		return nil, nil
+	}
+	if x.plan.only != 0 { // lookup-only: never upstream
+		ctx.SetStatusCode(fasthttp.StatusNoContent)
+		x.setCache(&ctx.Response.Header, cacheOutcome{resultMiss, reasonLookupOnly}, "")
+		return nil, nil
+	}
+	return g.prepareMiss(ctx, x)
+}
+
+// admitAndPlan validates and admits the request and plans its cache use
+// (x.plan). It returns false when the client has its answer (an error).
+func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
+	if !ctx.IsPost() {
+		g.onlyMethod(ctx, fasthttp.MethodPost)
+		return false
+	}
+	t, apiErr := g.rt.Load().tenants.resolve(ctx)
+	if apiErr != nil {
+		g.writeError(ctx, apiErr)
+		return false
+	}
+	x.tenant = t
+	as := x.child("admission", trace.SpanKindInternal)
+	pass, rej := g.adm.Enter(context.Background(), t.name)
+	endAdmission(as, rej)
+	if rej != nil {
+		g.writeError(ctx, errRejected(rej))
+		return false
+	}
+	x.pass = pass
+	if !isJSON(ctx.Request.Header.ContentType()) {
+		g.writeError(ctx, errUnsupportedMediaType(ctx.Request.Header.ContentType()))
+		return false
+	}
+	if len(ctx.PostBody()) > int(g.conf().Limits.MaxBodyBytes) {
+		g.writeError(ctx, g.tooLarge())
+		return false
+	}
+	req, apiErr := adapters.ParseRequest(x.endpoint, ctx.PostBody())
+	if apiErr != nil {
+		g.bodies.note(x, apiErr)
+		g.writeError(ctx, apiErr)
+		return false
+	}
+	x.req = req // finish releases it
+	x.describeRequest()
+	if !t.allows(req.Model) {
+		g.writeError(ctx, errModelNotAllowed(t.name, req.Model))
+		return false
+	}
+	model, ok := g.pool.Resolve(req.Model, x.id)
+	if !ok {
+		g.writeError(ctx, adapters.NotFound("model", "The model `"+req.Model+"` does not exist"))
+		return false
+	}
+	x.model = model
+	p := g.planCache(ctx, x)
+	x.plan = p
+	x.setCache(&ctx.Response.Header, cacheOutcome{resultBypass, p.reason}, "")
+	return true
+}
+
+// prepareMiss readies a cache miss for the trip upstream: it leads (or
+// follows, see rejoin) the flight of identical requests and admits it.
+func (g *Gateway) prepareMiss(ctx *fasthttp.RequestCtx, x *exchange) (*adapters.UpstreamRequest, *flight) {
+	if p := x.plan; p.store {
+		g.semanticScope(x, p) // the write-back needs it; the request is gone by then
+		if !p.lookupFailed {
+			x.setCache(&ctx.Response.Header, cacheOutcome{resultMiss, p.reason}, "") // else a bypass whose answer is still written back
+		}
+		if g.conf().Cache.Coalesce && p.lookup { // no-cache wants a fresh answer of its own
+			f, leader := g.flights.join(p.keys.Exact)
+			if !leader {
+				return nil, f
+			}
+			x.flight = f
+		} else {
+			x.flight = g.flights.solo(p.keys.Exact)
+		}
+		x.setCacheEntry(&ctx.Response.Header, x.flight.entryID)
+	}
+	return g.toUpstream(ctx, x), nil
+}
+
+// rejoin waits for the flight f of an identical request and serves its
+// answer; when f got none, x goes upstream itself. It blocks.
+func (g *Gateway) rejoin(ctx *fasthttp.RequestCtx, x *exchange, f *flight) *adapters.UpstreamRequest {
+	if g.follow(ctx, x, f) {
+		return nil
+	}
+	x.flight = g.flights.solo(x.plan.keys.Exact) // the leader failed: go alone
+	ctx.Response.Header.Del("X-Coalesced")
+	x.setCacheEntry(&ctx.Response.Header, x.flight.entryID)
+	return g.toUpstream(ctx, x)
+}
+
+// toUpstream admits a miss and builds its upstream request (nil: refused,
+// the error is written).
+func (g *Gateway) toUpstream(ctx *fasthttp.RequestCtx, x *exchange) *adapters.UpstreamRequest {
+	if !g.admitMiss(ctx, x) {
+		g.failFlight(x)
+		return nil
+	}
+	req, model := x.req, x.model
+	body := req.UpstreamBody(model)
+	x.upstreamReq = adapters.UpstreamRequest{Endpoint: x.endpoint, Body: body, Stream: req.Stream, RequestID: x.id, Model: model}
+	return &x.upstreamReq
+}
+
+// admitMiss charges a request that is going upstream against the token and
+// global budgets, after checking it fits the model's context window. It
+// writes the error and returns false when the request may not go on.
+func (g *Gateway) admitMiss(ctx *fasthttp.RequestCtx, x *exchange) bool {
+	req := x.req
+	maxLen := g.rt.Load().maxModelLen[x.model]
+	promptTokens := 0
+	if maxLen > 0 || g.adm.CountsTokens(x.tenant.name) {
+		promptTokens = admission.CountTokens(req.PromptText())
+	}
+	if maxLen > 0 && promptTokens+req.MaxTokens > maxLen {
+		g.writeError(ctx, adapters.BadRequest("messages", fmt.Sprintf(
+			"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+			maxLen, promptTokens+req.MaxTokens, promptTokens, req.MaxTokens)))
+		return false
+	}
+	as := x.child("admission tokens", trace.SpanKindInternal)
+	charge, rej := g.adm.AdmitMiss(context.Background(), x.tenant.name, g.adm.UpfrontTokens(promptTokens, req.MaxTokens, req.N))
+	endAdmission(as, rej)
+	if rej != nil {
+		g.writeError(ctx, errRejected(rej))
+		return false
+	}
+	x.charge = charge
+	return true
+}
+
+// handOff moves the admission release and the settlement to a stream
+// writer, which calls the returned func when the stream ends with the
+// total tokens used (negative: unknown).
+func (x *exchange) handOff() func(usage int) {
+	x.streamOwned = true
+	pass, charge, trc := x.pass, x.charge, x.trc
+	return func(usage int) {
+		if charge != nil {
+			charge.Settle(usage)
+		}
+		pass.Release()
+		trc.end()
+	}
+}
+
+// attempts is how far forward has got through the candidate nodes.
+// heldSlot is the node or spill-over slot an exchange holds; release frees
+// it once, whichever path (answer, error, stream end, panic) gets there
+// first.
+type heldSlot struct {
+	node     *balancer.Node
+	inflight *atomic.Int64
+	held     atomic.Bool
+}
+
+func (s *heldSlot) hold(n *balancer.Node, inflight *atomic.Int64) {
+	s.node, s.inflight = n, inflight
+	s.held.Store(true)
+}
+
+func (s *heldSlot) release() {
+	if !s.held.CompareAndSwap(true, false) {
+		return
+	}
+	if s.node != nil {
+		s.node.Release()
+	}
+	if s.inflight != nil {
+		s.inflight.Add(-1)
+	}
+}

@@ -1,0 +1,180 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"frontdoor/cache"
+	"frontdoor/cmd/gpusim/sim"
+	"frontdoor/internal/testenv"
+)
+
+// failingStore fails its lookups while fail holds an error.
+type failingStore struct {
+	cache.Store
+	fail atomic.Pointer[error]
+}
+
+func (s *failingStore) Get(ctx context.Context, key string) (*cache.Entry, error) {
+	if err := s.fail.Load(); err != nil {
+		return nil, *err
+	}
+	return s.Store.Get(ctx, key)
+}
+
+// TestCacheOutcomes makes every cache outcome happen through HTTP and
+// checks that each reaches the X-Cache header, its own series of
+// frontdoor_cache_requests_total (and no other), and the request's span.
+func TestCacheOutcomes(t *testing.T) {
+	recv := startOTLPReceiver(t)
+	node := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT = 300 * time.Millisecond })
+	gateway := func(mutate func(*Config), deps Deps) *testGateway {
+		cfg := testConfig(node)
+		cfg.Cache.Backend = "memory"
+		cfg.Cache.Eligibility.MaxTemperature = 1
+		tracingOn(t, &cfg, recv)
+		if mutate != nil {
+			mutate(&cfg)
+		}
+		if deps.Store == nil {
+			deps.Store = cache.NewMemoryStore(64<<20, cfg.Cache.Embedder.Dims)
+		}
+		return startGatewayWith(t, cfg, deps)
+	}
+	store := &failingStore{Store: cache.NewMemoryStore(64<<20, DefaultConfig().Cache.Embedder.Dims)}
+	gw := gateway(nil, Deps{Store: store})
+	off := gateway(func(c *Config) { c.Cache.Backend = "off" }, Deps{})
+	disabled := gateway(func(c *Config) { c.Cache.Exact.Enabled, c.Cache.Semantic.Enabled = false, false }, Deps{})
+
+	const stored = "What is the capital of France?"
+	askStored(t, gw, cbody(stored, ""))
+	failWith := func(err error) func() {
+		return func() { store.fail.Store(&err) }
+	}
+
+	type scenario struct {
+		gw     *testGateway
+		body   string
+		header []string
+		before func() // after the metrics are read, before the request
+		after  func()
+	}
+	scenarios := map[cacheOutcome]scenario{
+		{resultNone, reasonNone}:          {gw: gw, body: `{"model":`},
+		{resultHitExact, reasonNone}:      {gw: gw, body: cbody(stored, "")},
+		{resultHitSemantic, reasonNone}:   {gw: gw, body: cbody("what is the capital of france", "")},
+		{resultMiss, reasonNone}:          {gw: gw, body: cbody("A question never asked before", "")},
+		{resultMiss, reasonNoCache}:       {gw: gw, body: cbody(stored, ""), header: []string{"Cache-Control", "no-cache"}},
+		{resultMiss, reasonLookupOnly}:    {gw: gw, body: cbody("Not in the cache", ""), header: []string{"X-Cache-Only", "1"}},
+		{resultMiss, reasonCoalesced}:     {gw: gw, body: cbody("Asked twice at once", "")}, // the follower; see below
+		{resultBypass, reasonOff}:         {gw: off, body: cbody(stored, "")},
+		{resultBypass, reasonNoStore}:     {gw: gw, body: cbody(stored, ""), header: []string{"Cache-Control", "no-store"}},
+		{resultBypass, reasonMultimodal}:  {gw: gw, body: `{"model":"qwen3-8b","messages":[{"role":"user","content":[{"type":"text","text":"what is this?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}]}`},
+		{resultBypass, reasonN}:           {gw: gw, body: cbody(stored, `"n":2`)},
+		{resultBypass, reasonTemperature}: {gw: gw, body: strings.Replace(cbody(stored, ""), `"temperature":0.7`, `"temperature":1.5`, 1)},
+		{resultBypass, reasonBatchPrompt}: {gw: gw, body: `{"model":"qwen3-8b","prompt":["one","two"],"max_tokens":4}`},
+		{resultBypass, reasonDisabled}:    {gw: disabled, body: cbody(stored, "")},
+		{resultBypass, reasonStoreError}:  {gw: gw, body: cbody(stored, ""), before: failWith(errors.New("lookup failed")), after: func() { store.fail.Store(nil) }},
+		{resultBypass, reasonStoreDown}:   {gw: gw, body: cbody(stored, ""), before: failWith(fmt.Errorf("down: %w", cache.ErrUnavailable)), after: func() { store.fail.Store(nil) }},
+	}
+	if len(scenarios) != len(cacheOutcomes) {
+		t.Fatalf("%d scenarios for %d outcomes", len(scenarios), len(cacheOutcomes))
+	}
+	seenResult, seenReason := map[cacheResult]bool{}, map[cacheReason]bool{}
+	for _, o := range cacheOutcomes {
+		seenResult[o.result], seenReason[o.reason] = true, true
+	}
+	for r := range numResults {
+		if !seenResult[r] {
+			t.Errorf("result %q is in no outcome", r.label())
+		}
+	}
+	for r := range numReasons {
+		if !seenReason[r] {
+			t.Errorf("reason %q is in no outcome", r.label())
+		}
+	}
+
+	for i, o := range cacheOutcomes {
+		name := o.result.label() + "/" + o.reason.label()
+		sc, ok := scenarios[o]
+		if !ok {
+			t.Fatalf("no scenario for the outcome %s", name)
+		}
+		t.Run(name, func(t *testing.T) {
+			before := metricsText(t, sc.gw)
+			if sc.before != nil {
+				sc.before()
+			}
+			id := fmt.Sprintf("outcome-%02d", i)
+			headers := append([]string{"X-Request-Id", id}, sc.header...)
+			if o.reason == reasonCoalesced { // a leader in flight first
+				led := make(chan string, 1)
+				go func() {
+					resp, _ := post(t, sc.gw.URL+"/v1/chat/completions", sc.body)
+					led <- resp.Header.Get("X-Cache")
+				}()
+				busy := node.Stats().Received
+				testenv.Eventually(t, 5*time.Second, func() bool { return node.Stats().Received > busy }, "the leader never reached the node")
+				defer func() {
+					if xc := <-led; xc != "miss" {
+						t.Errorf("the leader: X-Cache %q", xc)
+					}
+				}()
+			}
+			resp, b := post(t, sc.gw.URL+"/v1/chat/completions", sc.body, headers...)
+			if sc.after != nil {
+				sc.after()
+			}
+			if o.result != resultNone && resp.StatusCode/100 != 2 {
+				t.Fatalf("status %d: %s", resp.StatusCode, b)
+			}
+			if got, ok := resp.Header[http.CanonicalHeaderKey("X-Cache")]; o.result == resultNone && ok || o.result != resultNone && strings.Join(got, ",") != o.result.header() {
+				t.Errorf("X-Cache %q, want %q", got, o.result.header())
+			}
+
+			after := metricsText(t, sc.gw)
+			if o.reason == reasonCoalesced {
+				// The leader counts too: wait for its miss.
+				testenv.Eventually(t, 5*time.Second, func() bool {
+					after = metricsText(t, sc.gw)
+					return seriesDelta(t, before, after, resultMiss, reasonNone) == 1
+				}, "the leader's miss was not counted")
+			}
+			for r := resultNone + 1; r < numResults; r++ {
+				for reason := range numReasons {
+					want := 0.0
+					if (cacheOutcome{r, reason}) == o {
+						want = 1
+					}
+					if o.reason == reasonCoalesced && r == resultMiss && reason == reasonNone {
+						want = 1
+					}
+					if d := seriesDelta(t, before, after, r, reason); d != want {
+						t.Errorf("frontdoor_cache_requests_total{result=%q,reason=%q} rose by %v, want %v", r.label(), reason.label(), d, want)
+					}
+				}
+			}
+
+			root, _ := recv.tree(t, id)
+			if got := attr(root, "frontdoor.cache"); got != o.result.header() {
+				t.Errorf("span attribute frontdoor.cache %q, want %q", got, o.result.header())
+			}
+			if got := attr(root, "frontdoor.cache.reason"); got != o.reason.label() {
+				t.Errorf("span attribute frontdoor.cache.reason %q, want %q", got, o.reason.label())
+			}
+		})
+	}
+}
+
+func seriesDelta(t *testing.T, before, after string, r cacheResult, reason cacheReason) float64 {
+	t.Helper()
+	series := `frontdoor_cache_requests_total{result="` + r.label() + `",reason="` + reason.label() + `"}`
+	return metricValue(t, after, series) - metricValue(t, before, series)
+}

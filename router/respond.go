@@ -1,0 +1,395 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"frontdoor/adapters"
+	"frontdoor/balancer"
+	"io"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// commit sends the answer of x.upstream (node, or spill-over when node is
+// nil) to the client, and hands it to the flight (followers, write-back)
+// when there is one.
+func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.Node, be adapters.Backend, resp *adapters.UpstreamResponse) {
+	setUpstream(&ctx.Response.Header, x.upstream, x.attempts)
+	f := x.flight
+	if f != nil {
+		f.upstream, f.attempts = x.upstream, x.attempts
+	}
+	if resp.Status >= 400 {
+		e := be.MapError(resp.Status, resp.Body)
+		resp.Close()
+		x.slot.release()
+		g.failFlight(x)
+		g.writeError(ctx, e)
+		return
+	}
+	if !resp.Streaming() {
+		g.commitJSON(ctx, x, resp)
+		return
+	}
+	g.commitStream(ctx, x, node, resp)
+}
+
+// commitStream relays a streamed answer: the handler returns and the pump
+// runs in fasthttp's body writer; the stream's end settles and stores.
+func (g *Gateway) commitStream(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.Node, resp *adapters.UpstreamResponse) {
+	h := &ctx.Response.Header
+	f := x.flight
+	first := time.Now()
+	release := func() {
+		if node != nil && x.streamEvents > 1 {
+			g.pool.ReportTokens(node, x.streamEvents-1, time.Since(first))
+		}
+		x.slot.release()
+	}
+	ctx.SetStatusCode(resp.Status)
+	ctx.SetContentType("text/event-stream")
+	h.Set(fasthttp.HeaderCacheControl, "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	var asm *adapters.Assembler // the whole answer, for the cache
+	if f != nil {
+		f.streaming, f.status = true, resp.Status
+		close(f.ready)
+		asm = adapters.NewAssembler(x.endpoint)
+	}
+	done := x.handOff()
+	tenantName := x.tenant.name
+	wantUsage := x.req.IncludeUsage
+	id, plan, upstream := x.id, x.plan, x.upstream
+	g.streams.Add(1)
+	g.live.add(resp)
+	g.metrics.streams.Add(1)
+	setStreamBody(ctx, func(w flushWriter) {
+		r := pumped{broken: true, cut: notStoredCut} // until the pump returns (it may panic)
+		defer func() {
+			if r := recover(); r != nil {
+				g.log.Error("stream pump panicked", "request_id", id, "panic", r)
+			}
+			g.live.remove(resp)
+			resp.Close()
+			release()
+			g.metrics.streams.Add(-1)
+			g.streams.Done()
+			var answer *adapters.Answer
+			if asm != nil {
+				why := r.cut
+				if why == "" {
+					var err error
+					answer, err = asm.Answer()
+					why = notStoredReason(err)
+				}
+				if why != "" {
+					g.notStored(id, upstream, why)
+				}
+			}
+			if answer != nil {
+				r.usage, r.usageKnown = answer.Usage, true
+			}
+			usage := -1
+			if r.usageKnown && !r.broken {
+				usage = r.usage.TotalTokens
+				g.metrics.countTokens(tenantName, "upstream", r.usage.PromptTokens, r.usage.CompletionTokens)
+				x.trc.usage(r.usage)
+			}
+			done(usage)
+			if f != nil {
+				f.finish(answer, r.broken)
+				go g.writeBack(f, plan, answer)
+			}
+		}()
+		r = g.pump(w, id, resp, f, asm, wantUsage)
+		x.streamEvents = r.events
+	})
+}
+
+// commitJSON sends a whole (non-streaming) answer and hands it to the
+// flight.
+func (g *Gateway) commitJSON(ctx *fasthttp.RequestCtx, x *exchange, resp *adapters.UpstreamResponse) {
+	f := x.flight
+	if resp.Converted {
+		g.metrics.badAnswers["sse_converted"].Inc()
+		g.upLog.warn("sse_converted:"+x.upstream, "upstream answered a non-streaming request with an event stream; converted to JSON",
+			"node", x.upstream, "request_id", x.id)
+	}
+	ctx.SetStatusCode(resp.Status)
+	ctx.Response.Header.SetContentTypeBytes(resp.ContentType)
+	ctx.SetBody(resp.Body)
+	var answer *adapters.Answer
+	if f != nil {
+		if a, err := adapters.ParseAnswer(x.endpoint, resp.Body); err == nil {
+			answer = a
+		}
+	}
+	if answer != nil && answer.Usage.TotalTokens > 0 {
+		g.settle(x, answer.Usage, true)
+	} else { // no usage in the answer (a converted stream may have none)
+		u, ok := adapters.ParseUsage(resp.Body)
+		g.settle(x, u, ok)
+	}
+	if f != nil {
+		f.status, f.contentType, f.body = resp.Status, append([]byte(nil), resp.ContentType...), append([]byte(nil), resp.Body...)
+		f.finish(answer, answer == nil)
+		close(f.ready)
+		go g.writeBack(f, x.plan, answer)
+	}
+	resp.Close()
+	x.slot.release()
+}
+
+// Why a stream's answer was not stored, for
+// frontdoor_cache_writes_dropped_total{reason}: the node reported an error
+// in it, it ended without [DONE] or a finish_reason, reading it failed
+// (idle, total, the connection), or every reader left and so the gateway
+// stopped reading.
+const (
+	notStoredError      = "stream_error"
+	notStoredIncomplete = "stream_incomplete"
+	notStoredCut        = "stream_cut"
+	notStoredClientGone = "client_gone"
+)
+
+var notStoredReasons = []string{notStoredError, notStoredIncomplete, notStoredCut, notStoredClientGone}
+
+// notStoredReason names an Assembler's refusal; "" when there is none, or
+// when it is a policy (several choices) rather than a fault.
+func notStoredReason(err error) string {
+	switch {
+	case errors.Is(err, adapters.ErrStreamError):
+		return notStoredError
+	case errors.Is(err, adapters.ErrStreamIncomplete):
+		return notStoredIncomplete
+	}
+	return ""
+}
+
+// notStored counts a streamed answer that was headed for the cache and is
+// not stored, and logs it. The cache is doing its job, so the line is
+// DEBUG when the fault is loud already (a cut stream has its "upstream
+// stream broke" WARN, a client gone is a client_aborts_total); a node that
+// put an error in its stream or ended it without [DONE] is an upstream
+// fault nothing else reports, so that is a WARN naming the node, at most
+// one per node and reason every 10 s.
+func (g *Gateway) notStored(id, node, why string) {
+	g.cm.notStored[why].Inc()
+	switch why {
+	case notStoredError, notStoredIncomplete:
+		g.upLog.warn(why+":"+node, "upstream stream not clean; its answer is not cached", "reason", why, "node", node, "request_id", id)
+	default:
+		if g.log.Enabled(context.Background(), slog.LevelDebug) {
+			g.log.Debug("cache: streamed answer not stored", "reason", why, "node", node, "request_id", id)
+		}
+	}
+}
+
+// errClientGone stops a pump's read of the node once its client is gone.
+var errClientGone = errors.New("client gone")
+
+// pumped is what a stream's pump saw.
+type pumped struct {
+	broken     bool
+	cut        string // why the read of the node stopped before its end: notStoredCut or notStoredClientGone
+	events     int
+	usage      adapters.Usage // from the include_usage chunk
+	usageKnown bool
+}
+
+// settle charges a non-streaming answer's real usage and counts its tokens.
+func (g *Gateway) settle(x *exchange, u adapters.Usage, known bool) {
+	if !known {
+		if x.charge != nil {
+			x.charge.Settle(-1) // usage unknown: the estimate stands
+		}
+		return
+	}
+	if x.charge != nil {
+		x.charge.Settle(u.TotalTokens)
+	}
+	g.metrics.countTokens(x.tenant.name, "upstream", u.PromptTokens, u.CompletionTokens)
+	x.trc.usage(u)
+}
+
+// pump copies upstream events to the client as they arrive and publishes
+// them to the flight. It flushes before each read of the upstream's socket:
+// what one read brought leaves in one chunk and one write, and no event
+// waits for the next. When the client goes away the upstream is closed at
+// once, unless followers of the flight still read it. It reports whether
+// the stream broke.
+func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse, f *flight, asm *adapters.Assembler, wantUsage bool) (r pumped) {
+	clientOK := true
+	alone := func() bool { return f == nil || f.followers.Load() == 0 }
+	resp.OnRead(func() error {
+		if clientOK && w.Flush() != nil {
+			clientOK = false
+			g.metrics.clientAborts.Inc()
+		}
+		if !clientOK && alone() {
+			return errClientGone // no reader left: stop reading the node
+		}
+		return nil
+	})
+	for ; ; r.events++ {
+		if !clientOK && alone() {
+			r.broken, r.cut = true, notStoredClientGone
+			return r
+		}
+		ev, err := resp.Next()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return r
+			}
+			if !clientOK && alone() {
+				r.broken, r.cut = true, notStoredClientGone
+				return r
+			}
+			g.log.Warn("upstream stream broke", "request_id", id, "error", err.Error())
+			g.metrics.streamErrors.Inc()
+			e := adapters.UpstreamError("upstream stream ended early: " + err.Error())
+			errEvent := adapters.AppendSSEData(nil, e.AppendJSON(nil))
+			if f != nil {
+				f.publish(errEvent, false)
+			}
+			if clientOK {
+				_, _ = w.Write(errEvent)
+				_ = w.Flush()
+			}
+			r.broken, r.cut = true, notStoredCut
+			return r
+		}
+		usageOnly := false
+		if asm != nil {
+			usageOnly = asm.Add(&ev)
+		} else if usageOnly = adapters.IsUsageOnly(ev.Data); usageOnly {
+			r.usage, r.usageKnown = adapters.ParseUsage(ev.Data)
+		}
+		if f != nil {
+			f.publish(ev.Raw, usageOnly)
+		}
+		if clientOK && (!usageOnly || wantUsage) {
+			if _, err := w.Write(ev.Raw); err != nil {
+				clientOK = false
+				g.metrics.clientAborts.Inc()
+			}
+		}
+	}
+}
+
+// follow serves a request from a flight led by an identical one. It
+// returns false when the leader got no usable answer, so the caller goes
+// upstream itself.
+func (g *Gateway) follow(ctx *fasthttp.RequestCtx, x *exchange, f *flight) bool {
+	select {
+	case <-f.ready:
+	case <-time.After(g.conf().Timeouts.Total.D()):
+		return false
+	}
+	if f.failed {
+		return false
+	}
+	if a := f.finished(); a != nil {
+		g.serveFlightAnswer(ctx, x, f, a)
+		return true
+	}
+	var answer *adapters.Answer
+	if !f.streaming || !x.req.Stream {
+		answer, _ = f.result()
+		if answer == nil && x.req.Stream {
+			return false // the leader's JSON answer can't be replayed as a stream
+		}
+	}
+	x.setCache(&ctx.Response.Header, cacheOutcome{resultMiss, reasonCoalesced}, "")
+	x.upstream = f.upstream
+	setUpstream(&ctx.Response.Header, f.upstream, 0)
+	ctx.Response.Header.Set("X-Coalesced", "true")
+	if !f.streaming {
+		if answer == nil {
+			ctx.SetStatusCode(f.status)
+			ctx.Response.Header.SetContentTypeBytes(f.contentType)
+			ctx.SetBody(f.body)
+			return true
+		}
+		g.replay(ctx, x, answer)
+		return true
+	}
+	if !x.req.Stream {
+		if answer == nil {
+			g.writeError(ctx, adapters.UpstreamError("the shared upstream stream for this request failed"))
+			return true
+		}
+		g.replay(ctx, x, answer)
+		return true
+	}
+	ctx.SetStatusCode(f.status)
+	ctx.SetContentType("text/event-stream")
+	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
+	wantUsage := x.req.IncludeUsage
+	f.followers.Add(1)
+	done := x.handOff()
+	setStreamBody(ctx, func(w flushWriter) {
+		defer done(-1)
+		defer f.followers.Add(-1)
+		for i := 0; ; i++ {
+			ev, ok := f.next(i)
+			if !ok {
+				_ = w.Flush()
+				return
+			}
+			if ev.usageOnly && !wantUsage {
+				continue
+			}
+			if _, err := w.Write(ev.raw); err != nil {
+				return
+			}
+			if f.caughtUp(i+1) && w.Flush() != nil {
+				return
+			}
+		}
+	})
+	return true
+}
+
+// finish records metrics and the access log line. Prompts never appear.
+func (g *Gateway) finish(ctx *fasthttp.RequestCtx, x *exchange, panicked any) {
+	if x.finished {
+		return
+	}
+	x.finished = true
+	if x.req != nil {
+		defer x.req.Release()
+	}
+	if r := panicked; r != nil {
+		// A bug, not bad input: log it, answer 500, and release below.
+		g.log.Error("handler panicked", "request_id", x.id, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		x.streamOwned = false
+		ctx.ResetBody()
+		g.writeError(ctx, errInternal(x.id))
+	}
+	if !x.streamOwned {
+		x.slot.release()
+		if x.charge != nil {
+			x.charge.Settle(0) // no-op when already settled; else nothing was generated
+		}
+		x.pass.Release()
+	}
+	x.status = ctx.Response.StatusCode()
+	g.metrics.observe(x)
+	x.finishSpan()
+	g.cm.request(x.cache)
+	if g.conf().Logging.AccessLog {
+		model := x.model
+		if model == "" && x.req != nil {
+			model = x.req.Model
+		}
+		now := time.Now()
+		logAccess(g.log, now, &accessLine{requestID: x.id, path: string(ctx.Path()), status: x.status,
+			model: model, stream: x.req != nil && x.req.Stream, upstream: x.upstream, attempts: x.attempts,
+			cache: x.cache.result.header(), duration: now.Sub(x.start)})
+	}
+}

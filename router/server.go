@@ -1,0 +1,235 @@
+package router
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"frontdoor/adapters"
+	"math/rand/v2"
+	"net"
+	"runtime/debug"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/pprofhandler"
+)
+
+func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
+	defer func() {
+		if r := recover(); r != nil {
+			g.log.Error("handler panicked", "path", string(ctx.Path()), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			g.writeError(ctx, errInternal(""))
+		}
+	}()
+	// A request whose body length two parsers could read differently, or
+	// with fields after its chunked body, is refused before anything reads
+	// a header (refuseFraming).
+	if g.refuseFraming(ctx) {
+		return
+	}
+	// Every answer carries X-Request-Id, whatever the route.
+	id := requestID(ctx)
+	ctx.Response.Header.SetCanonical(headerRequestID, []byte(id))
+	switch string(ctx.Path()) {
+	case "/v1/chat/completions":
+		g.serveInference(ctx, adapters.EndpointChat, id)
+	case "/v1/completions":
+		g.serveInference(ctx, adapters.EndpointCompletion, id)
+	case "/v1/models":
+		if g.onlyMethod(ctx, fasthttp.MethodGet) {
+			ctx.SetContentType("application/json")
+			ctx.SetBody(g.rt.Load().models)
+		}
+	case "/healthz":
+		if g.onlyMethod(ctx, fasthttp.MethodGet) {
+			ctx.SetContentType("application/json")
+			ctx.SetBodyString(`{"status":"ok"}`)
+		}
+	case "/readyz":
+		if g.onlyMethod(ctx, fasthttp.MethodGet) {
+			g.serveReady(ctx)
+		}
+	case "/status":
+		g.serveStatus(ctx)
+	case "/dashboard":
+		g.serveDashboard(ctx)
+	case "/metrics":
+		if g.onlyMethod(ctx, fasthttp.MethodGet) {
+			ctx.SetContentType("text/plain; version=0.0.4")
+			g.metrics.write(ctx)
+		}
+	default:
+		if bytes.HasPrefix(ctx.Path(), []byte("/admin/")) || string(ctx.Path()) == "/admin" {
+			g.serveAdmin(ctx)
+			return
+		}
+		if bytes.HasPrefix(ctx.Path(), []byte("/debug/pprof/")) {
+			if g.rt.Load().admin.allow(ctx, g.writeError) {
+				pprofhandler.PprofHandler(ctx)
+			}
+			return
+		}
+		g.writeError(ctx, errUnknownPath(string(ctx.Path())))
+	}
+}
+
+func (g *Gateway) onlyMethod(ctx *fasthttp.RequestCtx, method string) bool {
+	if string(ctx.Method()) == method || (method == fasthttp.MethodGet && ctx.IsHead()) {
+		return true
+	}
+	ctx.Response.Header.Set(fasthttp.HeaderAllow, method)
+	g.writeError(ctx, errMethodNotAllowed(string(ctx.Method()), string(ctx.Path()), method))
+	return false
+}
+
+// handleTransportError answers requests fasthttp could not read, such as an
+// oversize body, with the OpenAI envelope.
+func (g *Gateway) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
+	ctx.Response.Header.SetCanonical(headerRequestID, []byte(requestID(ctx)))
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		g.writeError(ctx, g.tooLarge())
+		ctx.SetConnectionClose()
+		return
+	}
+	var small *fasthttp.ErrSmallBuffer
+	var ne net.Error
+	switch {
+	case errors.As(err, &small):
+		g.writeError(ctx, errHeaderTooLarge())
+	case errors.As(err, &ne) && ne.Timeout():
+		g.writeError(ctx, errClientTimeout())
+	default:
+		g.writeError(ctx, adapters.BadRequest("", "malformed HTTP request"))
+	}
+	ctx.SetConnectionClose()
+}
+
+func (g *Gateway) tooLarge() *adapters.APIError {
+	return errBodyTooLarge(int64(g.conf().Limits.MaxBodyBytes))
+}
+
+func (g *Gateway) serveReady(ctx *fasthttp.RequestCtx) {
+	ctx.SetContentType("application/json")
+	if g.stopping.Load() || g.draining.Load() {
+		ctx.SetStatusCode(503)
+		ctx.SetBodyString(`{"status":"stopping"}`)
+		return
+	}
+	if g.pool.Ready() {
+		ctx.SetBodyString(`{"status":"ready"}`)
+		return
+	}
+	ctx.SetStatusCode(503)
+	ctx.SetBodyString(`{"status":"no usable node"}`)
+}
+
+func (g *Gateway) writeError(ctx *fasthttp.RequestCtx, e *adapters.APIError) {
+	ctx.Response.ResetBody()
+	ctx.SetStatusCode(e.Status)
+	ctx.SetContentType("application/json")
+	if e.RetryAfter > 0 {
+		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, strconv.Itoa(e.RetryAfter))
+	}
+	ctx.Response.SetBodyRaw(e.AppendJSON(nil))
+}
+
+// requestID takes a sane client X-Request-Id or makes one.
+func requestID(ctx *fasthttp.RequestCtx) string {
+	if id := ctx.Request.Header.Peek("X-Request-Id"); len(id) > 0 && len(id) <= 128 && printable(id) {
+		return string(id)
+	}
+	return newRequestID()
+}
+
+// newRequestID makes a request id.
+func newRequestID() string {
+	var b [16]byte
+	v := rand.Uint64()
+	for i := range 8 {
+		b[2*i], b[2*i+1] = hexDigits[byte(v)>>4], hexDigits[byte(v)&15]
+		v >>= 8
+	}
+	return string(b[:])
+}
+
+const hexDigits = "0123456789abcdef"
+
+// smallInt is the decimal text of n, without allocating for small n.
+func smallInt(n int) []byte {
+	if n >= 0 && n < len(smallInts) {
+		return smallInts[n]
+	}
+	return strconv.AppendInt(nil, int64(n), 10)
+}
+
+var smallInts = func() (t [16][]byte) {
+	for i := range t {
+		t[i] = strconv.AppendInt(nil, int64(i), 10)
+	}
+	return t
+}()
+
+func printable(b []byte) bool {
+	for _, c := range b {
+		if c < 0x21 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+func isJSON(ct []byte) bool {
+	if i := bytes.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	ct = bytes.TrimSpace(ct)
+	return bytes.EqualFold(ct, []byte("application/json"))
+}
+
+// modelsBody lists the models the node entries serve (discovered or not)
+// and the aliases.
+func modelsBody(cfg *Config) []byte {
+	seen := map[string]bool{}
+	var served, aliases []string
+	for _, n := range cfg.Nodes {
+		for _, m := range n.Models {
+			if !seen[m] {
+				seen[m] = true
+				served = append(served, m)
+			}
+		}
+	}
+	for _, a := range cfg.Models {
+		aliases = append(aliases, a.Name)
+	}
+	sort.Strings(served)
+	sort.Strings(aliases)
+	list := adapters.ModelList{Object: "list", Data: []adapters.Model{}}
+	now := time.Now().Unix()
+	for _, m := range served {
+		list.Data = append(list.Data, adapters.Model{ID: m, Object: "model", Created: now, OwnedBy: "frontdoor"})
+	}
+	for _, a := range aliases {
+		list.Data = append(list.Data, adapters.Model{ID: a, Object: "model", Created: now, OwnedBy: "frontdoor-alias"})
+	}
+	b, _ := json.Marshal(list)
+	return b
+}
+
+// setUpstream says who answered (a node, or spill-over) after how many
+// attempts of this request (0: it followed an identical one).
+func setUpstream(h *fasthttp.ResponseHeader, upstream string, attempts int) {
+	h.SetCanonical(headerUpstream, []byte(upstream))
+	h.SetCanonical(headerUpstreamAttempts, smallInt(attempts))
+}
+
+// Response header names, canonical, for SetCanonical on the hot path.
+var (
+	headerUpstream         = []byte("X-Upstream")
+	headerUpstreamAttempts = []byte("X-Upstream-Attempts")
+	headerCache            = []byte("X-Cache")
+	headerRequestID        = []byte("X-Request-Id")
+)
