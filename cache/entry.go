@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -56,4 +57,18 @@ func UnmarshalEntry(b []byte) (*Entry, error) {
 		return nil, err
 	}
 	return &e, nil
+}
+
+// ValidTag returns t when it is a usable tag: 1 to 128 bytes of letters,
+// digits and ._:/@+-; else "" (the entry is stored untagged).
+func ValidTag(t []byte) string {
+	if len(t) == 0 || len(t) > 128 {
+		return ""
+	}
+	for _, c := range t {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._:/@+-", c) >= 0) {
+			return ""
+		}
+	}
+	return string(t)
 }

@@ -16,6 +16,7 @@ import (
 
 	"frontdoor/cmd/gpusim/sim"
 	"frontdoor/internal/testenv"
+	"frontdoor/router/admin"
 )
 
 func TestAuthTenantsAndKeysStayOutOfLogs(t *testing.T) {
@@ -255,13 +256,13 @@ func TestAdmissionConcurrencyUnderAborts(t *testing.T) {
 		}(i)
 	}
 	wg.Wait()
-	status := func() Status {
+	status := func() admin.Status {
 		resp, err := httpClient.Get(gw.URL + "/status")
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var st Status
+		var st admin.Status
 		_ = json.NewDecoder(resp.Body).Decode(&st)
 		return st
 	}

@@ -66,22 +66,8 @@ func hintsOf(ctx *fasthttp.RequestCtx) planHints {
 	default:
 		ph.only = onlyAny
 	}
-	ph.tag = validTag(h.Peek("X-Cache-Tag"))
+	ph.tag = cache.ValidTag(h.Peek("X-Cache-Tag"))
 	return ph
-}
-
-// validTag returns t when it is a usable tag: 1 to 128 bytes of letters,
-// digits and ._:/@+-; else "" (the entry is stored untagged).
-func validTag(t []byte) string {
-	if len(t) == 0 || len(t) > 128 {
-		return ""
-	}
-	for _, c := range t {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._:/@+-", c) >= 0) {
-			return ""
-		}
-	}
-	return string(t)
 }
 
 // cacheControl reads the client's Cache-Control directives.

@@ -16,6 +16,7 @@ import (
 	"frontdoor/cache"
 	"frontdoor/cmd/gpusim/sim"
 	"frontdoor/internal/testenv"
+	"frontdoor/router/admin"
 )
 
 // cacheGateway starts a gpusim serving two models and a gateway with the
@@ -580,14 +581,14 @@ func TestCacheSurvivesRedisOutage(t *testing.T) {
 	})
 }
 
-func gatewayStatus(t *testing.T, gw *testGateway) Status {
+func gatewayStatus(t *testing.T, gw *testGateway) admin.Status {
 	t.Helper()
 	resp, err := httpClient.Get(gw.URL + "/status")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var st Status
+	var st admin.Status
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"frontdoor/cache"
 	"frontdoor/internal/redisconn"
 	"frontdoor/internal/units"
+	"frontdoor/router/admin"
 )
 
 // Limits is the limits: section.
@@ -549,7 +550,7 @@ func (c *Config) Problems() []string {
 		}
 	}
 	for i, cidr := range c.Admin.AllowCIDRs {
-		if _, err := parseCIDR(cidr); err != nil {
+		if _, err := admin.ParseCIDR(cidr); err != nil {
 			add("admin.allow_cidrs[%d]: %v", i, err)
 		}
 	}
@@ -661,7 +662,7 @@ func (c *Config) Problems() []string {
 	if c.Warm.HotEntries < 0 {
 		add("warm.hot_entries: must be >= 0")
 	}
-	if c.Warm.Tag != "" && validTag([]byte(c.Warm.Tag)) == "" {
+	if c.Warm.Tag != "" && cache.ValidTag([]byte(c.Warm.Tag)) == "" {
 		add("warm.tag: 1 to 128 letters, digits or ._:/@+-")
 	}
 	if c.Warm.Concurrency < 1 {

@@ -16,6 +16,7 @@ import (
 	"frontdoor/balancer"
 	"frontdoor/cmd/gpusim/sim"
 	"frontdoor/internal/testenv"
+	"frontdoor/router/admin"
 )
 
 // DNS discovery against a real DNS server on loopback whose records change:
@@ -126,7 +127,7 @@ func TestDNSDiscoveryFollowsTheRecords(t *testing.T) {
 	if u := upstream(); u != "vllm-127.0.0.3" && u != "vllm-127.0.0.4" {
 		t.Fatalf("served by %q while the resolver fails", u)
 	}
-	var st Status
+	var st admin.Status
 	getJSON(t, gw.URL+"/status", &st)
 	if len(st.Discovery) != 1 || st.Discovery[0].Error == "" || len(st.Discovery[0].Addrs) != 2 {
 		t.Fatalf("/status discovery while failing: %+v", st.Discovery)

@@ -11,6 +11,7 @@ import (
 
 	"frontdoor/cache"
 	"frontdoor/embed"
+	"frontdoor/router/admin"
 )
 
 // embedWatch puts the embedder behind what the request path needs: a
@@ -78,20 +79,9 @@ func (w *embedWatch) embed(ctx context.Context, text string) ([]float32, error) 
 	return vec, nil
 }
 
-// EmbedderStatus is the embedder part of /status.
-type EmbedderStatus struct {
-	Name      string    `json:"name"`
-	State     string    `json:"state"` // ok | failing | bypassed
-	Breaker   string    `json:"breaker"`
-	Calls     int64     `json:"calls"`
-	Failures  int64     `json:"failures"`
-	LastError string    `json:"last_error,omitempty"`
-	LastFail  time.Time `json:"last_failure,omitzero"`
-}
-
-func (w *embedWatch) status() EmbedderStatus {
+func (w *embedWatch) status() admin.EmbedderStatus {
 	bs, _ := w.breaker.State()
-	st := EmbedderStatus{Name: w.e.Name(), State: "ok", Breaker: bs.String(), Calls: w.calls.Load(), Failures: w.failures.Load()}
+	st := admin.EmbedderStatus{Name: w.e.Name(), State: "ok", Breaker: bs.String(), Calls: w.calls.Load(), Failures: w.failures.Load()}
 	if t := w.lastFail.Load(); t != 0 {
 		st.LastFail = time.Unix(0, t)
 		if p := w.lastErr.Load(); p != nil {

@@ -26,11 +26,6 @@ func errUnknownPath(path string) *adapters.APIError {
 	return &adapters.APIError{Status: 404, Type: adapters.TypeNotFound, Code: "unknown_url", Message: "unknown path " + strconv.Quote(path)}
 }
 
-func errMethodNotAllowed(method, path, allowed string) *adapters.APIError {
-	return &adapters.APIError{Status: 405, Type: adapters.TypeInvalidRequest, Code: "method_not_allowed",
-		Message: "method " + method + " is not allowed on " + path + "; use " + allowed}
-}
-
 func errHeaderTooLarge() *adapters.APIError {
 	return &adapters.APIError{Status: 431, Type: adapters.TypeInvalidRequest, Code: "request_header_too_large",
 		Message: "request line and headers exceed 16 KiB"}

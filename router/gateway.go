@@ -23,6 +23,8 @@ import (
 	"frontdoor/cache"
 	"frontdoor/embed"
 	"frontdoor/internal/redisconn"
+	"frontdoor/internal/warm"
+	"frontdoor/router/admin"
 	"frontdoor/router/admission"
 )
 
@@ -48,7 +50,7 @@ type Deps struct {
 type liveConfig struct {
 	cfg         Config
 	tenants     *tenantSet
-	admin       *adminGuard
+	admin       *admin.Guard
 	spill       *spillover
 	maxModelLen map[string]int // model -> smallest declared context window
 	models      []byte         // GET /v1/models body
@@ -68,6 +70,7 @@ type Gateway struct {
 	// adminServer serves admin.listen: the same routes, every request
 	// trusted as an admin (handleAdminListener).
 	adminServer *fasthttp.Server
+	operator    *admin.Handler // /admin/*, /status, /dashboard, /debug/pprof/
 	set         *metrics.Set
 	reload      reloader
 
@@ -85,7 +88,7 @@ type Gateway struct {
 
 	draining atomic.Bool // /readyz says 503; requests are still served
 	hot      *hotTracker // hits per entry, for /admin/cache/hot; nil when off
-	warms    warmJobs    // warm-ups: warm.files and POST /admin/cache/warm
+	warms    warm.Jobs   // warm-ups: warm.files and POST /admin/cache/warm
 	addr     atomic.Pointer[string]
 	tracing  *tracing // nil: tracing is off
 
@@ -151,6 +154,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	if g.tracing, err = newTracing(context.Background(), cfg.Tracing); err != nil {
 		return nil, err
 	}
+	g.operator = admin.New(operator{g}, g.log)
 	g.server = g.newServer(cfg, g.handle, g.handleExpect)
 	g.adminServer = g.newServer(cfg, g.handleAdminListener, g.handleAdminExpect)
 	return g, nil
@@ -455,7 +459,7 @@ func (g *Gateway) ServeAdmin(ln net.Listener) error {
 // finish until ctx ends, then cuts the remaining streams.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.stopping.Store(true)
-	g.warms.stop()
+	g.warms.Stop()
 	aerr := g.adminServer.ShutdownWithContext(ctx)
 	err := g.server.ShutdownWithContext(ctx)
 	if err == nil {

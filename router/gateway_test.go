@@ -19,6 +19,7 @@ import (
 	"frontdoor/cmd/gpusim/sim"
 	"frontdoor/internal/testenv"
 	"frontdoor/internal/units"
+	"frontdoor/router/admin"
 )
 
 func TestChatNonStreaming(t *testing.T) {
@@ -290,7 +291,7 @@ func TestStatusAndDashboard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st Status
+	var st admin.Status
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("status: %d %v", resp.StatusCode, err)
 	}

@@ -3,6 +3,7 @@ package router
 import (
 	"cmp"
 	"encoding/json"
+	"frontdoor/router/admin"
 	"hash/maphash"
 	"slices"
 	"sync"
@@ -41,15 +42,6 @@ type hotItem struct {
 	hits   uint64
 	tenant string
 	req    []byte // nil when too large
-}
-
-// HotEntry is one line of the export. Tenant is left out of an export
-// for one tenant, so that its lines warm with that tenant's API key.
-type HotEntry struct {
-	Tenant  string          `json:"tenant,omitempty"`
-	Hits    uint64          `json:"hits"`
-	Entry   string          `json:"entry"`
-	Request json.RawMessage `json:"request"`
 }
 
 func newHotTracker(capacity int) *hotTracker {
@@ -118,19 +110,19 @@ func (s *hotShard) shrink(perCap int) {
 
 // top returns up to n exportable entries (of tenant, unless ""), most hit
 // first. Requests are exported without their stream fields.
-func (h *hotTracker) top(n int, tenant string) []HotEntry {
-	var out []HotEntry
+func (h *hotTracker) top(n int, tenant string) []admin.HotEntry {
+	var out []admin.HotEntry
 	for i := range h.shards {
 		s := &h.shards[i]
 		s.mu.Lock()
 		for id, it := range s.m {
 			if it.req != nil && (tenant == "" || it.tenant == tenant) {
-				out = append(out, HotEntry{Tenant: it.tenant, Hits: it.hits, Entry: id, Request: it.req})
+				out = append(out, admin.HotEntry{Tenant: it.tenant, Hits: it.hits, Entry: id, Request: it.req})
 			}
 		}
 		s.mu.Unlock()
 	}
-	slices.SortFunc(out, func(a, b HotEntry) int { return cmp.Compare(b.Hits, a.Hits) })
+	slices.SortFunc(out, func(a, b admin.HotEntry) int { return cmp.Compare(b.Hits, a.Hits) })
 	if len(out) > n {
 		out = out[:n]
 	}

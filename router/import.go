@@ -19,10 +19,6 @@ const (
 	importMissing  = "missing"
 )
 
-// errImport is an import refused for its content (a 400), not for the
-// store.
-var errImport = errors.New("import refused")
-
 // ImportAnswer stores an answered pair, the curated answer of a chat
 // request, in the tenant's namespace as an exact and (when the semantic
 // cache applies) a semantic entry, with no upstream call. The request is
@@ -32,7 +28,7 @@ var errImport = errors.New("import refused")
 // "missing".
 func (g *Gateway) ImportAnswer(ctx context.Context, in warm.ImportRequest) (warm.ImportResponse, error) {
 	if g.store == nil {
-		return warm.ImportResponse{}, fmt.Errorf("%w: the cache is off", errImport)
+		return warm.ImportResponse{}, fmt.Errorf("%w: the cache is off", warm.ErrImportRefused)
 	}
 	name := in.Tenant
 	if name == "" {
@@ -40,30 +36,30 @@ func (g *Gateway) ImportAnswer(ctx context.Context, in warm.ImportRequest) (warm
 	}
 	t := g.rt.Load().tenants.byName[name]
 	if t == nil {
-		return warm.ImportResponse{}, fmt.Errorf("%w: unknown tenant %q", errImport, name)
+		return warm.ImportResponse{}, fmt.Errorf("%w: unknown tenant %q", warm.ErrImportRefused, name)
 	}
 	if in.Answer == "" {
-		return warm.ImportResponse{}, fmt.Errorf("%w: empty answer", errImport)
+		return warm.ImportResponse{}, fmt.Errorf("%w: empty answer", warm.ErrImportRefused)
 	}
 	req, apiErr := adapters.ParseRequest(adapters.EndpointChat, in.Request)
 	if apiErr != nil {
-		return warm.ImportResponse{}, fmt.Errorf("%w: %s", errImport, apiErr.Message)
+		return warm.ImportResponse{}, fmt.Errorf("%w: %s", warm.ErrImportRefused, apiErr.Message)
 	}
 	defer req.Release()
 	if !t.allows(req.Model) {
-		return warm.ImportResponse{}, fmt.Errorf("%w: tenant %q may not use model %q", errImport, t.name, req.Model)
+		return warm.ImportResponse{}, fmt.Errorf("%w: tenant %q may not use model %q", warm.ErrImportRefused, t.name, req.Model)
 	}
 	model, ok := g.pool.Resolve(req.Model, "import")
 	if !ok {
-		return warm.ImportResponse{}, fmt.Errorf("%w: unknown model %q", errImport, req.Model)
+		return warm.ImportResponse{}, fmt.Errorf("%w: unknown model %q", warm.ErrImportRefused, req.Model)
 	}
 	x := &exchange{endpoint: adapters.EndpointChat, req: req, tenant: t, model: model}
-	p := g.plan(x, planHints{tag: validTag([]byte(in.Tag))})
+	p := g.plan(x, planHints{tag: cache.ValidTag([]byte(in.Tag))})
 	if !p.store {
-		return warm.ImportResponse{}, fmt.Errorf("%w: the request is not cacheable (%s)", errImport, p.reason.label())
+		return warm.ImportResponse{}, fmt.Errorf("%w: the request is not cacheable (%s)", warm.ErrImportRefused, p.reason.label())
 	}
 	if !g.conf().Cache.Exact.Enabled {
-		return warm.ImportResponse{}, fmt.Errorf("%w: imports need cache.exact", errImport)
+		return warm.ImportResponse{}, fmt.Errorf("%w: imports need cache.exact", warm.ErrImportRefused)
 	}
 	e, err := g.store.Get(ctx, p.keys.Exact)
 	switch {
@@ -84,20 +80,12 @@ func (g *Gateway) ImportAnswer(ctx context.Context, in warm.ImportRequest) (warm
 		Usage: adapters.Usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}}
 	w, ok := g.cacheWrite(g.flights.solo(p.keys.Exact), p, a)
 	if !ok {
-		return warm.ImportResponse{}, fmt.Errorf("%w: nothing to store", errImport)
+		return warm.ImportResponse{}, fmt.Errorf("%w: nothing to store", warm.ErrImportRefused)
 	}
 	if err := g.store.Put(ctx, w.Entry, w.Vec, w.TTL); err != nil {
 		return warm.ImportResponse{}, fmt.Errorf("cache store: %w", err)
 	}
 	return warm.ImportResponse{ID: w.Entry.ID, Result: importImported}, nil
-}
-
-// importStatus maps an import error to its HTTP status.
-func importStatus(err error) (int, string) {
-	if errors.Is(err, errImport) {
-		return 400, "import_refused"
-	}
-	return 503, "store_unavailable"
 }
 
 // ImportTarget imports answered pairs straight into the gateway's store,

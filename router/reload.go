@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/valyala/fasthttp"
 
+	"frontdoor/router/admin"
 	"frontdoor/router/admission"
 )
 
@@ -19,10 +19,10 @@ import (
 func (g *Gateway) newRuntime(cfg Config, prev *liveConfig) (*liveConfig, error) {
 	rt := &liveConfig{cfg: cfg, maxModelLen: map[string]int{}}
 	var err error
-	if rt.admin, err = newAdminGuard(cfg.Admin); err != nil {
+	if rt.admin, err = admin.NewGuard(cfg.Admin.TokenEnv, cfg.Admin.AllowCIDRs); err != nil {
 		return nil, err
 	}
-	if rt.tenants, err = newTenantSet(cfg, rt.admin.token); err != nil {
+	if rt.tenants, err = newTenantSet(cfg, rt.admin.AdminToken()); err != nil {
 		return nil, err
 	}
 	if prev != nil && reflect.DeepEqual(prev.cfg.Spillover, cfg.Spillover) && UpstreamConfig(prev.cfg) == UpstreamConfig(cfg) {
@@ -199,45 +199,13 @@ func (r *reloader) record(err error) {
 	}
 }
 
-// ReloadStatus is the last reload, as /status shows it.
-type ReloadStatus struct {
-	At    time.Time `json:"at"`
-	Error string    `json:"error,omitempty"`
-}
-
-func (r *reloader) status() *ReloadStatus {
+func (r *reloader) status() *admin.ReloadStatus {
 	r.smu.Lock()
 	defer r.smu.Unlock()
 	if r.last.IsZero() {
 		return nil
 	}
-	return &ReloadStatus{At: r.last, Error: r.lastErr}
-}
-
-// adminReload serves POST /admin/reload: 200 when applied; 422 with the
-// problems, or the settings that need a restart, when refused.
-func (g *Gateway) adminReload(ctx *fasthttp.RequestCtx) {
-	if !g.onlyMethod(ctx, fasthttp.MethodPost) {
-		return
-	}
-	err := g.ReloadFile("admin")
-	if err == nil {
-		writeJSON(ctx, 200, map[string]any{"status": "reloaded"})
-		return
-	}
-	body := map[string]any{"status": "refused", "error": err.Error()}
-	var ce *ConfigError
-	var re *RestartError
-	switch {
-	case errors.As(err, &ce):
-		body["problems"] = ce.Problems
-	case errors.As(err, &re):
-		body["restart_required"] = re.Keys
-	case errors.Is(err, ErrNoConfigFile):
-		writeJSON(ctx, 409, body)
-		return
-	}
-	writeJSON(ctx, 422, body)
+	return &admin.ReloadStatus{At: r.last, Error: r.lastErr}
 }
 
 // setTenants adds the token counters of tenants a reload brought.

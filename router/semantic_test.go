@@ -12,6 +12,7 @@ import (
 	"frontdoor/cmd/gpusim/sim"
 	"frontdoor/embed"
 	"frontdoor/internal/testenv"
+	"frontdoor/router/admin"
 )
 
 // semanticCases are stored questions and queries: a miss where the query
@@ -161,7 +162,7 @@ func TestRemoteEmbedderEndToEnd(t *testing.T) {
 	}
 	var st struct {
 		Cache struct {
-			Embedder *EmbedderStatus `json:"embedder"`
+			Embedder *admin.EmbedderStatus `json:"embedder"`
 		} `json:"cache"`
 	}
 	if err := json.Unmarshal([]byte(getBody(t, gw.URL+"/status")), &st); err != nil || st.Cache.Embedder == nil {
@@ -260,7 +261,7 @@ func TestExplainAHit(t *testing.T) {
 				t.Fatalf("X-Cache-Matched %q, X-Cache-Entry %q", id, resp.Header.Get("X-Cache-Entry"))
 			}
 			for _, path := range []string{"/admin/cache/" + id, "/admin/cache/entries/" + id} {
-				var v EntryView
+				var v admin.EntryView
 				if err := json.Unmarshal([]byte(getBody(t, gw.URL+path)), &v); err != nil || v.ID != id || !v.Semantic || v.Model == "" {
 					t.Fatalf("%s: %v %+v", path, err, v)
 				}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"frontdoor/adapters"
+	"frontdoor/internal/reply"
 	"math/rand/v2"
 	"net"
 	"runtime/debug"
@@ -14,7 +15,6 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-	"github.com/valyala/fasthttp/pprofhandler"
 )
 
 func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
@@ -52,24 +52,13 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		if g.onlyMethod(ctx, fasthttp.MethodGet) {
 			g.serveReady(ctx)
 		}
-	case "/status":
-		g.serveStatus(ctx)
-	case "/dashboard":
-		g.serveDashboard(ctx)
 	case "/metrics":
 		if g.onlyMethod(ctx, fasthttp.MethodGet) {
 			ctx.SetContentType("text/plain; version=0.0.4")
 			g.metrics.write(ctx)
 		}
 	default:
-		if bytes.HasPrefix(ctx.Path(), []byte("/admin/")) || string(ctx.Path()) == "/admin" {
-			g.serveAdmin(ctx)
-			return
-		}
-		if bytes.HasPrefix(ctx.Path(), []byte("/debug/pprof/")) {
-			if g.rt.Load().admin.allow(ctx, g.writeError) {
-				pprofhandler.PprofHandler(ctx)
-			}
+		if g.operator.Serve(ctx, g.rt.Load().admin) {
 			return
 		}
 		g.writeError(ctx, errUnknownPath(string(ctx.Path())))
@@ -77,12 +66,7 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 }
 
 func (g *Gateway) onlyMethod(ctx *fasthttp.RequestCtx, method string) bool {
-	if string(ctx.Method()) == method || (method == fasthttp.MethodGet && ctx.IsHead()) {
-		return true
-	}
-	ctx.Response.Header.Set(fasthttp.HeaderAllow, method)
-	g.writeError(ctx, errMethodNotAllowed(string(ctx.Method()), string(ctx.Path()), method))
-	return false
+	return reply.OnlyMethod(ctx, method)
 }
 
 // handleTransportError answers requests fasthttp could not read, such as an
@@ -127,13 +111,7 @@ func (g *Gateway) serveReady(ctx *fasthttp.RequestCtx) {
 }
 
 func (g *Gateway) writeError(ctx *fasthttp.RequestCtx, e *adapters.APIError) {
-	ctx.Response.ResetBody()
-	ctx.SetStatusCode(e.Status)
-	ctx.SetContentType("application/json")
-	if e.RetryAfter > 0 {
-		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, strconv.Itoa(e.RetryAfter))
-	}
-	ctx.Response.SetBodyRaw(e.AppendJSON(nil))
+	reply.Error(ctx, e)
 }
 
 // requestID takes a sane client X-Request-Id or makes one.

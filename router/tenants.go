@@ -1,7 +1,6 @@
 package router
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -12,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"frontdoor/adapters"
+	"frontdoor/router/admin"
 )
 
 // DefaultTenant is the tenant of requests without a (known) key when auth
@@ -87,17 +87,17 @@ func newTenantSet(cfg Config, adminToken []byte) (*tenantSet, error) {
 // is compared by its SHA-256 digest, so the lookup's timing says nothing
 // about the key itself.
 func (ts *tenantSet) resolve(ctx *fasthttp.RequestCtx) (*tenant, *adapters.APIError) {
-	if tok := ctx.Request.Header.Peek("X-Frontdoor-Warm"); len(tok) > 0 && subtle.ConstantTimeCompare(tok, []byte(warmToken)) == 1 {
+	if tok := ctx.Request.Header.Peek(headerWarm); len(tok) > 0 && subtle.ConstantTimeCompare(tok, []byte(warmToken)) == 1 {
 		if t := ts.byName[string(ctx.Request.Header.Peek("X-Frontdoor-Tenant"))]; t != nil {
 			return t, nil
 		}
 		return ts.def, nil
 	}
-	key := bearer(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
+	key := admin.Bearer(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
 	// The admin token, or the admin listener, may act for any tenant
 	// (frontdoor warm does).
 	if name := ctx.Request.Header.Peek("X-Frontdoor-Tenant"); len(name) > 0 &&
-		(onAdminListener(ctx) || len(ts.admin) > 0 && subtle.ConstantTimeCompare(key, ts.admin) == 1) {
+		(admin.OnListener(ctx) || len(ts.admin) > 0 && subtle.ConstantTimeCompare(key, ts.admin) == 1) {
 		if t := ts.byName[string(name)]; t != nil {
 			return t, nil
 		}
@@ -116,12 +116,4 @@ func (ts *tenantSet) resolve(ctx *fasthttp.RequestCtx) (*tenant, *adapters.APIEr
 		return nil, errMissingAPIKey()
 	}
 	return nil, errInvalidAPIKey()
-}
-
-func bearer(h []byte) []byte {
-	const p = "Bearer "
-	if len(h) > len(p) && bytes.EqualFold(h[:len(p)], []byte(p)) {
-		return h[len(p):]
-	}
-	return nil
 }

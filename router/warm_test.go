@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"frontdoor/internal/warm"
+	"frontdoor/router/admin"
 	"net/http"
 	"strings"
 	"testing"
@@ -152,7 +154,7 @@ func TestAdminWarmJob(t *testing.T) {
 	if code != 202 || json.Unmarshal(b, &started) != nil || started.Total != 4 || started.Tag != "faq.jsonl" {
 		t.Fatalf("start: %d %s", code, b)
 	}
-	var st WarmStatus
+	var st warm.JobStatus
 	deadline := time.Now().Add(10 * time.Second)
 	for st.State != "done" {
 		if time.Now().After(deadline) {
@@ -217,10 +219,10 @@ func TestHotExport(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("hot: %d %s", code, b)
 	}
-	var got []HotEntry
+	var got []admin.HotEntry
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
-		var e HotEntry
+		var e admin.HotEntry
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			t.Fatalf("line %q: %v", sc.Text(), err)
 		}

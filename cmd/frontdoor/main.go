@@ -20,6 +20,7 @@ import (
 
 	"frontdoor/internal/buildinfo"
 	"frontdoor/router"
+	"frontdoor/router/admin"
 )
 
 const usage = `frontdoor: an OpenAI-compatible front door for self-hosted LLM inference
@@ -177,7 +178,7 @@ func logAdminSurface(logger *slog.Logger, cfg router.Config, adminAddr string) {
 	}
 	if adminAddr != "" {
 		ways = append(ways, "admin listener "+adminAddr+" (no token)")
-		if !router.LoopbackAddr(adminAddr) {
+		if !admin.LoopbackAddr(adminAddr) {
 			logger.Warn("admin.listen is not a loopback address: whoever reaches it is an admin", "addr", adminAddr)
 		}
 	}

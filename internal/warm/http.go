@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -35,8 +36,15 @@ type HTTPTarget struct {
 	Tag        string // tag of the entries stored; "": TagFor(the item's file)
 	Client     *http.Client
 	// Retries is how often a 429 or 503 is retried (after its Retry-After,
-	// at most 10 s); default 3.
+	// at most 10 s); default 3, negative: never.
 	Retries int
+	// Header is sent with every chat request. The gateway warming itself
+	// sends its process token there, which lets a line name its tenant
+	// without the admin token.
+	Header http.Header
+	// Import, when set, stores answered pairs instead of POST
+	// /admin/cache/entries: the gateway warming itself.
+	Import func(context.Context, ImportRequest) (ImportResponse, error)
 }
 
 var _ Target = (*HTTPTarget)(nil)
@@ -49,6 +57,10 @@ type ImportRequest struct {
 	Answer  string          `json:"answer"`
 	Check   bool            `json:"check,omitempty"` // only report whether it is cached
 }
+
+// ErrImportRefused marks an import refused for its content (a 400 from a
+// gateway), not for its store.
+var ErrImportRefused = errors.New("import refused")
 
 // ImportResponse is its answer: Result is "imported", "cached" or (with
 // Check) "missing".
@@ -118,11 +130,16 @@ func (h *HTTPTarget) Warm(ctx context.Context, it *Item) (Result, error) {
 
 func (h *HTTPTarget) chat(ctx context.Context, it *Item, lookup bool) (*http.Response, []byte, error) {
 	hdr := http.Header{"Content-Type": {"application/json"}}
+	for k, v := range h.Header {
+		hdr[k] = v
+	}
 	if it.Tenant != "" {
-		if h.AdminToken == "" {
+		switch {
+		case h.AdminToken != "":
+			hdr.Set("Authorization", "Bearer "+h.AdminToken)
+		case len(h.Header) == 0:
 			return nil, nil, fmt.Errorf("the line names tenant %q: that needs the admin token (--admin-token)", it.Tenant)
 		}
-		hdr.Set("Authorization", "Bearer "+h.AdminToken)
 		hdr.Set(HeaderTenant, it.Tenant)
 	} else if h.APIKey != "" {
 		hdr.Set("Authorization", "Bearer "+h.APIKey)
@@ -140,7 +157,12 @@ func (h *HTTPTarget) importPair(ctx context.Context, it *Item, check bool) (stri
 	if tenant == "" {
 		tenant = h.Tenant
 	}
-	b, _ := json.Marshal(ImportRequest{Tenant: tenant, Tag: h.tag(it), Request: it.Request, Answer: it.Answer, Check: check})
+	in := ImportRequest{Tenant: tenant, Tag: h.tag(it), Request: it.Request, Answer: it.Answer, Check: check}
+	if h.Import != nil {
+		r, err := h.Import(ctx, in)
+		return r.Result, err
+	}
+	b, _ := json.Marshal(in)
 	hdr := http.Header{"Content-Type": {"application/json"}}
 	if h.AdminToken != "" {
 		hdr.Set("Authorization", "Bearer "+h.AdminToken)
@@ -162,8 +184,11 @@ func (h *HTTPTarget) importPair(ctx context.Context, it *Item, check bool) (stri
 // do sends one request, retrying 429 and 503 answers.
 func (h *HTTPTarget) do(ctx context.Context, method, path string, hdr http.Header, body []byte) (*http.Response, []byte, error) {
 	retries := h.Retries
-	if retries == 0 {
+	switch {
+	case retries == 0:
 		retries = 3
+	case retries < 0:
+		retries = 0
 	}
 	url := strings.TrimRight(h.BaseURL, "/") + path
 	for attempt := 0; ; attempt++ {

@@ -1,6 +1,7 @@
-package router
+package admin
 
 import (
+	"bytes"
 	"crypto/subtle"
 	"fmt"
 	"net"
@@ -8,25 +9,26 @@ import (
 	"net/url"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/valyala/fasthttp"
 
 	"frontdoor/adapters"
+	"frontdoor/internal/reply"
 )
 
-// adminGuard protects /admin/*, /status, /dashboard and /debug/pprof/. A
+// Guard protects /admin/*, /status, /dashboard and /debug/pprof/. A
 // request passes with the admin bearer token, on the admin listener
 // (admin.listen), or from a peer in admin.allow_cidrs; the last two are
 // trust by network position, so they also refuse what a browser sends on
-// behalf of another site (browserOrigin).
-type adminGuard struct {
+// behalf of another site (BrowserOrigin).
+type Guard struct {
 	token    []byte
 	prefixes []netip.Prefix
 }
 
-func parseCIDR(s string) (netip.Prefix, error) {
+// ParseCIDR parses an admin.allow_cidrs entry.
+func ParseCIDR(s string) (netip.Prefix, error) {
 	p, err := netip.ParsePrefix(s)
 	if err != nil {
 		return p, fmt.Errorf("invalid CIDR %q", s)
@@ -34,15 +36,17 @@ func parseCIDR(s string) (netip.Prefix, error) {
 	return p.Masked(), nil
 }
 
-func newAdminGuard(c Admin) (*adminGuard, error) {
-	g := &adminGuard{}
-	tok, err := AdminToken(c)
+// NewGuard makes the guard of admin.token_env (the variable's name) and
+// admin.allow_cidrs.
+func NewGuard(tokenEnv string, allowCIDRs []string) (*Guard, error) {
+	g := &Guard{}
+	tok, err := Token(tokenEnv)
 	if err != nil {
 		return nil, err
 	}
 	g.token = []byte(tok)
-	for _, s := range c.AllowCIDRs {
-		p, err := parseCIDR(s)
+	for _, s := range allowCIDRs {
+		p, err := ParseCIDR(s)
 		if err != nil {
 			return nil, fmt.Errorf("admin.allow_cidrs: %w", err)
 		}
@@ -51,21 +55,21 @@ func newAdminGuard(c Admin) (*adminGuard, error) {
 	return g, nil
 }
 
-// AdminToken reads the admin token from the variable admin.token_env
+// Token reads the admin token from the variable tokenEnv (admin.token_env)
 // names: "" when it is unset or empty (no request passes by token), an
 // error naming the variable when its value is a placeholder or shorter
 // than minAdminToken bytes. serve, reload and check-config all refuse such
 // a token.
-func AdminToken(c Admin) (string, error) {
-	if c.TokenEnv == "" {
+func Token(tokenEnv string) (string, error) {
+	if tokenEnv == "" {
 		return "", nil
 	}
-	tok := strings.TrimSpace(os.Getenv(c.TokenEnv))
+	tok := strings.TrimSpace(os.Getenv(tokenEnv))
 	if tok == "" {
 		return "", nil
 	}
 	if why := weakToken(tok); why != "" {
-		return "", fmt.Errorf("admin.token_env: environment variable %s %s; set it to a random secret of at least %d bytes, e.g. $(openssl rand -hex 32)", c.TokenEnv, why, minAdminToken)
+		return "", fmt.Errorf("admin.token_env: environment variable %s %s; set it to a random secret of at least %d bytes, e.g. $(openssl rand -hex 32)", tokenEnv, why, minAdminToken)
 	}
 	return tok, nil
 }
@@ -106,36 +110,38 @@ func weakToken(tok string) string {
 	return ""
 }
 
+// AdminToken is the admin token, nil when there is none.
+func (a *Guard) AdminToken() []byte { return a.token }
+
 // hasToken reports whether the request carries the admin bearer token.
-func (a *adminGuard) hasToken(ctx *fasthttp.RequestCtx) bool {
+func (a *Guard) hasToken(ctx *fasthttp.RequestCtx) bool {
 	if len(a.token) == 0 {
 		return false
 	}
-	return subtle.ConstantTimeCompare(bearer(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)), a.token) == 1
+	return subtle.ConstantTimeCompare(Bearer(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)), a.token) == 1
 }
 
-// allow reports whether the request may use admin endpoints, and writes the
+// Allow reports whether the request may use admin endpoints, and writes the
 // error when it may not.
-func (a *adminGuard) allow(ctx *fasthttp.RequestCtx, writeError func(*fasthttp.RequestCtx, *adapters.APIError)) bool {
+func (a *Guard) Allow(ctx *fasthttp.RequestCtx) bool {
 	if a.hasToken(ctx) {
 		return true
 	}
-	if onAdminListener(ctx) {
+	if OnListener(ctx) {
 		return true // the listener checked Host and Origin
 	}
 	if a.peerAllowed(ctx) {
-		if e := browserOrigin(ctx); e != nil {
-			writeError(ctx, e)
+		if e := BrowserOrigin(ctx); e != nil {
+			reply.Error(ctx, e)
 			return false
 		}
 		return true
 	}
-	writeError(ctx, &adapters.APIError{Status: 403, Type: adapters.TypePermission, Code: "admin_forbidden",
-		Message: "admin endpoints need the admin bearer token (Authorization: Bearer <admin.token_env>) or the admin listener (admin.listen)"})
+	reply.Error(ctx, errForbidden())
 	return false
 }
 
-func (a *adminGuard) peerAllowed(ctx *fasthttp.RequestCtx) bool {
+func (a *Guard) peerAllowed(ctx *fasthttp.RequestCtx) bool {
 	if len(a.prefixes) == 0 {
 		return false
 	}
@@ -156,51 +162,37 @@ func (a *adminGuard) peerAllowed(ctx *fasthttp.RequestCtx) bool {
 	return false
 }
 
-// adminListenerKey marks a request that came in on the admin listener.
-type adminListenerKey struct{}
+// listenerKey marks a request that came in on the admin listener.
+type listenerKey struct{}
 
-func onAdminListener(ctx *fasthttp.RequestCtx) bool {
-	return ctx.UserValue(adminListenerKey{}) != nil
+// MarkListener marks a request of the admin listener, which BrowserOrigin
+// has passed: it is trusted as if it carried the admin token.
+func MarkListener(ctx *fasthttp.RequestCtx) { ctx.SetUserValue(listenerKey{}, true) }
+
+// OnListener reports whether the request came in on the admin listener.
+func OnListener(ctx *fasthttp.RequestCtx) bool {
+	return ctx.UserValue(listenerKey{}) != nil
 }
 
-// handleAdminListener serves the admin listener: every route of the main
-// listener, each request trusted as if it carried the admin token, once
-// browserOrigin has passed it. Framing and trailers are refused first, so
-// that browserOrigin reads no trailer field.
-func (g *Gateway) handleAdminListener(ctx *fasthttp.RequestCtx) {
-	if g.refuseFraming(ctx) {
-		return
-	}
-	if e := browserOrigin(ctx); e != nil {
-		g.refuse(ctx, requestID(ctx), refusedOrigin, e)
-		return
-	}
-	ctx.SetUserValue(adminListenerKey{}, true)
-	g.handle(ctx)
-}
-
-// browserOrigin refuses what a web page could make a browser send to a
+// BrowserOrigin refuses what a web page could make a browser send to a
 // listener trusted by network position: a Host that is a DNS name (DNS
 // rebinding: evil.example resolving to 127.0.0.1), an Origin other than
 // the Host itself, or a fetch the browser marks cross-site (CSRF). Tools
 // (curl, SDKs, frontdoor warm) send none of these.
-func browserOrigin(ctx *fasthttp.RequestCtx) *adapters.APIError {
+func BrowserOrigin(ctx *fasthttp.RequestCtx) *adapters.APIError {
 	host := string(ctx.Host())
 	if host != "" && !localHost(host) {
-		return &adapters.APIError{Status: 403, Type: adapters.TypePermission, Code: "admin_host_forbidden",
-			Message: "admin without a token answers only to an IP address or localhost in Host (got " + strconv.Quote(host) + "): use http://<ip>:<port>/"}
+		return errHostForbidden(host)
 	}
 	if o := ctx.Request.Header.Peek("Origin"); len(o) > 0 {
 		u, err := url.Parse(string(o))
 		if err != nil || u.Host != host {
-			return &adapters.APIError{Status: 403, Type: adapters.TypePermission, Code: "admin_cross_origin",
-				Message: "admin without a token refuses requests from another origin (" + strconv.Quote(string(o)) + ")"}
+			return errCrossOrigin(string(o))
 		}
 	}
 	switch string(ctx.Request.Header.Peek("Sec-Fetch-Site")) {
 	case "cross-site", "same-site":
-		return &adapters.APIError{Status: 403, Type: adapters.TypePermission, Code: "admin_cross_origin",
-			Message: "admin without a token refuses requests a browser sends for another site"}
+		return errCrossOrigin("")
 	}
 	return nil
 }
@@ -233,4 +225,13 @@ func LoopbackAddr(hostport string) bool {
 	}
 	ip, err := netip.ParseAddr(h)
 	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// Bearer is the token of an Authorization: Bearer header value, or nil.
+func Bearer(h []byte) []byte {
+	const p = "Bearer "
+	if len(h) > len(p) && bytes.EqualFold(h[:len(p)], []byte(p)) {
+		return h[len(p):]
+	}
+	return nil
 }

@@ -1,0 +1,82 @@
+package admin
+
+import (
+	"frontdoor/balancer"
+	"frontdoor/cache"
+	"frontdoor/internal/warm"
+	"frontdoor/router/admission"
+	"time"
+)
+
+// Status is the GET /status document.
+type Status struct {
+	Uptime   string         `json:"uptime"`
+	Ready    bool           `json:"ready"`
+	Version  string         `json:"version"`
+	Revision string         `json:"revision,omitempty"`
+	Requests map[string]int `json:"requests"` // by outcome class
+	// Outcomes counts answers since start: hit (from the cache), local (a
+	// node), spilled (the hosted API), rejected (429 or 503).
+	Outcomes map[string]int64 `json:"outcomes"`
+	// TTFT is over the streamed answers of local nodes in the last minute.
+	TTFT      TTFTStatus            `json:"ttft"`
+	Streams   int64                 `json:"streams_active"`
+	Cache     *CacheStatus          `json:"cache,omitempty"`
+	Spill     *SpillStatus          `json:"spillover,omitempty"`
+	Nodes     []balancer.NodeStatus `json:"nodes"`
+	Admission admission.Status      `json:"admission"`
+	// Discovery lists the discover: dns entries: addresses found, and the
+	// last lookup's error while lookups fail.
+	Discovery []balancer.DiscoveryStatus `json:"discovery,omitempty"`
+	Reload    *ReloadStatus              `json:"last_reload,omitempty"`
+	Draining  bool                       `json:"draining"`       // shutting down: /readyz says 503
+	Warm      []warm.JobStatus           `json:"warm,omitempty"` // warm-ups, running and recent (failures left out)
+}
+
+// TTFTStatus is the time to first token of recent streamed answers.
+type TTFTStatus struct {
+	P50     float64 `json:"p50_seconds"`
+	P95     float64 `json:"p95_seconds"`
+	Samples int     `json:"samples"`
+}
+
+// CacheStatus is the cache part of /status.
+type CacheStatus struct {
+	Backend  string           `json:"backend"`
+	Results  map[string]int64 `json:"results"`
+	HitRatio float64          `json:"hit_ratio"`
+	Entries  int64            `json:"entries"`
+	Vectors  int64            `json:"vector_entries"`
+	Bytes    int64            `json:"bytes"`
+	Saved    uint64           `json:"tokens_saved"`
+	// The store's health: state (ok, degraded, bypassed) and since when, up,
+	// why, both breakers and the write-back queue.
+	cache.Health
+	Dropped  uint64          `json:"writes_dropped"`
+	Embedder *EmbedderStatus `json:"embedder,omitempty"`
+}
+
+// SpillStatus is the spill-over part of /status.
+type SpillStatus struct {
+	Upstream string  `json:"upstream"`
+	Inflight int64   `json:"inflight"`
+	Spilled  int64   `json:"spilled"`
+	Ratio    float64 `json:"ratio"` // spilled / upstream answers
+}
+
+// EmbedderStatus is the embedder part of /status.
+type EmbedderStatus struct {
+	Name      string    `json:"name"`
+	State     string    `json:"state"` // ok | failing | bypassed
+	Breaker   string    `json:"breaker"`
+	Calls     int64     `json:"calls"`
+	Failures  int64     `json:"failures"`
+	LastError string    `json:"last_error,omitempty"`
+	LastFail  time.Time `json:"last_failure,omitzero"`
+}
+
+// ReloadStatus is the last reload, as /status shows it.
+type ReloadStatus struct {
+	At    time.Time `json:"at"`
+	Error string    `json:"error,omitempty"`
+}
