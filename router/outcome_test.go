@@ -42,7 +42,7 @@ func TestCacheOutcomes(t *testing.T) {
 		if mutate != nil {
 			mutate(&cfg)
 		}
-		if deps.Store == nil {
+		if deps.Store == nil && cfg.Cache.Backend != "off" {
 			deps.Store = cache.NewMemoryStore(64<<20, cfg.Cache.Embedder.Dims)
 		}
 		return startGatewayWith(t, cfg, deps)
@@ -60,6 +60,7 @@ func TestCacheOutcomes(t *testing.T) {
 
 	type scenario struct {
 		gw     *testGateway
+		path   string // default /v1/chat/completions
 		body   string
 		header []string
 		before func() // after the metrics are read, before the request
@@ -72,13 +73,13 @@ func TestCacheOutcomes(t *testing.T) {
 		{resultMiss, reasonNone}:          {gw: gw, body: cbody("A question never asked before", "")},
 		{resultMiss, reasonNoCache}:       {gw: gw, body: cbody(stored, ""), header: []string{"Cache-Control", "no-cache"}},
 		{resultMiss, reasonLookupOnly}:    {gw: gw, body: cbody("Not in the cache", ""), header: []string{"X-Cache-Only", "1"}},
-		{resultMiss, reasonCoalesced}:     {gw: gw, body: cbody("Asked twice at once", "")}, // the follower; see below
+		{resultMiss, reasonCoalesced}:     {gw: gw, body: cbody("Asked twice at once", `"stream":true`)}, // the follower; see below
 		{resultBypass, reasonOff}:         {gw: off, body: cbody(stored, "")},
 		{resultBypass, reasonNoStore}:     {gw: gw, body: cbody(stored, ""), header: []string{"Cache-Control", "no-store"}},
 		{resultBypass, reasonMultimodal}:  {gw: gw, body: `{"model":"qwen3-8b","messages":[{"role":"user","content":[{"type":"text","text":"what is this?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}]}`},
 		{resultBypass, reasonN}:           {gw: gw, body: cbody(stored, `"n":2`)},
 		{resultBypass, reasonTemperature}: {gw: gw, body: strings.Replace(cbody(stored, ""), `"temperature":0.7`, `"temperature":1.5`, 1)},
-		{resultBypass, reasonBatchPrompt}: {gw: gw, body: `{"model":"qwen3-8b","prompt":["one","two"],"max_tokens":4}`},
+		{resultBypass, reasonBatchPrompt}: {gw: gw, path: "/v1/completions", body: `{"model":"qwen3-8b","prompt":["one","two"],"max_tokens":4}`},
 		{resultBypass, reasonDisabled}:    {gw: disabled, body: cbody(stored, "")},
 		{resultBypass, reasonStoreError}:  {gw: gw, body: cbody(stored, ""), before: failWith(errors.New("lookup failed")), after: func() { store.fail.Store(nil) }},
 		{resultBypass, reasonStoreDown}:   {gw: gw, body: cbody(stored, ""), before: failWith(fmt.Errorf("down: %w", cache.ErrUnavailable)), after: func() { store.fail.Store(nil) }},
@@ -114,10 +115,14 @@ func TestCacheOutcomes(t *testing.T) {
 			}
 			id := fmt.Sprintf("outcome-%02d", i)
 			headers := append([]string{"X-Request-Id", id}, sc.header...)
+			url := sc.gw.URL + "/v1/chat/completions"
+			if sc.path != "" {
+				url = sc.gw.URL + sc.path
+			}
 			if o.reason == reasonCoalesced { // a leader in flight first
 				led := make(chan string, 1)
 				go func() {
-					resp, _ := post(t, sc.gw.URL+"/v1/chat/completions", sc.body)
+					resp, _ := post(t, url, sc.body) // a stream: the node takes its TTFT
 					led <- resp.Header.Get("X-Cache")
 				}()
 				busy := node.Stats().Received
@@ -128,7 +133,7 @@ func TestCacheOutcomes(t *testing.T) {
 					}
 				}()
 			}
-			resp, b := post(t, sc.gw.URL+"/v1/chat/completions", sc.body, headers...)
+			resp, b := post(t, url, sc.body, headers...)
 			if sc.after != nil {
 				sc.after()
 			}
