@@ -48,9 +48,13 @@ type Observer interface {
 	WriteBatch(n int, d time.Duration, err error)
 	// WriteDropped reports n writes that were not sent.
 	WriteDropped(reason string, n int)
-	// BreakerChanged reports a breaker's transition; path is "read" or
-	// "write", lastErr the path's latest error (nil if none yet).
+	// BreakerChanged reports a breaker's transition; path is "read",
+	// "write" or "embed", lastErr the path's latest error (nil if none yet,
+	// and for "embed").
 	BreakerChanged(path string, from, to BreakerState, lastErr error)
+	// EmbedSkipped reports a request that skips the semantic cache because
+	// the embedder failed with err, or (err nil) its breaker is open.
+	EmbedSkipped(err error)
 	// StateChanged reports a change of the backend's state, with why.
 	StateChanged(from, to BackendState, why string)
 }
@@ -83,6 +87,7 @@ type Backend struct {
 	obs    Observer
 
 	readBreaker, writeBreaker *Breaker
+	embedder                  *guardedEmbedder // nil: none (UseEmbedder)
 
 	mu     sync.RWMutex // guards closed against sends on queue
 	closed bool
@@ -387,3 +392,4 @@ func (nopObserver) WriteBatch(int, time.Duration, error)                     {}
 func (nopObserver) WriteDropped(string, int)                                 {}
 func (nopObserver) BreakerChanged(string, BreakerState, BreakerState, error) {}
 func (nopObserver) StateChanged(BackendState, BackendState, string)          {}
+func (nopObserver) EmbedSkipped(error)                                       {}

@@ -44,6 +44,8 @@ func (r *recorder) BreakerChanged(path string, _, to BreakerState, _ error) {
 	defer r.mu.Unlock()
 	r.breakers = append(r.breakers, path+":"+to.String())
 }
+func (r *recorder) EmbedSkipped(error) {}
+
 func (r *recorder) StateChanged(_, to BackendState, _ string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

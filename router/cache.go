@@ -232,9 +232,9 @@ func (g *Gateway) lookupSemantic(ctx *fasthttp.RequestCtx, x *exchange, p *cache
 	if !p.lookup || p.only == onlyExact || !g.semanticScope(x, p) {
 		return false
 	}
-	vec, err := g.embedWatch.embed(context.Background(), p.keys.Query)
+	vec, err := g.backend.Embed(context.Background(), p.keys.Query)
 	if err != nil {
-		p.semantic = false // the exact cache still works; counted and logged by embedWatch
+		p.semantic = false // the exact cache still works; counted and logged by the backend's observer
 		return false
 	}
 	p.vec = vec
@@ -383,7 +383,7 @@ func (g *Gateway) cacheWrite(f *flight, p *cachePlan, a *adapters.Answer) (w cac
 	}
 	vec := p.vec
 	if p.semantic && vec == nil {
-		vec, _ = g.embedWatch.embed(context.Background(), p.keys.Query)
+		vec, _ = g.backend.Embed(context.Background(), p.keys.Query)
 	}
 	e := &cache.Entry{ID: f.entryID, Namespace: p.namespace, Model: a.Model, Endpoint: p.endpoint,
 		Content: a.Content, Reasoning: a.Reasoning, ToolCalls: a.ToolCalls, Finish: a.Finish,

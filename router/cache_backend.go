@@ -23,6 +23,10 @@ type cacheObserver struct {
 	stored, failed *metrics.Counter
 	dropped        map[string]*metrics.Counter
 	transitions    map[string]*metrics.Counter // path + ":" + to
+	// the embedder: its name, failures (in frontdoor_cache_errors_total)
+	// and the lookups skipped
+	embedder           string
+	embedErrs, skipped *metrics.Counter
 }
 
 var _ cache.Observer = (*cacheObserver)(nil)
@@ -31,9 +35,13 @@ var _ cache.Observer = (*cacheObserver)(nil)
 // answers in, and the timeouts above it.
 var lookupBuckets = []float64{0.0001, 0.0002, 0.0003, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1}
 
-func newCacheObserver(set *metrics.Set, cm *cacheMetrics, log *slog.Logger) *cacheObserver {
+func newCacheObserver(set *metrics.Set, cm *cacheMetrics, log *slog.Logger, embedder string) *cacheObserver {
 	o := &cacheObserver{log: newRateLog(log, 10*time.Second), cm: cm, look: map[string]*metrics.PrometheusHistogram{},
-		dropped: map[string]*metrics.Counter{}, transitions: map[string]*metrics.Counter{}}
+		dropped: map[string]*metrics.Counter{}, transitions: map[string]*metrics.Counter{},
+		embedder: embedder, embedErrs: cm.errors("embed")}
+	if embedder != "" {
+		o.skipped = set.NewCounter(`frontdoor_cache_embed_skipped_total`)
+	}
 	for _, op := range []string{"get", "search"} {
 		o.look[op] = set.NewPrometheusHistogramExt(`frontdoor_cache_lookup_seconds{op="`+op+`"}`, lookupBuckets)
 	}
@@ -84,6 +92,10 @@ func (o *cacheObserver) WriteDropped(reason string, n int) {
 }
 
 func (o *cacheObserver) BreakerChanged(path string, from, to cache.BreakerState, lastErr error) {
+	if path == "embed" {
+		o.log.warn("embed-breaker:"+to.String(), "cache: embedder breaker "+to.String(), "embedder", o.embedder, "from", from.String())
+		return
+	}
 	if c := o.transitions[path+":"+to.String()]; c != nil {
 		c.Inc()
 	}
@@ -99,6 +111,18 @@ func (o *cacheObserver) BreakerChanged(path string, from, to cache.BreakerState,
 		args = append(args, "last_error", lastErr.Error())
 	}
 	o.log.warn("breaker:"+path+":"+to.String(), "cache: "+path+" breaker "+to.String()+"; "+what, args...)
+}
+
+// EmbedSkipped counts a semantic lookup skipped, and makes an embedder's
+// failure loud: frontdoor_cache_errors_total{op="embed"} and a WARN at most
+// once per 10 s.
+func (o *cacheObserver) EmbedSkipped(err error) {
+	o.skipped.Inc()
+	if err == nil {
+		return
+	}
+	o.embedErrs.Inc()
+	o.log.warn("embed-failed", "cache: embedder failed; the semantic lookup is skipped", "embedder", o.embedder, "error", err.Error())
 }
 
 func (o *cacheObserver) StateChanged(from, to cache.BackendState, why string) {

@@ -78,7 +78,6 @@ type Gateway struct {
 	backend       *cache.Backend // lookups and write-back, behind breakers
 	ownStore      bool
 	embedder      embed.Embedder
-	embedWatch    *embedWatch // the embedder on the request path; nil without one
 	flights       flightGroup
 	cm            *cacheMetrics
 	spillInflight atomic.Int64
@@ -300,9 +299,6 @@ func (g *Gateway) buildCache(deps Deps, set *metrics.Set) error {
 		}
 		g.embedder = e
 	}
-	if g.embedder != nil {
-		g.embedWatch = newEmbedWatch(g.embedder, c.Reads.Breaker, set, g.cm.errors("embed"), g.log)
-	}
 	g.store = deps.Store
 	if g.store == nil && c.Backend != "off" {
 		if err := g.buildStore(deps); err != nil {
@@ -313,8 +309,21 @@ func (g *Gateway) buildCache(deps Deps, set *metrics.Set) error {
 	if g.store == nil {
 		return nil
 	}
-	obs := newCacheObserver(set, g.cm, g.log)
+	var embedderName string
+	if g.embedder != nil {
+		embedderName = g.embedder.Name()
+	}
+	obs := newCacheObserver(set, g.cm, g.log, embedderName)
 	g.backend = cache.NewBackend(g.store, c.Reads, c.Writes, obs)
+	if g.embedder != nil {
+		g.backend.UseEmbedder(g.embedder)
+		set.NewGauge(`frontdoor_cache_embedder_up`, func() float64 {
+			if g.backend.EmbedderHealth().State == "ok" {
+				return 1
+			}
+			return 0
+		})
+	}
 	set.NewGauge(`frontdoor_cache_backend_up`, func() float64 {
 		if g.backend.Health().Up {
 			return 1

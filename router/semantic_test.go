@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"frontdoor/cache"
 	"frontdoor/cmd/gpusim/sim"
 	"frontdoor/embed"
 	"frontdoor/internal/testenv"
@@ -162,7 +163,7 @@ func TestRemoteEmbedderEndToEnd(t *testing.T) {
 	}
 	var st struct {
 		Cache struct {
-			Embedder *admin.EmbedderStatus `json:"embedder"`
+			Embedder *cache.EmbedderHealth `json:"embedder"`
 		} `json:"cache"`
 	}
 	if err := json.Unmarshal([]byte(getBody(t, gw.URL+"/status")), &st); err != nil || st.Cache.Embedder == nil {

@@ -29,10 +29,7 @@ func (g *Gateway) status() admin.Status {
 		st.Cache = &admin.CacheStatus{Backend: g.conf().Cache.Backend, Results: g.cm.totals(), HitRatio: g.cm.hitRatio(),
 			Entries: g.cm.entries.Load(), Vectors: g.cm.vectors.Load(), Bytes: g.cm.bytes.Load(),
 			Saved: g.cm.tokensSaved.Get(), Health: g.backend.Health(), Dropped: g.cm.dropped()}
-		if g.embedWatch != nil {
-			es := g.embedWatch.status()
-			st.Cache.Embedder = &es
-		}
+		st.Cache.Embedder = g.backend.EmbedderHealth()
 	}
 	if s := g.rt.Load().spill; s != nil {
 		spilled := s.spilled.Load()

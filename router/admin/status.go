@@ -52,8 +52,8 @@ type CacheStatus struct {
 	// The store's health: state (ok, degraded, bypassed) and since when, up,
 	// why, both breakers and the write-back queue.
 	cache.Health
-	Dropped  uint64          `json:"writes_dropped"`
-	Embedder *EmbedderStatus `json:"embedder,omitempty"`
+	Dropped  uint64                `json:"writes_dropped"`
+	Embedder *cache.EmbedderHealth `json:"embedder,omitempty"`
 }
 
 // SpillStatus is the spill-over part of /status.
@@ -62,17 +62,6 @@ type SpillStatus struct {
 	Inflight int64   `json:"inflight"`
 	Spilled  int64   `json:"spilled"`
 	Ratio    float64 `json:"ratio"` // spilled / upstream answers
-}
-
-// EmbedderStatus is the embedder part of /status.
-type EmbedderStatus struct {
-	Name      string    `json:"name"`
-	State     string    `json:"state"` // ok | failing | bypassed
-	Breaker   string    `json:"breaker"`
-	Calls     int64     `json:"calls"`
-	Failures  int64     `json:"failures"`
-	LastError string    `json:"last_error,omitempty"`
-	LastFail  time.Time `json:"last_failure,omitzero"`
 }
 
 // ReloadStatus is the last reload, as /status shows it.
