@@ -9,8 +9,8 @@ import (
 	"sync"
 	"testing"
 
-	"frontdoor/cmd/gpusim/sim"
 	"frontdoor/embed"
+	sim "frontdoor/internal/gpusim"
 	"frontdoor/internal/testenv"
 )
 

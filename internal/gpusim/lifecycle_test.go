@@ -1,4 +1,4 @@
-package sim
+package gpusim
 
 import (
 	"bufio"
@@ -278,7 +278,7 @@ func serverGoroutines() []string {
 		if strings.Contains(g, "updateServerDate") {
 			continue
 		}
-		ours := strings.Contains(g, "gpusim/sim.") && !strings.Contains(g, "_test.go")
+		ours := strings.Contains(g, "internal/gpusim.") && !strings.Contains(g, "_test.go")
 		if ours || strings.Contains(g, "valyala/fasthttp") {
 			out = append(out, g)
 		}

@@ -1,6 +1,7 @@
-// Package sim is gpusim's engine: an in-process simulator of a self-hosted
-// LLM inference node that speaks the OpenAI-compatible HTTP API the way vLLM,
-// TGI, SGLang or Alibaba DashScope's compatible mode do.
+// Package gpusim is the engine of the gpusim command: an in-process
+// simulator of a self-hosted LLM inference node that speaks the
+// OpenAI-compatible HTTP API the way vLLM, TGI, SGLang or Alibaba
+// DashScope's compatible mode do.
 //
 // It owns the whole simulated node: the fasthttp server and its endpoints
 // (/v1/chat/completions, /v1/completions, /v1/models, /health, /metrics),
@@ -14,10 +15,10 @@
 // The cmd/gpusim binary is a thin flag wrapper around this package; the
 // frontdoor demo and other packages' tests start it in-process:
 //
-//	cfg := sim.DefaultConfig()
+//	cfg := gpusim.DefaultConfig()
 //	cfg.Listen = "127.0.0.1:0"
-//	s, err := sim.New(cfg)
+//	s, err := gpusim.New(cfg)
 //	...
 //	addr, err := s.Start()
 //	defer s.Shutdown(context.Background())
-package sim
+package gpusim
