@@ -3,42 +3,15 @@ package adapters
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
-	"github.com/valyala/fastjson"
-
-	"frontdoor/internal/redact"
 )
-
-// Kind is an upstream engine flavour.
-type Kind string
-
-// Upstream kinds.
-const (
-	KindVLLM      Kind = "vllm"
-	KindTGI       Kind = "tgi"
-	KindSGLang    Kind = "sglang"
-	KindOpenAI    Kind = "openai"
-	KindDashScope Kind = "dashscope"
-)
-
-// Valid reports whether k is a known kind.
-func (k Kind) Valid() bool {
-	switch k {
-	case KindVLLM, KindTGI, KindSGLang, KindOpenAI, KindDashScope:
-		return true
-	}
-	return false
-}
 
 // Backend sends one request to an upstream and returns its answer,
 // positioned after the headers: a streamed body is read event by event with
@@ -51,78 +24,6 @@ type Backend interface {
 }
 
 var _ Backend = (*HTTPBackend)(nil)
-
-// Config holds the upstream client settings shared by every backend.
-type Config struct {
-	Connect   time.Duration // TCP connect timeout
-	FirstByte time.Duration // streams: time until the response headers
-	Idle      time.Duration // streams: longest gap between two reads
-	Total     time.Duration // whole exchange; also the deadline of a non-streaming answer
-	MaxConns  int           // connection pool size per upstream
-	TLS       *tls.Config   // for https upstreams; nil: the system's roots
-	// MaxBody bounds an answer read whole (a non-streaming answer, or a
-	// JSON answer to a streaming request): past it the answer is refused
-	// with ErrAnswerTooLarge and its connection closed, unread.
-	MaxBody int
-}
-
-// DefaultMaxBody is the default of Config.MaxBody: 16 MiB.
-const DefaultMaxBody = 16 << 20
-
-// DefaultConfig returns the defaults of the timeouts: section.
-func DefaultConfig() Config {
-	return Config{Connect: 2 * time.Second, FirstByte: 60 * time.Second, Idle: 30 * time.Second, Total: 10 * time.Minute, MaxConns: 1024, MaxBody: DefaultMaxBody}
-}
-
-// Validate checks the settings.
-func (c Config) Validate() error {
-	var errs []error
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"connect", c.Connect}, {"first_byte", c.FirstByte}, {"idle", c.Idle}, {"total", c.Total}} {
-		if d.v <= 0 {
-			errs = append(errs, fmt.Errorf("%s: must be > 0", d.name))
-		}
-	}
-	if c.MaxConns < 1 {
-		errs = append(errs, errors.New("max_conns: must be >= 1"))
-	}
-	if c.MaxBody < 1 {
-		errs = append(errs, errors.New("max_body: must be >= 1"))
-	}
-	return errors.Join(errs...)
-}
-
-// Target names an upstream.
-type Target struct {
-	Name    string
-	URL     string // server root (http://h:9001) or an OpenAI base ending in /v1
-	Kind    Kind
-	APIKey  string // sent as the upstream bearer token; never logged
-	Headers map[string]string
-}
-
-// BaseURL returns the OpenAI base of a target URL: its path if that ends in
-// a version segment such as /v1, else the path plus /v1.
-func BaseURL(raw string) (*url.URL, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, fmt.Errorf("invalid url: %w", redact.ParseError(err)) // not quoting the URL: it may hold a password
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, errors.New("missing scheme: want http:// or https://")
-	}
-	if u.Host == "" {
-		return nil, errors.New("missing host")
-	}
-	p := strings.TrimSuffix(u.Path, "/")
-	if last := p[strings.LastIndexByte(p, '/')+1:]; !(len(last) >= 2 && last[0] == 'v' && last[1] >= '0' && last[1] <= '9') {
-		p += "/v1"
-	}
-	u.Path = p
-	return u, nil
-}
 
 // UpstreamRequest is one request for a backend.
 type UpstreamRequest struct {
@@ -138,116 +39,6 @@ type UpstreamRequest struct {
 // the traceparent and tracestate headers.
 type TraceContext struct {
 	Parent, State string
-}
-
-// UpstreamResponse is an upstream answer. For a stream with a 2xx status the
-// body is read with Next; otherwise Body holds it whole. Close must be called.
-type UpstreamResponse struct {
-	Status      int
-	ContentType []byte // valid until Close
-	RetryAfter  []byte // valid until Close
-	Body        []byte // valid until Close
-	Model       string // the upstream's real model, when a backend maps names
-	// Converted is true when the upstream answered a non-streaming request
-	// with an event stream, which Send turned into the JSON answer in Body.
-	Converted bool
-
-	modelFrom, modelTo []byte // renaming of the model in streamed events
-
-	resp     *fasthttp.Response
-	conn     *trackedConn
-	sse      *SSEReader
-	first    *SSEEvent    // read before Send returned; handed out by the first Next
-	onRead   func() error // see OnRead
-	idle     time.Duration
-	total    time.Duration // the whole exchange's allowance, for messages
-	deadline time.Time
-	atTotal  bool // the read deadline in force is the total one
-}
-
-// Streaming reports whether the body is read with Next.
-func (r *UpstreamResponse) Streaming() bool { return r.sse != nil }
-
-// Next returns the next SSE event of a streaming answer. Each read waits at
-// most the idle timeout (and never past the total deadline).
-func (r *UpstreamResponse) Next() (SSEEvent, error) {
-	if r.sse == nil {
-		return SSEEvent{}, io.EOF
-	}
-	if r.first != nil {
-		ev := *r.first
-		r.first = nil
-		return r.rename(ev), nil
-	}
-	if r.conn == nil && r.onRead != nil && !r.sse.Buffered() {
-		if err := r.onRead(); err != nil {
-			return SSEEvent{}, err
-		}
-	}
-	ev, err := r.sse.Next()
-	if err != nil && isTimeout(err) {
-		if r.atTotal {
-			return ev, fmt.Errorf("upstream stream cut: %w (%s)", ErrTotalTimeout, r.total)
-		}
-		return ev, fmt.Errorf("upstream idle for more than %s: %w", r.idle, ErrIdleTimeout)
-	}
-	return r.rename(ev), err
-}
-
-func (r *UpstreamResponse) rename(ev SSEEvent) SSEEvent {
-	if r.modelFrom != nil && bytes.Contains(ev.Raw, r.modelFrom) {
-		ev.Raw = bytes.ReplaceAll(ev.Raw, r.modelFrom, r.modelTo)
-		ev.Data = bytes.ReplaceAll(ev.Data, r.modelFrom, r.modelTo)
-	}
-	return ev
-}
-
-// OnRead sets f to run each time reading the stream is about to read the
-// upstream's socket, where it may wait for the node: a caller that batches
-// events (a pump writing to a client) flushes them in f, so what arrived in
-// one read leaves in one write and no event waits for the next. Without a
-// socket to watch, f runs before every Next that finds the event reader's
-// buffer empty. An error from f fails that read, and so Next.
-func (r *UpstreamResponse) OnRead(f func() error) {
-	r.onRead = f
-}
-
-// beforeRead runs before each read of a stream's socket: the caller's
-// OnRead, then the idle deadline for this read (never past the total one).
-func (r *UpstreamResponse) beforeRead() error {
-	if r.onRead != nil {
-		if err := r.onRead(); err != nil {
-			return err
-		}
-	}
-	d := time.Now().Add(r.idle)
-	r.atTotal = !d.Before(r.deadline)
-	if r.atTotal {
-		d = r.deadline
-	}
-	_ = r.conn.Conn.SetReadDeadline(d)
-	return nil
-}
-
-// Interrupt cuts a streaming answer's connection from another goroutine;
-// the reader's next Next fails. Close must still be called by the reader.
-func (r *UpstreamResponse) Interrupt() {
-	if r.conn != nil {
-		_ = r.conn.Conn.Close()
-	}
-}
-
-// Close releases the answer. An unfinished stream closes its connection, so
-// the upstream sees the request end at once.
-func (r *UpstreamResponse) Close() {
-	if r.conn != nil {
-		r.conn.before = nil
-	}
-	if r.resp != nil {
-		_ = r.resp.CloseBodyStream()
-		fasthttp.ReleaseResponse(r.resp)
-		r.resp = nil
-	}
 }
 
 // Errors of Send that happened before the first byte; all are retryable on
@@ -529,43 +320,6 @@ func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamR
 		out.conn.before = out.beforeRead
 	}
 	return out, nil
-}
-
-var (
-	textEventStream = []byte("text/event-stream")
-	applicationJSON = []byte("application/json")
-)
-
-// checkAnswer checks a whole 2xx answer to a non-streaming request, and
-// converts an event stream to the JSON answer asked for.
-func (r *UpstreamResponse) checkAnswer(ep Endpoint) error {
-	if !bytes.HasPrefix(r.ContentType, textEventStream) {
-		return checkJSONAnswer(r.Body)
-	}
-	body, err := StreamToJSON(ep, r.Body)
-	if err != nil {
-		return fmt.Errorf("%w: an event stream for a non-streaming request, not whole and clean: %w", ErrMalformedAnswer, err)
-	}
-	r.Body, r.ContentType, r.Converted = body, applicationJSON, true
-	return nil
-}
-
-// checkJSONAnswer reports ErrMalformedAnswer unless body is a JSON object
-// with choices and no error: a completion. The error never quotes the body
-// (it reaches logs).
-func checkJSONAnswer(body []byte) error {
-	p := answerParsers.Get()
-	defer answerParsers.Put(p)
-	v, err := p.ParseBytes(body)
-	switch {
-	case err != nil:
-		return fmt.Errorf("%w: the body (%d bytes) is not valid JSON", ErrMalformedAnswer, len(body))
-	case v.Type() != fastjson.TypeObject:
-		return fmt.Errorf("%w: the body is JSON but not an object", ErrMalformedAnswer)
-	case v.Get("error") != nil || v.Get("choices") == nil:
-		return fmt.Errorf("%w: a 2xx answer with an error object or no choices", ErrMalformedAnswer)
-	}
-	return nil
 }
 
 func (b *HTTPBackend) tooLarge() error {

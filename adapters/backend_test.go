@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"frontdoor/adapters"
-	"frontdoor/cmd/gpusim/sim"
+	"frontdoor/internal/gpusim"
 	"frontdoor/internal/testenv"
 )
 
@@ -50,10 +50,10 @@ func cfg() adapters.Config {
 }
 
 func TestHTTPBackendAgainstVLLMAndTGI(t *testing.T) {
-	for _, kind := range []sim.Kind{sim.KindVLLM, sim.KindTGI, sim.KindSGLang} {
+	for _, kind := range []gpusim.Kind{gpusim.KindVLLM, gpusim.KindTGI, gpusim.KindSGLang} {
 		t.Run(string(kind), func(t *testing.T) {
 			t.Setenv("NODE_KEY", "sk-node-secret")
-			s := testenv.GPUSim(t, func(c *sim.Config) { c.Kind, c.APIKey, c.MaxNumSeqs, c.MaxWaiting = kind, "sk-node-secret", 1, 1 })
+			s := testenv.GPUSim(t, func(c *gpusim.Config) { c.Kind, c.APIKey, c.MaxNumSeqs, c.MaxWaiting = kind, "sk-node-secret", 1, 1 })
 			be, err := adapters.NewHTTPBackend(adapters.Target{Name: "n1", URL: s.URL(), Kind: adapters.Kind(kind), APIKey: "sk-node-secret"}, cfg())
 			if err != nil {
 				t.Fatal(err)
@@ -61,7 +61,7 @@ func TestHTTPBackendAgainstVLLMAndTGI(t *testing.T) {
 			body := `{"model":"qwen3-8b","max_tokens":5,"messages":[{"role":"user","content":"hello"}]}`
 			resp, out := send(t, be, body, false, "qwen3-8b")
 			resp.Close()
-			want := sim.ExpectedText("hello", 5)
+			want := gpusim.ExpectedText("hello", 5)
 			if resp.Status != 200 || !strings.Contains(out, want) {
 				t.Fatalf("non-streaming: %d %s", resp.Status, out)
 			}
@@ -83,8 +83,8 @@ func TestHTTPBackendAgainstVLLMAndTGI(t *testing.T) {
 }
 
 func TestTGIOverloadedIsRetryable429(t *testing.T) {
-	s := testenv.GPUSim(t, func(c *sim.Config) {
-		c.Kind, c.MaxNumSeqs, c.MaxWaiting, c.ITL, c.OutputTokens = sim.KindTGI, 1, 1, 50*time.Millisecond, 20
+	s := testenv.GPUSim(t, func(c *gpusim.Config) {
+		c.Kind, c.MaxNumSeqs, c.MaxWaiting, c.ITL, c.OutputTokens = gpusim.KindTGI, 1, 1, 50*time.Millisecond, 20
 	})
 	be, _ := adapters.NewHTTPBackend(adapters.Target{Name: "tgi", URL: s.URL(), Kind: adapters.KindTGI}, cfg())
 	body := `{"model":"qwen3-8b","stream":true,"messages":[{"role":"user","content":"slow"}]}`
@@ -121,8 +121,8 @@ func TestTGIOverloadedIsRetryable429(t *testing.T) {
 }
 
 func TestDashScopeBackend(t *testing.T) {
-	s := testenv.GPUSim(t, func(c *sim.Config) {
-		c.Kind, c.APIKey, c.Models = sim.KindDashScope, "sk-dash", []string{"qwen-plus"}
+	s := testenv.GPUSim(t, func(c *gpusim.Config) {
+		c.Kind, c.APIKey, c.Models = gpusim.KindDashScope, "sk-dash", []string{"qwen-plus"}
 	})
 	be, err := adapters.NewDashScope(adapters.Target{Name: "spillover:dashscope", URL: s.URL() + "/compatible-mode/v1", APIKey: "sk-dash"},
 		cfg(), map[string]string{"qwen3-8b": "qwen-plus"})
@@ -172,7 +172,7 @@ func TestDashScopeBackend(t *testing.T) {
 }
 
 func TestDashScopeThrottlingIs429(t *testing.T) {
-	s := testenv.GPUSim(t, func(c *sim.Config) { c.Kind, c.Models, c.RPM = sim.KindDashScope, []string{"qwen-plus"}, 1 })
+	s := testenv.GPUSim(t, func(c *gpusim.Config) { c.Kind, c.Models, c.RPM = gpusim.KindDashScope, []string{"qwen-plus"}, 1 })
 	be, _ := adapters.NewDashScope(adapters.Target{Name: "d", URL: s.URL() + "/compatible-mode/v1"}, cfg(), nil)
 	body := `{"model":"qwen-plus","messages":[{"role":"user","content":"hi"}]}`
 	r1, _ := send(t, be, body, false, "qwen-plus")

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"frontdoor/cache"
-	"frontdoor/cmd/gpusim/sim"
+	sim "frontdoor/internal/gpusim"
 	"frontdoor/internal/testenv"
 	"frontdoor/router/admin"
 )

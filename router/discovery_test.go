@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"frontdoor/balancer"
-	"frontdoor/cmd/gpusim/sim"
+	sim "frontdoor/internal/gpusim"
 	"frontdoor/internal/testenv"
 	"frontdoor/router/admin"
 )

@@ -16,7 +16,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"frontdoor/adapters"
-	"frontdoor/cmd/gpusim/sim"
+	sim "frontdoor/internal/gpusim"
 	"frontdoor/internal/testenv"
 	"frontdoor/internal/units"
 	"frontdoor/router/admin"

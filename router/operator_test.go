@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"frontdoor/cmd/gpusim/sim"
+	sim "frontdoor/internal/gpusim"
 	"frontdoor/internal/testenv"
 )
 

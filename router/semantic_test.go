@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"frontdoor/cache"
-	"frontdoor/cmd/gpusim/sim"
 	"frontdoor/embed"
+	sim "frontdoor/internal/gpusim"
 	"frontdoor/internal/testenv"
 	"frontdoor/router/admin"
 )

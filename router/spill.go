@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"fmt"
-	"math"
 	"os"
 	"strconv"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"frontdoor/adapters"
+	"frontdoor/router/admission"
 )
 
 // spillover sends requests the local pool cannot take to a hosted API
@@ -24,8 +24,8 @@ type spillover struct {
 	backend  *adapters.DashScope
 	onSat    bool
 	onFail   bool
-	rpm, tpm *bucket       // the account's quota mirrored locally; nil = unlimited
-	inflight *atomic.Int64 // the gateway's, kept across reloads
+	rpm, tpm *admission.Bucket // the account's quota mirrored locally; nil = unlimited
+	inflight *atomic.Int64     // the gateway's, kept across reloads
 	spilled  atomic.Int64
 
 	mu       sync.Mutex
@@ -61,10 +61,10 @@ func newSpillover(cfg Config, set *metrics.Set, inflight *atomic.Int64) (*spillo
 		s.onFail = s.onFail || on == "failed"
 	}
 	if sc.RPM > 0 {
-		s.rpm = newBucket(float64(sc.RPM)/60, float64(sc.RPM))
+		s.rpm = admission.NewBucket(float64(sc.RPM)/60, float64(sc.RPM))
 	}
 	if sc.TPM > 0 {
-		s.tpm = newBucket(float64(sc.TPM)/60, float64(sc.TPM))
+		s.tpm = admission.NewBucket(float64(sc.TPM)/60, float64(sc.TPM))
 	}
 	set.GetOrCreateGauge(`frontdoor_spillover_inflight`, func() float64 { return float64(inflight.Load()) })
 	return s, nil
@@ -87,14 +87,14 @@ func (s *spillover) count(reason, model string) {
 // returns how long to wait when the quota is exhausted.
 func (s *spillover) take(tokens int) (time.Duration, string) {
 	if s.rpm != nil {
-		if wait := s.rpm.take(1); wait > 0 {
+		if wait := s.rpm.Take(1); wait > 0 {
 			return wait, "spillover_rpm"
 		}
 	}
 	if s.tpm != nil {
-		if wait := s.tpm.take(float64(tokens)); wait > 0 {
+		if wait := s.tpm.Take(float64(tokens)); wait > 0 {
 			if s.rpm != nil {
-				s.rpm.refund(1)
+				s.rpm.Refund(1)
 			}
 			return wait, "spillover_tpm"
 		}
@@ -106,54 +106,8 @@ func (s *spillover) take(tokens int) (time.Duration, string) {
 // we are over quota, so the next requests wait here instead of there.
 func (s *spillover) throttled() {
 	if s.rpm != nil {
-		s.rpm.drain()
+		s.rpm.Drain()
 	}
-}
-
-// bucket is a token bucket: rate per second, burst capacity.
-type bucket struct {
-	mu     sync.Mutex
-	rate   float64
-	burst  float64
-	tokens float64
-	last   time.Time
-}
-
-func newBucket(rate, burst float64) *bucket {
-	return &bucket{rate: rate, burst: burst, tokens: burst, last: time.Now()}
-}
-
-func (b *bucket) refill(now time.Time) {
-	b.tokens = math.Min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-	b.last = now
-}
-
-// take removes n tokens, or returns the wait until n would be there.
-func (b *bucket) take(n float64) time.Duration {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.refill(time.Now())
-	if n > b.burst {
-		n = b.burst // a request larger than the whole budget takes all of it
-	}
-	if b.tokens >= n {
-		b.tokens -= n
-		return 0
-	}
-	return time.Duration((n - b.tokens) / b.rate * float64(time.Second))
-}
-
-func (b *bucket) refund(n float64) {
-	b.mu.Lock()
-	b.tokens = math.Min(b.burst, b.tokens+n)
-	b.mu.Unlock()
-}
-
-func (b *bucket) drain() {
-	b.mu.Lock()
-	b.refill(time.Now())
-	b.tokens = 0
-	b.mu.Unlock()
 }
 
 // trySpill sends the request to the hosted API when the policy allows it,

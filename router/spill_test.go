@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"frontdoor/cmd/gpusim/sim"
+	sim "frontdoor/internal/gpusim"
 	"frontdoor/internal/testenv"
 )
 

@@ -19,7 +19,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
-	"frontdoor/cmd/gpusim/sim"
+	sim "frontdoor/internal/gpusim"
 	"frontdoor/internal/testenv"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"frontdoor/adapters"
 	"frontdoor/balancer"
-	"frontdoor/cmd/gpusim/sim"
+	sim "frontdoor/internal/gpusim"
 	"frontdoor/internal/testenv"
 	"frontdoor/internal/units"
 )

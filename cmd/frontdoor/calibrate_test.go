@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"frontdoor/cmd/gpusim/sim"
+	"frontdoor/internal/gpusim"
 	"frontdoor/internal/testenv"
 )
 
@@ -55,7 +55,7 @@ func TestCalibratePrintsTheThresholdTable(t *testing.T) {
 // TestCalibrateWithARemoteEmbedder calibrates the embedder a config file
 // names: gpusim's /v1/embeddings.
 func TestCalibrateWithARemoteEmbedder(t *testing.T) {
-	s := testenv.GPUSim(t, func(c *sim.Config) { c.EmbeddingDims = 128 })
+	s := testenv.GPUSim(t, func(c *gpusim.Config) { c.EmbeddingDims = 128 })
 	dir := t.TempDir()
 	pairs := filepath.Join(dir, "pairs.tsv")
 	config := filepath.Join(dir, "frontdoor.yaml")

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"frontdoor/balancer"
-	"frontdoor/cmd/gpusim/sim"
 	"frontdoor/embed"
+	"frontdoor/internal/gpusim"
 	"frontdoor/router"
 )
 
@@ -53,7 +53,7 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 // remoteEmbed a simulated embedding server, and the gateway in this
 // process, prints a banner and serves until ctx ends.
 func runDemo(ctx context.Context, listen, adminListen string, ttft, itl time.Duration, warmFile string, remoteEmbed bool, stdout, stderr io.Writer) error {
-	var sims []*sim.Server
+	var sims []*gpusim.Server
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -61,8 +61,8 @@ func runDemo(ctx context.Context, listen, adminListen string, ttft, itl time.Dur
 			_ = s.Shutdown(sctx)
 		}
 	}()
-	start := func(c sim.Config) (*sim.Server, error) {
-		s, err := sim.New(c)
+	start := func(c gpusim.Config) (*gpusim.Server, error) {
+		s, err := gpusim.New(c)
 		if err != nil {
 			return nil, err
 		}
@@ -83,7 +83,7 @@ func runDemo(ctx context.Context, listen, adminListen string, ttft, itl time.Dur
 	cfg.Logging.AccessLog = false
 	cfg.Shutdown.Grace = 10_000_000_000
 	for _, name := range []string{"gpu-a", "gpu-b"} {
-		c := sim.DefaultConfig()
+		c := gpusim.DefaultConfig()
 		c.Listen, c.Models, c.MaxNumSeqs, c.TTFT, c.ITL, c.OutputTokens, c.Jitter = "127.0.0.1:0", []string{"qwen3-8b"}, 10, ttft, itl, 48, 0.2
 		s, err := start(c)
 		if err != nil {
@@ -91,8 +91,8 @@ func runDemo(ctx context.Context, listen, adminListen string, ttft, itl time.Dur
 		}
 		cfg.Nodes = append(cfg.Nodes, balancer.NodeConfig{Name: name, URL: s.URL(), Kind: "vllm", Models: []string{"qwen3-8b"}, MaxConcurrency: 10, Weight: 1})
 	}
-	dc := sim.DefaultConfig()
-	dc.Listen, dc.Kind, dc.Models, dc.APIKey, dc.TTFT, dc.ITL, dc.MaxNumSeqs = "127.0.0.1:0", sim.KindDashScope, []string{"qwen-plus"}, demoAPIKey, ttft*2, itl, 1000
+	dc := gpusim.DefaultConfig()
+	dc.Listen, dc.Kind, dc.Models, dc.APIKey, dc.TTFT, dc.ITL, dc.MaxNumSeqs = "127.0.0.1:0", gpusim.KindDashScope, []string{"qwen-plus"}, demoAPIKey, ttft*2, itl, 1000
 	qwen, err := start(dc)
 	if err != nil {
 		return fmt.Errorf("start simulated DashScope: %w", err)
@@ -112,18 +112,18 @@ func runDemo(ctx context.Context, listen, adminListen string, ttft, itl time.Dur
 	}
 	embedderLine := "local (in process)"
 	if remoteEmbed {
-		ec := sim.DefaultConfig()
+		ec := gpusim.DefaultConfig()
 		ec.Listen = "127.0.0.1:0"
 		es, err := start(ec)
 		if err != nil {
 			return fmt.Errorf("start simulated embedding server: %w", err)
 		}
 		// The one config line a real model needs (TEI, vLLM --task embed, Ollama, DashScope).
-		cfg.Cache.Embedder = embed.Config{Kind: embed.KindOpenAI, URL: es.URL() + "/v1", Model: "bge-m3", Dims: sim.DefaultEmbeddingDims}
+		cfg.Cache.Embedder = embed.Config{Kind: embed.KindOpenAI, URL: es.URL() + "/v1", Model: "bge-m3", Dims: gpusim.DefaultEmbeddingDims}
 		if err := cfg.Cache.Embedder.Validate(); err != nil {
 			return err
 		}
-		embedderLine = es.URL() + "/v1/embeddings (simulated, OpenAI-compatible, " + fmt.Sprint(sim.DefaultEmbeddingDims) + " dims)"
+		embedderLine = es.URL() + "/v1/embeddings (simulated, OpenAI-compatible, " + fmt.Sprint(gpusim.DefaultEmbeddingDims) + " dims)"
 	}
 
 	return serve(ctx, cfg, "", stderr, func(addr, admin string) {

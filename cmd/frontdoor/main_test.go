@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"frontdoor/cmd/gpusim/sim"
+	"frontdoor/internal/gpusim"
 	"frontdoor/internal/testenv"
 	"frontdoor/router"
 )
@@ -302,7 +302,7 @@ func testDemoServes(t *testing.T, remoteEmbed bool) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != 200 || !strings.Contains(string(b), sim.ExpectedText("hello", 3)[:5]) {
+		if resp.StatusCode != 200 || !strings.Contains(string(b), gpusim.ExpectedText("hello", 3)[:5]) {
 			t.Fatalf("demo answered %d: %s", resp.StatusCode, b)
 		}
 	}
@@ -342,7 +342,7 @@ func TestSIGTERMDrainsStreams(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	node := testenv.GPUSim(t, func(c *sim.Config) { c.ITL, c.OutputTokens = 40*time.Millisecond, 40 })
+	node := testenv.GPUSim(t, func(c *gpusim.Config) { c.ITL, c.OutputTokens = 40*time.Millisecond, 40 })
 	// Log lines wait a minute, far longer than the test: only the flush
 	// at exit can write the stream's access-log line.
 	base, cmd, logs := startServe(t, fmt.Sprintf("shutdown: {grace: 10s}\nlogging: {flush_interval: 1m}\nnodes:\n  - {name: a, url: %s, models: [qwen3-8b]}\n", node.URL()))

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"frontdoor/cmd/gpusim/sim"
+	"frontdoor/internal/gpusim"
 	"frontdoor/internal/testenv"
 )
 
@@ -106,9 +106,9 @@ func TestSIGHUPReloadsUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	sims := map[string]*sim.Server{}
+	sims := map[string]*gpusim.Server{}
 	for _, n := range []string{"a", "b", "c"} {
-		sims[n] = testenv.GPUSim(t, func(c *sim.Config) { c.ITL, c.OutputTokens = 5*time.Millisecond, 20 })
+		sims[n] = testenv.GPUSim(t, func(c *gpusim.Config) { c.ITL, c.OutputTokens = 5*time.Millisecond, 20 })
 	}
 	cfg := func(rps int, nodes ...string) string {
 		s := "cache: {backend: off}\nadmin: {token_env: FD_TEST_ADMIN, allow_cidrs: []}\nlogging: {flush_interval: 0s, access_log: false}\n" +

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"frontdoor/cmd/gpusim/sim"
+	"frontdoor/internal/gpusim"
 	"frontdoor/internal/testenv"
 )
 
@@ -148,7 +148,7 @@ func TestRollingRestartBehindABalancer(t *testing.T) {
 	var cfg strings.Builder
 	cfg.WriteString("cache: {backend: off}\nlogging: {flush_interval: 0s, access_log: false}\nshutdown: {drain_delay: 1s, grace: 20s}\nnodes:\n")
 	for i := 0; i < 2; i++ {
-		s := testenv.GPUSim(t, func(c *sim.Config) { c.ITL, c.OutputTokens, c.MaxNumSeqs = 20*time.Millisecond, 50, 200 })
+		s := testenv.GPUSim(t, func(c *gpusim.Config) { c.ITL, c.OutputTokens, c.MaxNumSeqs = 20*time.Millisecond, 50, 200 })
 		fmt.Fprintf(&cfg, "  - {name: n%d, url: %s, models: [qwen3-8b], max_concurrency: 100}\n", i, s.URL())
 	}
 	baseA, cmdA, logsA := startServe(t, cfg.String())

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"frontdoor/balancer"
-	"frontdoor/cmd/gpusim/sim"
+	"frontdoor/internal/gpusim"
 	"frontdoor/internal/testenv"
 	"frontdoor/router"
 )
@@ -24,7 +24,7 @@ const testAdminToken = "fd-test-admin-4f9c2a7e1b"
 
 // warmGateway serves a gateway in process (as frontdoor serve does) in front
 // of one gpusim node, with the memory cache unless mutate says otherwise.
-func warmGateway(t *testing.T, node *sim.Server, mutate func(*router.Config)) string {
+func warmGateway(t *testing.T, node *gpusim.Server, mutate func(*router.Config)) string {
 	t.Helper()
 	t.Setenv("FRONTDOOR_ADMIN_TOKEN", testAdminToken)
 	t.Setenv("WARM_ACME_KEYS", "sk-acme")
@@ -51,8 +51,8 @@ func warmGateway(t *testing.T, node *sim.Server, mutate func(*router.Config)) st
 	return ""
 }
 
-func simNode(t *testing.T, ttft time.Duration) *sim.Server {
-	return testenv.GPUSim(t, func(c *sim.Config) { c.TTFT, c.OutputTokens, c.MaxNumSeqs = ttft, 4, 64 })
+func simNode(t *testing.T, ttft time.Duration) *gpusim.Server {
+	return testenv.GPUSim(t, func(c *gpusim.Config) { c.TTFT, c.OutputTokens, c.MaxNumSeqs = ttft, 4, 64 })
 }
 
 func writeFile(t *testing.T, name, content string) string {

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"frontdoor/cmd/gpusim/sim"
+	"frontdoor/internal/gpusim"
 )
 
 func main() {
@@ -35,15 +35,15 @@ func (m *modelList) Set(v string) error {
 	return nil
 }
 
-// parseFlags turns command-line arguments into a validated sim.Config.
-func parseFlags(args []string, stderr io.Writer) (sim.Config, error) {
-	def := sim.DefaultConfig()
+// parseFlags turns command-line arguments into a validated gpusim.Config.
+func parseFlags(args []string, stderr io.Writer) (gpusim.Config, error) {
+	def := gpusim.DefaultConfig()
 	fs := flag.NewFlagSet("gpusim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var models modelList
 	kind := string(def.Kind)
 	fs.StringVar(&def.Listen, "listen", def.Listen, "address to listen on (port 0 picks a free port)")
-	fs.Var(&models, "model", "served model name (repeatable; default "+sim.DefaultModel+")")
+	fs.Var(&models, "model", "served model name (repeatable; default "+gpusim.DefaultModel+")")
 	fs.StringVar(&kind, "kind", kind, "server to imitate: vllm|tgi|sglang|dashscope")
 	fs.IntVar(&def.MaxNumSeqs, "max-num-seqs", def.MaxNumSeqs, "requests generating at once; the rest wait FIFO")
 	fs.IntVar(&def.MaxWaiting, "max-waiting", def.MaxWaiting, "waiting queue limit, beyond it 429 (0 = unlimited)")
@@ -63,29 +63,29 @@ func parseFlags(args []string, stderr io.Writer) (sim.Config, error) {
 	fs.IntVar(&def.EmbeddingDims, "embedding-dims", def.EmbeddingDims, "vector length of /v1/embeddings (a request's \"dimensions\" overrides it)")
 	fs.Int64Var(&def.Seed, "seed", def.Seed, "RNG seed for jitter/fail/hang draws (0 = time-based)")
 	if err := fs.Parse(args); err != nil {
-		return sim.Config{}, err
+		return gpusim.Config{}, err
 	}
 	if fs.NArg() > 0 {
-		return sim.Config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+		return gpusim.Config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	if len(models) > 0 {
 		def.Models = models
 	}
-	def.Kind = sim.Kind(kind)
+	def.Kind = gpusim.Kind(kind)
 	if def.APIKey == "" {
 		def.APIKey = os.Getenv("GPUSIM_API_KEY")
 	}
-	// Zero means "default" in sim.Config; on the command line it is a mistake.
+	// Zero means "default" in gpusim.Config; on the command line it is a mistake.
 	for _, f := range []struct {
 		name string
 		v    int
 	}{{"max-num-seqs", def.MaxNumSeqs}, {"output-tokens", def.OutputTokens}, {"kv-capacity", def.KVCapacityTokens}, {"block-size", def.BlockSize}} {
 		if f.v < 1 {
-			return sim.Config{}, fmt.Errorf("--%s: must be >= 1", f.name)
+			return gpusim.Config{}, fmt.Errorf("--%s: must be >= 1", f.name)
 		}
 	}
 	if err := def.Validate(); err != nil {
-		return sim.Config{}, err
+		return gpusim.Config{}, err
 	}
 	return def, nil
 }
@@ -99,7 +99,7 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gpusim: %v\n", err)
 		return 2
 	}
-	srv, err := sim.New(cfg)
+	srv, err := gpusim.New(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "%v\n", err)
 		return 2

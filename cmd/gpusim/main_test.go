@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"frontdoor/cmd/gpusim/sim"
+	"frontdoor/internal/gpusim"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -21,8 +21,8 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatalf("parseFlags: %v (%s)", err, stderr.String())
 	}
-	want := sim.Config{
-		Listen: "127.0.0.1:0", Models: []string{"a", "b"}, Kind: sim.KindTGI,
+	want := gpusim.Config{
+		Listen: "127.0.0.1:0", Models: []string{"a", "b"}, Kind: gpusim.KindTGI,
 		MaxNumSeqs: 4, MaxWaiting: 8, TTFT: time.Second, ITL: 5 * time.Millisecond,
 		OutputTokens: 9, Jitter: 0.1, FailRate: 0.2, HangRate: 0.3, APIKey: "from-env",
 		RPM: 60, KVCapacityTokens: 1000, Seed: 7,
@@ -40,7 +40,7 @@ func TestParseFlags(t *testing.T) {
 	}
 
 	cfg, err = parseFlags([]string{"--api-key", "flag"}, &stderr)
-	if err != nil || cfg.APIKey != "flag" || cfg.Kind != sim.KindVLLM || cfg.Models[0] != sim.DefaultModel {
+	if err != nil || cfg.APIKey != "flag" || cfg.Kind != gpusim.KindVLLM || cfg.Models[0] != gpusim.DefaultModel {
 		t.Errorf("flag api key / defaults: %+v %v", cfg, err)
 	}
 }

@@ -5,14 +5,14 @@ import (
 	"testing"
 	"time"
 
-	"frontdoor/cmd/gpusim/sim"
+	"frontdoor/internal/gpusim"
 )
 
 // GPUSim starts a simulated node in process on a free loopback port. mutate
 // adjusts the defaults (zero timings, one model "qwen3-8b").
-func GPUSim(t testing.TB, mutate func(*sim.Config)) *sim.Server {
+func GPUSim(t testing.TB, mutate func(*gpusim.Config)) *gpusim.Server {
 	t.Helper()
-	c := sim.DefaultConfig()
+	c := gpusim.DefaultConfig()
 	c.Listen = "127.0.0.1:0"
 	c.Models = []string{"qwen3-8b"}
 	c.TTFT, c.ITL = 0, 0
@@ -20,7 +20,7 @@ func GPUSim(t testing.TB, mutate func(*sim.Config)) *sim.Server {
 	if mutate != nil {
 		mutate(&c)
 	}
-	s, err := sim.New(c)
+	s, err := gpusim.New(c)
 	if err != nil {
 		t.Fatalf("gpusim config: %v", err)
 	}

@@ -16,6 +16,10 @@
 // cannot be served within MaxWait is rejected at once with the limit's name
 // and a Retry-After.
 //
+// Bucket is the same token bucket for callers outside the Admitter (Take,
+// Refund, Drain; safe for concurrent use), except that it never reserves:
+// a Take that would have to wait takes nothing and returns the wait.
+//
 // With the redis backend the buckets and concurrency slots live in Redis,
 // so every replica shares one quota. Each decision is one Lua script (one
 // round trip) using the server's clock. Concurrency slots are leases in a

@@ -1,48 +1,9 @@
 package admission
 
 import (
-	"math"
 	"sync"
 	"time"
 )
-
-// bucket is a token bucket on the admitter's clock (ns since its epoch).
-// Its level may go below zero: reservations for waiting requests and
-// settled usage beyond the estimate are debts paid back by the refill.
-type bucket struct {
-	rate  float64 // tokens per ns
-	cap   float64
-	level float64
-	last  int64
-}
-
-func newBucket(perSecond, capacity float64) *bucket {
-	return &bucket{rate: perSecond / 1e9, cap: capacity, level: capacity}
-}
-
-func (b *bucket) refill(now int64) {
-	if now > b.last {
-		b.level = min(b.cap, b.level+float64(now-b.last)*b.rate)
-		b.last = now
-	}
-}
-
-// shortfall is how long until cost can be taken (0: now). A cost above the
-// capacity (only in a fallback bucket, a share of the real quota) needs a
-// full bucket and leaves it in debt.
-func (b *bucket) shortfall(cost float64) time.Duration {
-	need := min(cost, b.cap)
-	if b.level >= need {
-		return 0
-	}
-	return time.Duration(math.Ceil((need - b.level) / b.rate))
-}
-
-// add puts delta tokens back (or takes -delta), keeping the level within
-// [-cap, cap].
-func (b *bucket) add(delta float64) {
-	b.level = min(b.cap, max(-b.cap, b.level+delta))
-}
 
 // localTenant is one tenant's limits enforced in process.
 type localTenant struct {

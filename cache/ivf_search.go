@@ -1,0 +1,153 @@
+package cache
+
+import (
+	"math"
+	"math/bits"
+
+	"github.com/viterin/vek/vek32"
+)
+
+// ivfScratch is one search's working memory, pooled.
+type ivfScratch struct {
+	buf   []float32
+	q     []uint64
+	lists minHeap // the probes nearest lists by similarity (x 2^20), the least similar on top
+	dist  []uint8 // prefix distances of the scanned members, in scan order
+	pre   []cand  // the best candidates by their codes' first bits
+	found maxHeap // the best candidates by their whole codes, farthest on top
+	out   []cand
+}
+
+// preWords is the part of a code that a scan reads (128 bits): the nearest
+// by it, preFactor times as many as wanted, are then ranked by whole codes.
+const (
+	preWords  = 2
+	preFactor = 4
+)
+
+// search appends to sc.out up to n slots that keep accepts, of Hamming
+// distance at most maxD to vec's code, nearest first, from the probes lists
+// nearest vec. minSim bounds the distances as maxD does.
+func (x *ivf) search(vec []float32, probes, n int, minSim float32, sc *ivfScratch, keep func(int32) bool) []cand {
+	if len(sc.buf) != len(x.buf) {
+		sc.buf, sc.q = make([]float32, len(x.buf)), make([]uint64, x.words)
+	}
+	q := sc.q
+	x.rot.code(q, vec, sc.buf)
+	sc.lists, sc.dist, sc.pre, sc.found.h, sc.out = sc.lists[:0], sc.dist[:0], sc.pre[:0], sc.found.h[:0], sc.out[:0]
+	for i := range x.lists {
+		sim := int(vek32.Dot(vec, x.cent(i)) * (1 << 20))
+		if len(sc.lists) < probes {
+			sc.lists.push(cand{sim, int32(i)})
+		} else if sim > sc.lists[0].d {
+			sc.lists.pop()
+			sc.lists.push(cand{sim, int32(i)})
+		}
+	}
+	// Two passes instead of a heap: the prefix distances and their
+	// histogram, then the members at or under the distance that admits
+	// n*preFactor of them.
+	var hist [preWords*64 + 1]int32
+	for _, lc := range sc.lists {
+		sc.dist = scanPrefix(q, x.lists[lc.s], sc.dist, &hist)
+	}
+	want, limit := n*preFactor, hammingBound(minSim, preWords*64)
+	cut, below := 0, 0 // take every distance under cut, and atCut at cut
+	for cut < limit && below+int(hist[cut]) < want {
+		below += int(hist[cut])
+		cut++
+	}
+	atCut := want - below
+	if cut == limit {
+		atCut = int(hist[cut])
+	}
+	j := 0
+	for _, lc := range sc.lists {
+		l := x.lists[lc.s]
+		dist := sc.dist[j : j+len(l.slots)]
+		j += len(l.slots)
+		for i, d := range dist {
+			if int(d) < cut || int(d) == cut && atCut > 0 {
+				if int(d) == cut {
+					atCut--
+				}
+				sc.pre = append(sc.pre, cand{int(d), l.slots[i]})
+			}
+		}
+	}
+	worst := hammingBound(minSim, x.words*64) + 1
+	for _, c := range sc.pre {
+		if d := hamming(q, x.bin.row(c.s, x.words)); d < worst && keep(c.s) {
+			worst = sc.found.keep(cand{d, c.s}, n, worst)
+		}
+	}
+	for len(sc.found.h) > 0 {
+		sc.out = append(sc.out, sc.found.pop())
+	}
+	for i, j := 0, len(sc.out)-1; i < j; i, j = i+1, j-1 {
+		sc.out[i], sc.out[j] = sc.out[j], sc.out[i]
+	}
+	return sc.out
+}
+
+// scanPrefix appends to dist the distances of q to list l's members by
+// their codes' first preWords words, and counts them in hist. Expiry is
+// checked later, on the few kept.
+func scanPrefix(q []uint64, l *ivfList, dist []uint8, hist *[preWords*64 + 1]int32) []uint8 {
+	q0, q1 := q[0], q[1]
+	codes := l.codes[:2*len(l.slots)]
+	for i := range l.slots {
+		d := bits.OnesCount64(q0^codes[2*i]) + bits.OnesCount64(q1^codes[2*i+1])
+		dist = append(dist, uint8(d))
+		hist[d]++
+	}
+	return dist
+}
+
+// similarity is the cosine of q (float32, normalised) and slot s's codes.
+func (x *ivf) similarity(q []float32, s int32) float32 {
+	c := x.codes.row(s, x.dims)
+	c = c[:len(q)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(q); i += 4 {
+		s0 += q[i] * float32(c[i])
+		s1 += q[i+1] * float32(c[i+1])
+		s2 += q[i+2] * float32(c[i+2])
+		s3 += q[i+3] * float32(c[i+3])
+	}
+	for ; i < len(q); i++ {
+		s0 += q[i] * float32(c[i])
+	}
+	return (s0 + s1 + s2 + s3) * x.scales[s]
+}
+
+// hammingBound is the largest Hamming distance, of bitsN-bit codes, at
+// which a vector could still have cosine minSim with the query: the
+// expected distance at that angle plus a wide margin (6 standard
+// deviations and 8 bits) for the code's noise.
+func hammingBound(minSim float32, bitsN int) int {
+	if minSim <= -1 {
+		return bitsN
+	}
+	p := math.Acos(math.Min(1, float64(minSim))) / math.Pi
+	n := float64(bitsN)
+	return min(bitsN, int(n*p+6*math.Sqrt(n*p*(1-p))+8))
+}
+
+func abs32(v float32) float32 {
+	if v < 0 {
+		return -v
+	}
+	return v
+}
+
+// hamming is the number of bits that differ between a and b (same length).
+func hamming(a, b []uint64) int {
+	b = b[:len(a)]
+	d := 0
+	for i, w := range a {
+		d += bits.OnesCount64(w ^ b[i])
+	}
+	return d
+}

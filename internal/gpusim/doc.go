@@ -1,0 +1,24 @@
+// Package gpusim is the engine of the gpusim command: an in-process
+// simulator of a self-hosted LLM inference node that speaks the
+// OpenAI-compatible HTTP API the way vLLM, TGI, SGLang or Alibaba
+// DashScope's compatible mode do.
+//
+// It owns the whole simulated node: the fasthttp server and its endpoints
+// (/v1/chat/completions, /v1/completions, /v1/models, /health, /metrics),
+// vLLM-style scheduling (at most MaxNumSeqs requests generate at once, the
+// rest wait FIFO), simulated timing (TTFT, ITL, jitter), deterministic output
+// (see ExpectedText and PromptText), fault injection (FailRate, HangRate,
+// SetHealthy), per-kind error bodies and Prometheus metric names, API-key and
+// requests-per-minute checks, and a record of received requests for adapter
+// tests.
+//
+// The cmd/gpusim binary is a thin flag wrapper around this package; the
+// frontdoor demo and other packages' tests start it in-process:
+//
+//	cfg := gpusim.DefaultConfig()
+//	cfg.Listen = "127.0.0.1:0"
+//	s, err := gpusim.New(cfg)
+//	...
+//	addr, err := s.Start()
+//	defer s.Shutdown(context.Background())
+package gpusim
