@@ -24,12 +24,9 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"frontdoor/bench/internal/load"
@@ -41,7 +38,6 @@ type node struct {
 	flags      []string
 	maxConc    int // frontdoor's max_concurrency: twice the engine's batch
 	port       int
-	cmd        *exec.Cmd
 }
 
 func main() {
@@ -84,23 +80,8 @@ func main() {
 	}
 }
 
-// build builds frontdoor and gpusim into a temporary directory.
-func build() (dir string, err error) {
-	dir, err = os.MkdirTemp("", "fd-balancer-bench")
-	if err != nil {
-		return "", err
-	}
-	for _, b := range []string{"frontdoor", "gpusim"} {
-		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, b), "./cmd/"+b).CombinedOutput(); err != nil {
-			os.RemoveAll(dir)
-			return "", fmt.Errorf("build %s: %w\n%s", b, err, out)
-		}
-	}
-	return dir, nil
-}
-
 func prefixHeavy(o prefixOpts) error {
-	dir, err := build()
+	dir, err := load.BuildTemp("fd-balancer-bench", "frontdoor", "gpusim")
 	if err != nil {
 		return err
 	}
@@ -111,7 +92,7 @@ func prefixHeavy(o prefixOpts) error {
 }
 
 func run(dur, warm, affDur time.Duration, rate float64, seed uint64) error {
-	dir, err := build()
+	dir, err := load.BuildTemp("fd-balancer-bench", "frontdoor", "gpusim")
 	if err != nil {
 		return err
 	}
@@ -124,19 +105,11 @@ func run(dur, warm, affDur time.Duration, rate float64, seed uint64) error {
 		{name: "small", role: "small: TTFT 100ms, ITL 15ms, 4 seqs, 16k-token KV", maxConc: 8,
 			flags: []string{"--ttft", "100ms", "--itl", "15ms", "--max-num-seqs", "4", "--kv-capacity", "16384"}},
 	}
-	for i, n := range cluster {
-		n.port = load.FreePort()
-		args := append([]string{"--listen", fmt.Sprintf("127.0.0.1:%d", n.port), "--model", "qwen3-8b",
-			"--output-tokens", "512", "--jitter", "0.1", "--seed", fmt.Sprint(i + 1)}, n.flags...)
-		n.cmd = exec.Command(filepath.Join(dir, "gpusim"), args...)
-		if err := n.cmd.Start(); err != nil {
-			return err
-		}
-		defer func(c *exec.Cmd) { _ = c.Process.Kill(); _ = c.Wait() }(n.cmd)
-		if err := load.WaitUp(fmt.Sprintf("http://127.0.0.1:%d/health", n.port)); err != nil {
-			return fmt.Errorf("gpusim %s: %w", n.name, err)
-		}
+	stopNodes, err := startNodes(dir, cluster, 512)
+	if err != nil {
+		return err
 	}
+	defer stopNodes()
 
 	fmt.Printf("command: go run ./bench/balancer -duration %s -warmup %s -rate %g -affinity-duration %s -seed %d\n", dur, warm, rate, affDur, seed)
 	fmt.Println("cluster (gpusim, --jitter 0.1, frontdoor max_concurrency = 2 × the node's batch, weight 1):")
@@ -297,52 +270,24 @@ func runPolicy(dir string, cluster []*node, policy string, affinity float64, job
 // the weights (a YAML flow mapping) and returns its base URL and a stop
 // function.
 func startFrontdoor(dir string, cluster []*node, policy, weights string) (base string, stop func(), err error) {
-	port := load.FreePort()
 	var nodes strings.Builder
 	for _, n := range cluster {
 		fmt.Fprintf(&nodes, "  - {name: %s, url: http://127.0.0.1:%d, kind: vllm, models: [qwen3-8b], max_concurrency: %d}\n", n.name, n.port, n.maxConc)
 	}
-	cfg := fmt.Sprintf(`listen: 127.0.0.1:%d
-logging: {level: warn, access_log: false}
+	cfg := fmt.Sprintf(`logging: {level: warn, access_log: false}
 cache: {backend: off}
 balancer:
   policy: %s
   weights: %s
 nodes:
-%s`, port, policy, weights, nodes.String())
-	cfgPath := filepath.Join(dir, "fd.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		return "", nil, err
-	}
-	logFile, err := os.Create(filepath.Join(dir, "fd-"+policy+".log"))
+%s`, policy, weights, nodes.String())
+	procs := &load.Procs{}
+	base, p, err := procs.StartFrontdoor(load.Frontdoor{Dir: dir, Name: "fd-" + policy, Config: cfg, Ready: "/readyz"})
 	if err != nil {
+		procs.Stop()
 		return "", nil, err
 	}
-	fd := exec.Command(filepath.Join(dir, "frontdoor"), "serve", "--config", cfgPath)
-	fd.Stderr = logFile
-	if err := fd.Start(); err != nil {
-		logFile.Close()
-		return "", nil, err
-	}
-	stop = func() {
-		defer logFile.Close()
-		_ = fd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = fd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = fd.Process.Kill()
-			<-done
-		}
-	}
-	base = fmt.Sprintf("http://127.0.0.1:%d", port)
-	if err := load.WaitUp(base + "/readyz"); err != nil {
-		stop()
-		log, _ := os.ReadFile(logFile.Name())
-		return "", nil, fmt.Errorf("frontdoor not ready: %w\n%s", err, log)
-	}
-	return base, stop, nil
+	return base, func() { procs.Terminate(p, 10*time.Second) }, nil
 }
 
 // replay sends every job at its arrival time (open loop) and waits for

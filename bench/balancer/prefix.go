@@ -75,31 +75,20 @@ func prefixCluster(o prefixOpts) []*node {
 	return cluster
 }
 
-func startNodes(dir string, cluster []*node) (stop func(), err error) {
-	stop = func() {
-		for _, n := range cluster {
-			if n.cmd != nil {
-				_ = n.cmd.Process.Kill()
-				_ = n.cmd.Wait()
-				n.cmd = nil
-			}
-		}
-	}
+// startNodes starts a gpusim for each node of cluster, answering
+// outputTokens tokens at most, and returns a function that stops them.
+func startNodes(dir string, cluster []*node, outputTokens int) (stop func(), err error) {
+	procs := &load.Procs{}
 	for i, n := range cluster {
 		n.port = load.FreePort()
-		args := append([]string{"--listen", fmt.Sprintf("127.0.0.1:%d", n.port), "--model", "qwen3-8b",
-			"--output-tokens", "64", "--jitter", "0.1", "--seed", fmt.Sprint(i + 1)}, n.flags...)
-		n.cmd = exec.Command(filepath.Join(dir, "gpusim"), args...)
-		if err := n.cmd.Start(); err != nil {
-			stop()
-			return nil, err
-		}
-		if err := load.WaitUp(fmt.Sprintf("http://127.0.0.1:%d/health", n.port)); err != nil {
-			stop()
+		args := append([]string{"--listen", load.Addr(n.port), "--model", "qwen3-8b",
+			"--output-tokens", strconv.Itoa(outputTokens), "--jitter", "0.1", "--seed", fmt.Sprint(i + 1)}, n.flags...)
+		if err := procs.Start(exec.Command(filepath.Join(dir, "gpusim"), args...), fmt.Sprintf("http://%s/health", load.Addr(n.port))); err != nil {
+			procs.Stop()
 			return nil, fmt.Errorf("gpusim %s: %w", n.name, err)
 		}
 	}
-	return stop, nil
+	return func() { procs.Stop() }, nil
 }
 
 func runPrefixHeavy(dir string, o prefixOpts) error {
@@ -127,7 +116,7 @@ func runPrefixHeavy(dir string, o prefixOpts) error {
 			continue
 		}
 		cluster := prefixCluster(o)
-		stopNodes, err := startNodes(dir, cluster)
+		stopNodes, err := startNodes(dir, cluster, 64)
 		if err != nil {
 			return err
 		}
@@ -260,26 +249,13 @@ func sendChat(client *http.Client, url string, msgs []chatMsg, maxTokens int) (r
 func nodesHitRate(cluster []*node) float64 {
 	var hits, queries float64
 	for _, n := range cluster {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", n.port))
+		m, err := load.ScrapeMetrics("http://" + load.Addr(n.port))
 		if err != nil {
 			continue
 		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		for line := range strings.SplitSeq(string(b), "\n") {
-			name, rest, _ := strings.Cut(line, "{")
-			_, val, ok := strings.Cut(rest, "} ")
-			if !ok {
-				continue
-			}
-			v, _ := strconv.ParseFloat(strings.TrimSpace(val), 64)
-			switch name {
-			case "vllm:prefix_cache_hits_total":
-				hits += v
-			case "vllm:prefix_cache_queries_total":
-				queries += v
-			}
-		}
+		h, _ := m.Sum("vllm:prefix_cache_hits_total", nil)
+		q, _ := m.Sum("vllm:prefix_cache_queries_total", nil)
+		hits, queries = hits+h, queries+q
 	}
 	if queries == 0 {
 		return 0

@@ -9,13 +9,13 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -54,31 +54,30 @@ func serveBare(addr, bodyFile string) {
 }
 
 func run(rounds int, dur time.Duration, conc int) error {
-	dir, err := os.MkdirTemp("", "fd-cachehit")
+	dir, err := load.BuildTemp("fd-cachehit", "frontdoor", "gpusim")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if err := load.Build(dir, "frontdoor", "gpusim"); err != nil {
-		return err
-	}
 	var procs load.Procs
 	defer procs.Stop()
 	start := func(name string, args ...string) error {
 		return procs.Start(exec.Command(name, args...), "")
 	}
-	simPort, redisPort, barePort := load.FreePort(), load.FreePort(), load.FreePort()
-	if err := start(filepath.Join(dir, "gpusim"), "--listen", addr(simPort), "--ttft", "0", "--itl", "0", "--output-tokens", "64"); err != nil {
+	simPort, barePort := load.FreePort(), load.FreePort()
+	if err := start(filepath.Join(dir, "gpusim"), "--listen", load.Addr(simPort), "--ttft", "0", "--itl", "0", "--output-tokens", "64"); err != nil {
 		return err
 	}
-	haveRedis := true
-	if err := start("redis-server", "--port", fmt.Sprint(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"); err != nil {
-		haveRedis = false
+	haveRedis, redisAddr := true, ""
+	if rs, err := procs.StartRedis(context.Background(), dir); err == nil {
+		redisAddr = rs.Addr
+	} else {
+		haveRedis, redisAddr = false, load.Addr(load.FreePort())
 		fmt.Fprintln(os.Stderr, "no redis-server: skipping the Redis rows")
 	}
-	gwCfg := func(port int, backend string, semantic bool) string {
-		return fmt.Sprintf("listen: %s\nlogging: {level: warn, access_log: false}\ncache: {backend: %s, semantic: {enabled: %v}}\nredis: {url: redis://%s/0, timeout: 100ms}\nnodes:\n  - {name: sim, url: http://%s, models: [qwen3-8b], max_concurrency: 1024}\n",
-			addr(port), backend, semantic, addr(redisPort), addr(simPort))
+	gwCfg := func(backend string, semantic bool) string {
+		return fmt.Sprintf("logging: {level: warn, access_log: false}\ncache: {backend: %s, semantic: {enabled: %v}}\nredis: {url: redis://%s/0, timeout: 100ms}\nnodes:\n  - {name: sim, url: http://%s, models: [qwen3-8b], max_concurrency: 1024}\n",
+			backend, semantic, redisAddr, load.Addr(simPort))
 	}
 	type target struct {
 		name string
@@ -96,22 +95,15 @@ func run(rounds int, dur time.Duration, conc int) error {
 		if gw.backend == "redis" && !haveRedis {
 			continue
 		}
-		port := load.FreePort()
-		p := filepath.Join(dir, fmt.Sprintf("%s-%v.yaml", gw.backend, gw.semantic))
-		if err := os.WriteFile(p, []byte(gwCfg(port, gw.backend, gw.semantic)), 0o600); err != nil {
+		base, _, err := procs.StartFrontdoor(load.Frontdoor{Dir: dir, Name: fmt.Sprintf("%s-%v", gw.backend, gw.semantic), Config: gwCfg(gw.backend, gw.semantic)})
+		if err != nil {
 			return err
 		}
-		if err := start(filepath.Join(dir, "frontdoor"), "serve", "--config", p); err != nil {
-			return err
-		}
-		targets = append(targets, target{gw.name, fmt.Sprintf("http://%s/v1/chat/completions", addr(port))})
+		targets = append(targets, target{gw.name, base + "/v1/chat/completions"})
 	}
 	body := []byte(`{"model":"qwen3-8b","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"What is the capital of France? Answer in one word."}],"temperature":0.7,"max_tokens":64}`)
 	var hitBody []byte
 	for _, t := range targets {
-		if err := load.WaitUp(strings.Split(t.url, "/v1/")[0] + "/healthz"); err != nil {
-			return err
-		}
 		// Prime: the first request is a miss, then wait for the write-back.
 		for i := 0; i < 100; i++ {
 			resp, err := http.Post(t.url, "application/json", bytes.NewReader(body))
@@ -136,11 +128,8 @@ func run(rounds int, dur time.Duration, conc int) error {
 		return err
 	}
 	self, _ := os.Executable()
-	if err := start(self, "-bare-server", addr(barePort), "-body", bodyFile); err != nil {
-		return err
-	}
-	bare := target{"bare fasthttp, same bytes", fmt.Sprintf("http://%s/v1/chat/completions", addr(barePort))}
-	if err := load.WaitUp(strings.Split(bare.url, "/v1/")[0] + "/healthz"); err != nil {
+	bare := target{"bare fasthttp, same bytes", fmt.Sprintf("http://%s/v1/chat/completions", load.Addr(barePort))}
+	if err := procs.Start(exec.Command(self, "-bare-server", load.Addr(barePort), "-body", bodyFile), fmt.Sprintf("http://%s/healthz", load.Addr(barePort))); err != nil {
 		return err
 	}
 	all := append([]target{bare}, targets...)
@@ -183,5 +172,3 @@ func run(rounds int, dur time.Duration, conc int) error {
 	fmt.Println("\n(medians over rounds; every gateway response was checked to be a chat.completion)")
 	return nil
 }
-
-func addr(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }

@@ -31,10 +31,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -133,31 +131,28 @@ func run(o opts) error {
 	if _, err := exec.LookPath("wrk"); err != nil {
 		return fmt.Errorf("wrk is not installed (apt-get install wrk): %w", err)
 	}
-	dir, err := os.MkdirTemp("", "fd-misspath")
+	dir, err := load.BuildTemp("fd-misspath", "frontdoor", "gpusim")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if err := load.Build(dir, "frontdoor", "gpusim"); err != nil {
-		return err
-	}
-	addr := func(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
 	var procs load.Procs
 	defer procs.Stop()
 	start := procs.Start
-	simAddr := addr(load.FreePort())
+	simAddr := load.Addr(load.FreePort())
 	sim := exec.Command(filepath.Join(dir, "gpusim"), "--listen", simAddr, "--ttft", "0", "--itl", "0",
 		"--output-tokens", "16", "--max-num-seqs", "4096", "--model", model)
 	if err := start(sim, "http://"+simAddr+"/health"); err != nil {
 		return err
 	}
 	frontdoor := func(name, cache string) (target, error) {
-		base, c, err := procs.StartFrontdoor(dir, name, fmt.Sprintf("logging: {level: info}\n%snodes:\n  - {name: sim, url: http://%s, models: [%s], max_concurrency: 4096}\n",
-			cache, simAddr, model))
+		base, p, err := procs.StartFrontdoor(load.Frontdoor{Dir: dir, Name: name,
+			Config: fmt.Sprintf("logging: {level: info}\n%snodes:\n  - {name: sim, url: http://%s, models: [%s], max_concurrency: 4096}\n",
+				cache, simAddr, model)})
 		if err != nil {
 			return target{}, err
 		}
-		return target{name: name, url: base, pid: c.Process.Pid}, nil
+		return target{name: name, url: base, pid: p.Pid()}, nil
 	}
 	off, err := frontdoor("cache-off", "cache: {backend: off}\n")
 	if err != nil {
@@ -226,7 +221,7 @@ func run(o opts) error {
 			for _, t := range targets {
 				runID++
 				d0, _ := drops(t.url)
-				h0, _ := counter(t.url, hitSeries)
+				h0, _ := hits(t.url)
 				sc0, _ := load.CPUTime(sim.Process.Pid)
 				c0, _ := load.CPUTime(t.pid)
 				res, err := load.Wrk(script, t.url+"/v1/chat/completions", o.conc, o.dur, strconv.Itoa(runID))
@@ -239,7 +234,7 @@ func run(o opts) error {
 				// after it: wait for the queue to drain before counting.
 				time.Sleep(time.Second)
 				d1, _ := drops(t.url)
-				if h1, _ := counter(t.url, hitSeries); h1 != h0 {
+				if h1, _ := hits(t.url); h1 != h0 {
 					return fmt.Errorf("%s: %.0f cache hits in a run of unique prompts", t.name, h1-h0)
 				}
 				samples[t.name] = append(samples[t.name], sample{res.Rate,
@@ -247,13 +242,7 @@ func run(o opts) error {
 					float64(d1-d0) / float64(res.Requests)})
 			}
 		}
-		med := func(name string, f func(sample) float64) float64 {
-			var v []float64
-			for _, s := range samples[name] {
-				v = append(v, f(s))
-			}
-			return load.MedianOf(v)
-		}
+		med := func(name string, f func(sample) float64) float64 { return load.Median(samples[name], f) }
 		kind := "non-streaming"
 		if stream {
 			kind = "streaming (16 chunks)"
@@ -334,109 +323,81 @@ func preload(url string, n int) error {
 // send posts the prompts numbered up to last with c workers; every answer
 // must be a miss.
 func send(client *fasthttp.Client, url string, next *atomic.Uint64, last uint64, c int) error {
-	var wg sync.WaitGroup
 	errc := make(chan error, c)
-	for range c {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-			defer fasthttp.ReleaseRequest(req)
-			defer fasthttp.ReleaseResponse(resp)
-			for {
-				i := next.Add(1)
-				if i > last {
-					next.Store(last)
-					return
-				}
-				req.Reset()
-				req.SetRequestURI(url)
-				req.Header.SetMethod(fasthttp.MethodPost)
-				req.Header.SetContentType("application/json")
-				req.SetBodyRaw(body(prompt(i), false))
-				if err := client.Do(req, resp); err != nil {
-					errc <- err
-					return
-				}
-				if resp.StatusCode() != 200 || string(resp.Header.Peek("X-Cache")) != "miss" {
-					errc <- fmt.Errorf("preload: status %d, X-Cache %q: %.200s", resp.StatusCode(), resp.Header.Peek("X-Cache"), resp.Body())
-					return
-				}
+	load.Workers(c, func(req *fasthttp.Request, resp *fasthttp.Response) {
+		for {
+			i := next.Add(1)
+			if i > last {
+				next.Store(last)
+				return
 			}
-		}()
-	}
-	wg.Wait()
+			req.Reset()
+			req.SetRequestURI(url)
+			req.Header.SetMethod(fasthttp.MethodPost)
+			req.Header.SetContentType("application/json")
+			req.SetBodyRaw(body(prompt(i), false))
+			if err := client.Do(req, resp); err != nil {
+				errc <- err
+				return
+			}
+			if resp.StatusCode() != 200 || string(resp.Header.Peek("X-Cache")) != "miss" {
+				errc <- fmt.Errorf("preload: status %d, X-Cache %q: %.200s", resp.StatusCode(), resp.Header.Peek("X-Cache"), resp.Body())
+				return
+			}
+		}
+	})
 	close(errc)
 	return <-errc
 }
-
-var (
-	vectorGauge = regexp.MustCompile(`(?m)^frontdoor_cache_vector_entries ([0-9.e+]+)$`)
-	dropCounter = regexp.MustCompile(`(?m)^frontdoor_cache_writes_dropped_total\{[^}]*\} ([0-9.e+]+)$`)
-)
 
 // vectorEntries reads frontdoor_cache_vector_entries, after waiting for
 // its refresh (every 2 s).
 func vectorEntries(base string) (int64, error) {
 	time.Sleep(2100 * time.Millisecond)
-	b, err := scrape(base)
+	m, err := load.ScrapeMetrics(base)
 	if err != nil {
 		return 0, err
 	}
-	m := vectorGauge.FindSubmatch(b)
-	if m == nil {
+	v, ok := m.Sum("frontdoor_cache_vector_entries", nil)
+	if !ok {
 		return 0, fmt.Errorf("no frontdoor_cache_vector_entries in /metrics")
 	}
-	f, err := strconv.ParseFloat(string(m[1]), 64)
-	return int64(f), err
+	return int64(v), nil
 }
 
 // drops is frontdoor_cache_writes_dropped_total summed over its reasons.
 func drops(base string) (int64, error) {
-	n, err := counter(base, dropCounter)
-	return int64(n), err
-}
-
-// hitSeries are the cache's hit counters, exact and semantic.
-var hitSeries = regexp.MustCompile(`(?m)^frontdoor_cache_requests_total\{result="hit_[a-z]+"[^}]*\} ([0-9.e+]+)$`)
-
-// counter sums the series re matches (its first group is the value); a
-// target without them counts 0.
-func counter(base string, re *regexp.Regexp) (float64, error) {
-	b, err := scrape(base)
+	m, err := load.ScrapeMetrics(base)
 	if err != nil {
 		return 0, err
 	}
+	n, _ := m.Sum("frontdoor_cache_writes_dropped_total", nil)
+	return int64(n), nil
+}
+
+// hits sums the cache's hit counters, frontdoor_cache_requests_total with
+// result hit_exact or hit_semantic; a target without them counts 0.
+func hits(base string) (float64, error) {
+	m, err := load.ScrapeMetrics(base)
+	if err != nil {
+		return 0, err
+	}
+	by, _ := m.By("frontdoor_cache_requests_total", "result", nil)
 	var n float64
-	for _, m := range re.FindAllSubmatch(b, -1) {
-		f, err := strconv.ParseFloat(string(m[1]), 64)
-		if err != nil {
-			return 0, err
+	for result, v := range by {
+		if strings.HasPrefix(result, "hit_") {
+			n += v
 		}
-		n += f
 	}
 	return n, nil
 }
 
-func scrape(base string) ([]byte, error) {
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	return io.ReadAll(resp.Body)
-}
-
+// rssMB is the process's VmRSS in MB, or -1.
 func rssMB(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	kb, err := load.ProcStatus(pid, "VmRSS")
 	if err != nil {
 		return -1
 	}
-	m := regexp.MustCompile(`VmRSS:\s+(\d+) kB`).FindSubmatch(b)
-	if m == nil {
-		return -1
-	}
-	kb, _ := strconv.ParseInt(string(m[1]), 10, 64)
 	return kb >> 10
 }
 

@@ -79,16 +79,12 @@ func run(o opts) error {
 			return fmt.Errorf("-wrk: wrk is not installed (apt-get install wrk): %w", err)
 		}
 	}
-	dir, err := os.MkdirTemp("", "fd-overhead")
+	dir, err := load.BuildTemp("fd-overhead", "frontdoor", "gpusim", "./bench/bareproxy")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if err := load.Build(dir, "frontdoor", "gpusim", "./bench/bareproxy"); err != nil {
-		return err
-	}
-	addr := func(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
-	simAddr := addr(load.FreePort())
+	simAddr := load.Addr(load.FreePort())
 	var procs load.Procs
 	defer procs.Stop()
 	start := procs.Start
@@ -98,19 +94,20 @@ func run(o opts) error {
 		return err
 	}
 	barePort := load.FreePort()
-	bare := exec.Command(filepath.Join(dir, "bareproxy"), "-listen", addr(barePort), "-upstream", simAddr)
-	if err := start(bare, fmt.Sprintf("http://%s/healthz", addr(barePort))); err != nil {
+	bare := exec.Command(filepath.Join(dir, "bareproxy"), "-listen", load.Addr(barePort), "-upstream", simAddr)
+	if err := start(bare, fmt.Sprintf("http://%s/healthz", load.Addr(barePort))); err != nil {
 		return err
 	}
 	// frontdoor runs with the defaults but for listen, logging level and
 	// the cache backend; its log goes to a file.
 	frontdoor := func(name, cache string) (target, error) {
-		base, c, err := procs.StartFrontdoor(dir, name, fmt.Sprintf("logging: {level: info, access_log: %v}\n%snodes:\n  - {name: sim, url: http://%s, models: [qwen3-8b], max_concurrency: 4096}\n",
-			o.accessLog, cache, simAddr))
+		base, p, err := procs.StartFrontdoor(load.Frontdoor{Dir: dir, Name: name,
+			Config: fmt.Sprintf("logging: {level: info, access_log: %v}\n%snodes:\n  - {name: sim, url: http://%s, models: [qwen3-8b], max_concurrency: 4096}\n",
+				o.accessLog, cache, simAddr)})
 		if err != nil {
 			return target{}, err
 		}
-		return target{name: name, url: base + "/v1/chat/completions", pid: c.Process.Pid}, nil
+		return target{name: name, url: base + "/v1/chat/completions", pid: p.Pid()}, nil
 	}
 	pass, err := frontdoor("pass-through", "cache: {backend: off}\n")
 	if err != nil {
@@ -121,7 +118,7 @@ func run(o opts) error {
 		return err
 	}
 	direct := target{name: "direct", url: fmt.Sprintf("http://%s/v1/chat/completions", simAddr)}
-	bareT := target{name: "bare proxy", url: fmt.Sprintf("http://%s/v1/chat/completions", addr(barePort)), pid: bare.Process.Pid, bare: true}
+	bareT := target{name: "bare proxy", url: fmt.Sprintf("http://%s/v1/chat/completions", load.Addr(barePort)), pid: bare.Process.Pid, bare: true}
 	miss, hit := def, def
 	miss.name, miss.xcache, miss.unique = "default config, miss", "miss", true
 	hit.name, hit.xcache = "default config, hit", "hit-exact"
@@ -237,13 +234,7 @@ func run(o opts) error {
 				samples[t.name] = append(samples[t.name], s)
 			}
 		}
-		med := func(name string, f func(sample) float64) float64 {
-			var v []float64
-			for _, s := range samples[name] {
-				v = append(v, f(s))
-			}
-			return load.MedianOf(v)
-		}
+		med := func(name string, f func(sample) float64) float64 { return load.Median(samples[name], f) }
 		rate := func(s sample) float64 { return s.res.Throughput() }
 		p50 := func(s sample) float64 { return load.Micros(s.res.Quantile(0.5)) }
 		dp50, dRate, bRate := med(direct.name, p50), med(direct.name, rate), med(bareT.name, rate)

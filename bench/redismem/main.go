@@ -25,7 +25,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -102,33 +101,22 @@ func run(mode string, n, dims, answerBytes, initialCap int, drain bool, question
 		return err
 	}
 	defer os.RemoveAll(dir)
-	port := load.FreePort()
-	args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}
+	var args []string
 	if mode == "redisearch" {
-		module := os.Getenv("FRONTDOOR_REDISEARCH_MODULE")
-		if module == "" {
-			module = "../shared/redis-modules/redisearch-2.6.37.so"
-		}
-		if module, err = filepath.Abs(module); err != nil {
+		module, err := load.RediSearchModule()
+		if err != nil {
 			return err
-		}
-		if _, err := os.Stat(module); err != nil {
-			return fmt.Errorf("the RediSearch module: %w", err)
 		}
 		args = append(args, "--loadmodule", module)
 	}
-	srv := exec.Command("redis-server", args...)
-	if err := srv.Start(); err != nil {
-		return fmt.Errorf("redis-server: %w", err)
+	var procs load.Procs
+	defer procs.Stop()
+	srv, err := procs.StartRedis(ctx, dir, args...)
+	if err != nil {
+		return err
 	}
-	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
-	rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), PoolSize: 16, ReadTimeout: time.Minute})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 16, ReadTimeout: time.Minute})
 	defer rdb.Close()
-	for deadline := time.Now().Add(10 * time.Second); rdb.Ping(ctx).Err() != nil; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("redis-server did not start")
-		}
-	}
 	ix := cache.DefaultConfig().RedisIndex
 	ix.InitialCap = initialCap
 	st, err := cache.NewRedisStore(ctx, rdb, cache.RedisOptions{Prefix: "fd:c:", Dims: dims, Embedder: "local", VectorSearch: mode, Index: ix,

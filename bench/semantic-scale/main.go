@@ -43,6 +43,7 @@ import (
 
 	"github.com/viterin/vek/vek32"
 
+	"frontdoor/bench/internal/load"
 	"frontdoor/cache"
 	"frontdoor/embed"
 )
@@ -344,17 +345,11 @@ func cpuTime() time.Duration {
 
 // rss is the process's resident set size (VmRSS), in bytes.
 func rss() int64 {
-	b, err := os.ReadFile("/proc/self/status")
+	kb, err := load.ProcStatus(os.Getpid(), "VmRSS")
 	if err != nil {
 		return 0
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	return kb << 10
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

@@ -1,6 +1,10 @@
-// Package load is the closed-loop HTTP load generator shared by the
-// benchmarks in bench/: C workers each send requests back to back for a
-// fixed duration and record every latency.
+// Package load is what the benchmarks in bench/ share: the closed-loop
+// HTTP load generator (Run: C workers each send requests back to back for
+// a fixed duration and record every latency), the child processes they
+// start and stop (Procs: gpusim, frontdoor, redis-server; proc.go,
+// redis.go), wrk runs (wrk.go), the gateways' /metrics read with the
+// Prometheus text parser (metrics.go), and CPU time and memory from /proc
+// (procfs.go).
 package load
 
 import (
@@ -81,65 +85,71 @@ func run(client *fasthttp.Client, target Target, c int, d time.Duration) (Result
 		all     []time.Duration
 		errs    int
 		lastErr error
-		wg      sync.WaitGroup
 	)
 	start := time.Now()
 	deadline := start.Add(d)
-	for w := 0; w < c; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-			defer fasthttp.ReleaseRequest(req)
-			defer fasthttp.ReleaseResponse(resp)
-			lat := make([]time.Duration, 0, 1<<16)
-			nerr := 0
-			var werr error
-			for time.Now().Before(deadline) {
-				req.Reset()
-				req.SetRequestURI(target.URL)
-				req.Header.SetMethod(fasthttp.MethodPost)
-				req.Header.SetContentType("application/json")
-				for k, v := range target.Headers {
-					req.Header.Set(k, v)
-				}
-				if target.NextBody != nil {
-					req.SetBodyRaw(target.NextBody())
-				} else {
-					req.SetBodyRaw(target.Body)
-				}
-				t0 := time.Now()
-				err := client.Do(req, resp)
-				el := time.Since(t0)
-				if h := target.Header; err == nil && h[0] != "" && string(resp.Header.Peek(h[0])) != h[1] {
-					err = fmt.Errorf("%s: %q, want %q", h[0], resp.Header.Peek(h[0]), h[1])
-				}
-				if err == nil && target.Check != nil {
-					err = target.Check(resp.StatusCode(), resp.Body())
-				} else if err == nil && resp.StatusCode() != 200 {
-					err = fmt.Errorf("status %d: %s", resp.StatusCode(), resp.Body())
-				}
-				if err != nil {
-					nerr++
-					werr = err
-					continue
-				}
-				lat = append(lat, el)
+	Workers(c, func(req *fasthttp.Request, resp *fasthttp.Response) {
+		lat := make([]time.Duration, 0, 1<<16)
+		nerr := 0
+		var werr error
+		for time.Now().Before(deadline) {
+			req.Reset()
+			req.SetRequestURI(target.URL)
+			req.Header.SetMethod(fasthttp.MethodPost)
+			req.Header.SetContentType("application/json")
+			for k, v := range target.Headers {
+				req.Header.Set(k, v)
 			}
-			mu.Lock()
-			all = append(all, lat...)
-			errs += nerr
-			if werr != nil {
-				lastErr = werr
+			if target.NextBody != nil {
+				req.SetBodyRaw(target.NextBody())
+			} else {
+				req.SetBodyRaw(target.Body)
 			}
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
+			t0 := time.Now()
+			err := client.Do(req, resp)
+			el := time.Since(t0)
+			if h := target.Header; err == nil && h[0] != "" && string(resp.Header.Peek(h[0])) != h[1] {
+				err = fmt.Errorf("%s: %q, want %q", h[0], resp.Header.Peek(h[0]), h[1])
+			}
+			if err == nil && target.Check != nil {
+				err = target.Check(resp.StatusCode(), resp.Body())
+			} else if err == nil && resp.StatusCode() != 200 {
+				err = fmt.Errorf("status %d: %s", resp.StatusCode(), resp.Body())
+			}
+			if err != nil {
+				nerr++
+				werr = err
+				continue
+			}
+			lat = append(lat, el)
+		}
+		mu.Lock()
+		all = append(all, lat...)
+		errs += nerr
+		if werr != nil {
+			lastErr = werr
+		}
+		mu.Unlock()
+	})
 	res := Result{Requests: len(all), Errors: errs, Duration: time.Since(start), Latencies: all}
 	sort.Slice(res.Latencies, func(i, j int) bool { return res.Latencies[i] < res.Latencies[j] })
 	if res.Requests == 0 {
 		return res, errors.Join(errors.New("no request succeeded"), lastErr)
 	}
 	return res, nil
+}
+
+// Workers runs n goroutines, each with a fasthttp request and response of
+// its own, and waits for them all to return.
+func Workers(n int, work func(req *fasthttp.Request, resp *fasthttp.Response)) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			work(req, resp)
+		})
+	}
+	wg.Wait()
 }

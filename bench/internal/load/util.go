@@ -1,7 +1,6 @@
 package load
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"net/http"
@@ -9,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -28,6 +26,24 @@ func Build(dir string, names ...string) error {
 	}
 	return nil
 }
+
+// BuildTemp builds the packages (as Build) into a new temporary folder
+// named after pattern (as os.MkdirTemp) and returns it; the caller removes
+// it.
+func BuildTemp(pattern string, names ...string) (string, error) {
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		return "", err
+	}
+	if err := Build(dir, names...); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
+}
+
+// Addr is the loopback address with port.
+func Addr(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
 
 // FreePort returns a loopback TCP port that was free a moment ago.
 func FreePort() int {
@@ -54,11 +70,31 @@ func WaitUp(url string) error {
 	return fmt.Errorf("no 200 from %s within 15s", url)
 }
 
-// Median applies f to each result and returns the median.
-func Median(rs []Result, f func(Result) float64) float64 {
-	v := make([]float64, len(rs))
-	for i, r := range rs {
-		v[i] = f(r)
+// Every calls f every d, from a goroutine of its own, until stop is
+// called; stop returns once f is done.
+func Every(d time.Duration, f func()) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				f()
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
+// Median applies f to each of xs and returns the median.
+func Median[T any](xs []T, f func(T) float64) float64 {
+	v := make([]float64, len(xs))
+	for i, x := range xs {
+		v[i] = f(x)
 	}
 	return MedianOf(v)
 }
@@ -75,35 +111,3 @@ func MedianOf(v []float64) float64 {
 
 // Micros is d in microseconds.
 func Micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
-
-// CPUTime is the user+system CPU time a process has used so far, from
-// /proc/<pid>/stat (clock-tick resolution, so measure runs of seconds).
-func CPUTime(pid int) (time.Duration, error) {
-	u, s, err := CPUTimes(pid)
-	return u + s, err
-}
-
-// CPUTimes is CPUTime split into user and system time.
-func CPUTimes(pid int) (user, sys time.Duration, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, 0, fmt.Errorf("read stat: %w", err)
-	}
-	// Fields after the parenthesised command name; utime and stime are
-	// fields 14 and 15 of the whole line.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	const ticksPerSecond = 100 // USER_HZ on Linux
-	return time.Duration(ut) * time.Second / ticksPerSecond, time.Duration(st) * time.Second / ticksPerSecond, nil
-}
