@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"frontdoor/adapters"
-	"frontdoor/router/admission"
+	"frontdoor/admission"
 )
 
 // The gateway's own error answers, in the OpenAI envelope. Errors of a

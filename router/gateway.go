@@ -25,7 +25,7 @@ import (
 	"frontdoor/internal/redisconn"
 	"frontdoor/internal/warm"
 	"frontdoor/router/admin"
-	"frontdoor/router/admission"
+	"frontdoor/admission"
 )
 
 // Deps are the components the gateway orchestrates. Nil fields are built

@@ -9,7 +9,7 @@ import (
 	"frontdoor/adapters"
 	"frontdoor/cache"
 	"frontdoor/internal/warm"
-	"frontdoor/router/admission"
+	"frontdoor/admission"
 )
 
 // Import results.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"frontdoor/adapters"
 	"frontdoor/balancer"
-	"frontdoor/router/admission"
+	"frontdoor/admission"
 	"sync/atomic"
 	"time"
 

@@ -11,7 +11,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"frontdoor/router/admin"
-	"frontdoor/router/admission"
+	"frontdoor/admission"
 )
 
 // newRuntime builds what a reload replaces. prev, if set, is the version

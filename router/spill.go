@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"frontdoor/adapters"
-	"frontdoor/router/admission"
+	"frontdoor/admission"
 )
 
 // spillover sends requests the local pool cannot take to a hosted API

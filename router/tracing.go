@@ -21,7 +21,7 @@ import (
 	"frontdoor/balancer"
 	"frontdoor/internal/buildinfo"
 	"frontdoor/internal/redact"
-	"frontdoor/router/admission"
+	"frontdoor/admission"
 )
 
 // Tracing is the tracing: section. Off by default; the standard OTEL_*

@@ -4,7 +4,7 @@ import (
 	"frontdoor/balancer"
 	"frontdoor/cache"
 	"frontdoor/internal/warm"
-	"frontdoor/router/admission"
+	"frontdoor/admission"
 	"time"
 )
 
