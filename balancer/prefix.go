@@ -28,7 +28,7 @@ func (p *Prefix) Tokens() int { return p.tokens }
 func (p *Prefix) Blocks() int { return len(p.blocks) }
 
 // bytesPerToken converts bytes to tokens. Exact o200k counting through
-// tiktoken-go costs 90-350 ns a byte (see router/admission), 1-3 ms for an
+// tiktoken-go costs 90-350 ns a byte (see admission), 1-3 ms for an
 // 8 KB prompt, far too much for every request; block boundaries only need
 // to be the same for the same text, and shares and capacities are
 // estimates anyway.
