@@ -15,7 +15,12 @@
 // time per request, read from /proc, which moves far less with noise from
 // other tenants than throughput does.
 //
-//	go run ./bench/overhead [-rounds 3] [-duration 3s] [-conc 32] [-stream] [-wrk]
+//	go run ./bench/overhead [-rounds 3] [-duration 3s] [-conc 32] [-stream] [-wrk] [-baseline REV]
+//
+// -baseline adds frontdoor built from the git revision REV, in
+// pass-through and on the default config's miss path, to the same
+// alternating rounds: a change's cost measured side by side with what it
+// changed.
 //
 // -wrk adds throughput runs of the pass-through targets driven by wrk
 // (Debian package wrk), one thread, -conc connections.
@@ -43,6 +48,7 @@ func main() {
 	flag.BoolVar(&o.stream, "stream", false, "also measure streaming requests")
 	flag.BoolVar(&o.wrk, "wrk", false, "also measure pass-through throughput with wrk (must be on PATH)")
 	flag.BoolVar(&o.accessLog, "access-log", true, "keep frontdoor's access log on (the default config; written to a file)")
+	flag.StringVar(&o.baseline, "baseline", "", "also run frontdoor built from this git revision (e.g. main~3), side by side")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "overhead:", err)
@@ -55,6 +61,7 @@ type opts struct {
 	dur                    time.Duration
 	conc                   int
 	stream, wrk, accessLog bool
+	baseline               string
 }
 
 // target is one process and how to drive it.
@@ -100,8 +107,8 @@ func run(o opts) error {
 	}
 	// frontdoor runs with the defaults but for listen, logging level and
 	// the cache backend; its log goes to a file.
-	frontdoor := func(name, cache string) (target, error) {
-		base, p, err := procs.StartFrontdoor(load.Frontdoor{Dir: dir, Name: name,
+	frontdoor := func(name, cache, bin string) (target, error) {
+		base, p, err := procs.StartFrontdoor(load.Frontdoor{Dir: dir, Name: name, Bin: bin,
 			Config: fmt.Sprintf("logging: {level: info, access_log: %v}\n%snodes:\n  - {name: sim, url: http://%s, models: [qwen3-8b], max_concurrency: 4096}\n",
 				o.accessLog, cache, simAddr)})
 		if err != nil {
@@ -109,11 +116,11 @@ func run(o opts) error {
 		}
 		return target{name: name, url: base + "/v1/chat/completions", pid: p.Pid()}, nil
 	}
-	pass, err := frontdoor("pass-through", "cache: {backend: off}\n")
+	pass, err := frontdoor("pass-through", "cache: {backend: off}\n", "")
 	if err != nil {
 		return err
 	}
-	def, err := frontdoor("default config", "")
+	def, err := frontdoor("default config", "", "")
 	if err != nil {
 		return err
 	}
@@ -123,6 +130,22 @@ func run(o opts) error {
 	miss.name, miss.xcache, miss.unique = "default config, miss", "miss", true
 	hit.name, hit.xcache = "default config, hit", "hit-exact"
 	targets := []target{direct, bareT, pass, miss, hit}
+	if o.baseline != "" {
+		bin, err := buildRevision(dir, o.baseline)
+		if err != nil {
+			return err
+		}
+		bpass, err := frontdoor("pass-through@"+o.baseline, "cache: {backend: off}\n", bin)
+		if err != nil {
+			return err
+		}
+		bdef, err := frontdoor("default config@"+o.baseline, "", bin)
+		if err != nil {
+			return err
+		}
+		bdef.name, bdef.xcache, bdef.unique = "default config, miss@"+o.baseline, "miss", true
+		targets = append(targets, bpass, bdef)
+	}
 
 	const prompt = "What is the capital of France? Answer in one word."
 	body := func(p string, stream bool) []byte {
@@ -308,4 +331,39 @@ func perReq(d time.Duration, n int) float64 {
 		return 0
 	}
 	return load.Micros(d) / float64(n)
+}
+
+// buildRevision builds cmd/frontdoor as of the git revision rev into dir
+// and returns the binary: the tree is exported with git archive into a
+// folder of its own, so the working tree is not touched.
+func buildRevision(dir, rev string) (string, error) {
+	src := filepath.Join(dir, "src-baseline")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return "", err
+	}
+	archive := exec.Command("git", "archive", "--format=tar", rev)
+	untar := exec.Command("tar", "-x", "-C", src)
+	pipe, err := archive.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
+	untar.Stdin = pipe
+	if err := untar.Start(); err != nil {
+		return "", err
+	}
+	var stderr bytes.Buffer
+	archive.Stderr = &stderr
+	if err := archive.Run(); err != nil {
+		return "", fmt.Errorf("-baseline: git archive %s: %w\n%s", rev, err, stderr.Bytes())
+	}
+	if err := untar.Wait(); err != nil {
+		return "", fmt.Errorf("-baseline: untar: %w", err)
+	}
+	bin := filepath.Join(dir, "frontdoor-baseline")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/frontdoor")
+	build.Dir = src
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("-baseline: build %s: %w\n%s", rev, err, out)
+	}
+	return bin, nil
 }
