@@ -1,14 +1,9 @@
 package router
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
-	"reflect"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +14,7 @@ import (
 	"frontdoor/adapters"
 	"frontdoor/balancer"
 	"frontdoor/cache"
+	"frontdoor/internal/confyaml"
 	"frontdoor/internal/redisconn"
 	"frontdoor/internal/units"
 )
@@ -233,22 +229,12 @@ func Load(path string) (Config, error) {
 // problem is reported, each prefixed with its YAML path.
 func Parse(data []byte) (Config, error) {
 	cfg := DefaultConfig()
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
-		return cfg, &ConfigError{Problems: []string{err.Error()}}
+	problems, complete := confyaml.Decode(data, &cfg, removedKeys)
+	if !complete {
+		return cfg, &ConfigError{Problems: problems} // not decoded: nothing more to check
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	var problems []string
-	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-		problems = yamlProblems(err, &root)
-		var te *yaml.TypeError
-		if !errors.As(err, &te) {
-			return cfg, &ConfigError{Problems: problems} // not decoded: nothing more to check
-		}
-		// yaml.v3 decoded the rest: its other problems are worth listing
-		// too, all at once.
-	}
+	// On a type error yaml.v3 decoded the rest: its other problems are
+	// worth listing too, all at once.
 	for i := range cfg.Nodes {
 		balancer.DefaultNode(&cfg.Nodes[i])
 	}
@@ -265,13 +251,6 @@ func (e *ConfigError) Error() string {
 	return "invalid config:\n  " + strings.Join(e.Problems, "\n  ")
 }
 
-var (
-	yamlLine   = regexp.MustCompile(`line (\d+): (.*)`)
-	yamlField  = regexp.MustCompile(`field (\S+) not found in type \S+`)
-	yamlValue  = regexp.MustCompile("unmarshal !!\\w+ `([^`]*)`") // backquotes inside: no raw string
-	yamlQuoted = regexp.MustCompile(`"((?:[^"\\]|\\.)*)"`)
-)
-
 // removedKeys says, for keys earlier versions accepted, what replaced them.
 var removedKeys = map[string]string{
 	"cache.local_index.m":               localIndexMoved,
@@ -280,227 +259,6 @@ var removedKeys = map[string]string{
 }
 
 const localIndexMoved = "the in-process index is an inverted file now, not a graph; its settings are list_size, probes and rerank (docs/config.md)"
-
-// yamlProblems rewrites yaml.v3's "line N: ..." errors to name the YAML path.
-func yamlProblems(err error, root *yaml.Node) []string {
-	var msgs []string
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		msgs = te.Errors
-	} else {
-		msgs = []string{err.Error()}
-	}
-	out := make([]string, 0, len(msgs))
-	for _, m := range msgs {
-		if g := yamlLine.FindStringSubmatch(m); g != nil {
-			line, _ := strconv.Atoi(g[1])
-			hint, msg := "", strings.TrimSpace(g[2])
-			f := yamlField.FindStringSubmatch(msg)
-			if f != nil {
-				hint = f[1]
-			} else if v := yamlValue.FindStringSubmatch(msg); v != nil {
-				hint = v[1]
-			} else if q := yamlQuoted.FindStringSubmatch(msg); q != nil {
-				hint, _ = strconv.Unquote(`"` + q[1] + `"`)
-			}
-			if p := pathAtLine(root, line, hint); p != "" {
-				if why, ok := removedKeys[p]; ok && f != nil {
-					msg = "removed key " + strconv.Quote(f[1]) + ": " + why
-				} else if f != nil {
-					// Name the YAML key, never the Go type.
-					msg = "unknown key " + strconv.Quote(f[1])
-					if near := nearest(f[1], knownKeys(p)); near != "" {
-						msg += " (did you mean `" + near + "`?)"
-					}
-				}
-				m = p + ": " + plainTypes(msg) + " (line " + g[1] + ")"
-			} else if f != nil {
-				m = "line " + g[1] + ": unknown key " + strconv.Quote(f[1])
-			}
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
-var yamlCannot = regexp.MustCompile("cannot unmarshal !!(\\w+) (`[^`]*` )?into (\\S+)")
-
-// plainTypes says what yaml.v3's "cannot unmarshal !!str `x` into int"
-// means in the config's terms: "x" is not an integer.
-func plainTypes(msg string) string {
-	g := yamlCannot.FindStringSubmatch(msg)
-	if g == nil {
-		return msg
-	}
-	var want string
-	switch t := strings.TrimPrefix(g[3], "*"); {
-	case strings.HasPrefix(t, "int"), strings.HasPrefix(t, "uint"):
-		want = "an integer"
-	case strings.HasPrefix(t, "float"):
-		want = "a number"
-	case t == "bool":
-		want = "true or false"
-	case t == "string":
-		want = "a string"
-	case strings.HasPrefix(t, "[]"):
-		want = "a list"
-	default:
-		want = "a mapping"
-	}
-	got := "a " + map[string]string{"map": "mapping", "seq": "list"}[g[1]]
-	if g[2] != "" {
-		got = strconv.Quote(strings.Trim(g[2], "` "))
-	} else if got == "a " {
-		got = "this value"
-	}
-	return got + " is not " + want
-}
-
-// knownKeys lists the keys allowed beside the last element of path (a
-// YAML path such as "nodes[0].modles"), from the yaml tags of Config.
-func knownKeys(path string) []string {
-	t := reflect.TypeFor[Config]()
-	segs := strings.Split(path, ".")
-	for _, seg := range segs[:len(segs)-1] {
-		name, _, _ := strings.Cut(seg, "[")
-		st, ok := structOf(t)
-		if !ok {
-			return nil
-		}
-		f, ok := fieldByKey(st, name)
-		if !ok {
-			return nil
-		}
-		t = f.Type
-	}
-	st, ok := structOf(t)
-	if !ok {
-		return nil
-	}
-	var keys []string
-	var collect func(st reflect.Type)
-	collect = func(st reflect.Type) {
-		for i := range st.NumField() {
-			f := st.Field(i)
-			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-			switch {
-			case opts == "inline":
-				if ft, ok := structOf(f.Type); ok {
-					collect(ft)
-				}
-			case name != "" && name != "-":
-				keys = append(keys, name)
-			}
-		}
-	}
-	collect(st)
-	return keys
-}
-
-// structOf unwraps pointers and slices down to a struct type.
-func structOf(t reflect.Type) (reflect.Type, bool) {
-	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
-		t = t.Elem()
-	}
-	return t, t.Kind() == reflect.Struct
-}
-
-func fieldByKey(st reflect.Type, key string) (reflect.StructField, bool) {
-	for i := range st.NumField() {
-		f := st.Field(i)
-		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if name == key {
-			return f, true
-		}
-		if opts == "inline" {
-			if ft, ok := structOf(f.Type); ok {
-				if g, ok := fieldByKey(ft, key); ok {
-					return g, true
-				}
-			}
-		}
-	}
-	return reflect.StructField{}, false
-}
-
-// nearest returns the candidate closest to word by edit distance, when it
-// is close enough to be a likely misspelling; else "".
-func nearest(word string, candidates []string) string {
-	best, bestD := "", len(word)/3+2
-	for _, c := range candidates {
-		if d := editDistance(word, c); d < bestD {
-			best, bestD = c, d
-		}
-	}
-	return best
-}
-
-// editDistance is the Levenshtein distance of a and b, with a
-// transposition counted as one edit.
-func editDistance(a, b string) int {
-	prev2, prev, cur := make([]int, len(b)+1), make([]int, len(b)+1), make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				cur[j] = min(cur[j], prev2[j-2]+1)
-			}
-		}
-		prev2, prev, cur = prev, cur, prev2
-	}
-	return prev[len(b)]
-}
-
-// pathAtLine finds the YAML path of what stands on line: the deepest key or
-// item there, preferring one whose key or value equals hint (flow style puts
-// several on one line).
-func pathAtLine(root *yaml.Node, line int, hint string) string {
-	best, bestDepth, bestHint := "", -1, false
-	consider := func(path string, depth int, matches bool) {
-		if (matches && !bestHint) || (matches == bestHint && depth > bestDepth) {
-			best, bestDepth, bestHint = path, depth, matches
-		}
-	}
-	var walk func(n *yaml.Node, path string, depth int)
-	walk = func(n *yaml.Node, path string, depth int) {
-		switch n.Kind {
-		case yaml.DocumentNode:
-			for _, c := range n.Content {
-				walk(c, path, depth)
-			}
-		case yaml.MappingNode:
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				k, v := n.Content[i], n.Content[i+1]
-				p := k.Value
-				if path != "" {
-					p = path + "." + k.Value
-				}
-				if k.Line == line || (v.Kind == yaml.ScalarNode && v.Line == line) {
-					consider(p, depth, hint != "" && (k.Value == hint || (v.Kind == yaml.ScalarNode && v.Value == hint)))
-				}
-				walk(v, p, depth+1)
-			}
-		case yaml.SequenceNode:
-			for i, c := range n.Content {
-				p := path + "[" + strconv.Itoa(i) + "]"
-				if c.Kind == yaml.ScalarNode && c.Line == line {
-					consider(p, depth, hint != "" && c.Value == hint)
-				}
-				walk(c, p, depth+1)
-			}
-		}
-	}
-	walk(root, "", 0)
-	return best
-}
 
 // Problems validates the whole config and returns every problem found,
 // each prefixed with its YAML path.
