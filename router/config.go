@@ -2,10 +2,7 @@ package router
 
 import (
 	"fmt"
-	"net"
 	"os"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -37,7 +34,7 @@ const (
 
 // Server is the server: section. Its keys (engine, loops, io_uring) chose
 // the event-loop engine, which is gone; they are read only so that
-// Problems can say so.
+// Validate can say so.
 type Server struct {
 	removed []string
 }
@@ -64,7 +61,7 @@ type Timeouts struct {
 	FirstByte units.Duration `yaml:"first_byte"`
 	Idle      units.Duration `yaml:"idle"`
 	Total     units.Duration `yaml:"total"`
-	// Shutdown moved to shutdown.grace; read only so Problems can say so.
+	// Shutdown moved to shutdown.grace; read only so Validate can say so.
 	Shutdown units.Duration `yaml:"shutdown"`
 	// Client bounds the wait for a client's request: its bytes once it
 	// has begun, and the next one on a kept-alive connection.
@@ -259,252 +256,6 @@ var removedKeys = map[string]string{
 }
 
 const localIndexMoved = "the in-process index is an inverted file now, not a graph; its settings are list_size, probes and rerank (docs/config.md)"
-
-// Problems validates the whole config and returns every problem found,
-// each prefixed with its YAML path.
-func (c *Config) Problems() []string {
-	var out []string
-	add := func(format string, a ...any) { out = append(out, fmt.Sprintf(format, a...)) }
-	section := func(prefix string, err error) {
-		if err == nil {
-			return
-		}
-		for _, line := range strings.Split(err.Error(), "\n") {
-			out = append(out, prefix+"."+line)
-		}
-	}
-	if c.Listen == "" {
-		add("listen: is required")
-	} else if err := checkListen(c.Listen); err != nil {
-		add("listen: %v", err)
-	}
-	for _, k := range c.Server.removed {
-		add("server.%s: removed in this version: frontdoor has one HTTP server (fasthttp); delete the key", k)
-	}
-	if c.Limits.MaxBodyBytes < 1024 {
-		add("limits.max_body_bytes: must be at least 1024")
-	}
-	if v := c.Limits.MaxUpstreamBodyBytes; v < minUpstreamBody || v > maxUpstreamBody {
-		add("limits.max_upstream_body_bytes: must be between 64KiB and 1GiB (a node's whole answer, held in memory while it is read)")
-	}
-	if c.Timeouts.Connect <= 0 || c.Timeouts.FirstByte <= 0 || c.Timeouts.Idle <= 0 || c.Timeouts.Total <= 0 {
-		add("timeouts: connect, first_byte, idle and total must all be > 0")
-	}
-	if c.Timeouts.Shutdown != 0 {
-		add("timeouts.shutdown: moved to shutdown.grace (with shutdown.drain_delay before it); rename the key")
-	}
-	if c.Shutdown.DrainDelay < 0 || c.Shutdown.Grace < 0 {
-		add("shutdown: drain_delay and grace must be >= 0")
-	}
-	if c.Timeouts.Client <= 0 {
-		add("timeouts.client: must be > 0")
-	}
-	if c.Admin.Listen != "" {
-		if err := checkListen(c.Admin.Listen); err != nil {
-			add("admin.listen: %v", err)
-		} else if c.Admin.Listen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
-			add("admin.listen: must differ from listen (%s): the admin listener trusts every request on it", c.Listen)
-		}
-	}
-	for i, cidr := range c.Admin.AllowCIDRs {
-		if _, err := parseCIDR(cidr); err != nil {
-			add("admin.allow_cidrs[%d]: %v", i, err)
-		}
-	}
-	switch c.Logging.Level {
-	case "debug", "info", "warn", "error":
-	default:
-		add("logging.level: %q is not one of debug, info, warn, error", c.Logging.Level)
-	}
-	switch c.Logging.Format {
-	case "json", "text":
-	default:
-		add("logging.format: %q is not one of json, text", c.Logging.Format)
-	}
-	if d := c.Logging.FlushInterval.D(); d < 0 || d > time.Minute {
-		add("logging.flush_interval: must be between 0s and 1m")
-	}
-	usesRedis := c.Cache.Backend == "redis" || c.Admission.Backend == "redis"
-	if usesRedis {
-		section("redis", c.Redis.Validate())
-	}
-	section("cache", c.Cache.Validate())
-	switch c.Admission.Backend {
-	case "local", "redis":
-	default:
-		add("admission.backend: %q is not one of local, redis", c.Admission.Backend)
-	}
-	if c.Admission.Global.RPS < 0 || c.Admission.Global.Burst < 0 || c.Admission.Global.TokensPerMinute < 0 {
-		add("admission.global: rps, burst and tokens_per_minute must be >= 0")
-	}
-	if c.Admission.MaxWait < 0 {
-		add("admission.max_wait: must be >= 0")
-	}
-	if c.Admission.Replicas < 1 {
-		add("admission.replicas: must be >= 1")
-	}
-	tenantNames := map[string]bool{}
-	for i, t := range c.Tenants {
-		p := fmt.Sprintf("tenants[%d]", i)
-		if t.Name == "" {
-			add("%s.name: is required", p)
-		} else if tenantNames[t.Name] {
-			add("%s.name: %q is used twice", p, t.Name)
-		}
-		tenantNames[t.Name] = true
-		for j, h := range t.APIKeySHA256 {
-			if len(h) != 64 || strings.Trim(strings.ToLower(h), "0123456789abcdef") != "" {
-				add("%s.api_key_sha256[%d]: must be 64 hex digits", p, j)
-			}
-		}
-		if t.RPS < 0 || t.Burst < 0 || t.TokensPerMinute < 0 || t.MaxConcurrency < 0 {
-			add("%s: rps, burst, tokens_per_minute and max_concurrency must be >= 0", p)
-		}
-		if t.CacheThreshold < 0 || t.CacheThreshold > 1 {
-			add("%s.cache_threshold: must be in (0, 1], or 0 for cache.semantic.threshold", p)
-		}
-		for m, v := range t.CacheModelThresholds {
-			if v <= 0 || v > 1 {
-				add("%s.cache_model_thresholds.%s: must be in (0, 1]", p, m)
-			}
-		}
-	}
-	nodeNames := map[string]bool{}
-	for i := range c.Nodes {
-		n := &c.Nodes[i]
-		p := fmt.Sprintf("nodes[%d]", i)
-		section(p, n.Validate())
-		if n.Name != "" && nodeNames[n.Name] {
-			add("%s.name: %q is used twice", p, n.Name)
-		}
-		nodeNames[n.Name] = true
-	}
-	section("balancer", c.Balancer.Validate())
-	out = append(out, c.selfNodeProblems()...)
-	if c.Spillover.Enabled {
-		switch c.Spillover.Kind {
-		case "dashscope", "openai":
-		default:
-			add("spillover.kind: %q is not one of dashscope, openai", c.Spillover.Kind)
-		}
-		if c.Spillover.BaseURL == "" && c.Spillover.Region == "" {
-			add("spillover.base_url: is required")
-		}
-		for i, on := range c.Spillover.On {
-			if on != "saturated" && on != "failed" {
-				add("spillover.on[%d]: %q is not one of saturated, failed", i, on)
-			}
-		}
-		if c.Spillover.RPM < 0 || c.Spillover.TPM < 0 {
-			add("spillover: rpm and tpm must be >= 0")
-		}
-	}
-	if len(c.Nodes) == 0 && !c.Spillover.Enabled {
-		add("nodes: configure at least one node (or enable spillover)")
-	}
-	for i, m := range c.Models {
-		p := fmt.Sprintf("models[%d]", i)
-		if m.Name == "" {
-			add("%s.name: is required", p)
-		}
-		if len(m.Targets) == 0 {
-			add("%s.targets: list at least one target", p)
-		}
-		for j, t := range m.Targets {
-			if t.Model == "" || t.Weight < 0 {
-				add("%s.targets[%d]: needs a model and a weight >= 0", p, j)
-			}
-		}
-	}
-	if c.Warm.HotEntries < 0 {
-		add("warm.hot_entries: must be >= 0")
-	}
-	if c.Warm.Tag != "" && validTag([]byte(c.Warm.Tag)) == "" {
-		add("warm.tag: 1 to 128 letters, digits or ._:/@+-")
-	}
-	if c.Warm.Concurrency < 1 {
-		add("warm.concurrency: must be >= 1")
-	}
-	section("tracing", c.Tracing.Validate())
-	out = append(out, c.modelProblems()...)
-	return out
-}
-
-// checkListen reports whether addr is a host:port net.Listen takes.
-func checkListen(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		if _, perr := strconv.Atoi(addr); perr == nil {
-			return fmt.Errorf("%q has no host part: write %q to listen on every interface", addr, ":"+addr)
-		}
-		return fmt.Errorf("%q is not host:port: %w", addr, err)
-	}
-	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
-		return fmt.Errorf("%q: port %q is not a number from 0 to 65535", addr, port)
-	}
-	if strings.ContainsAny(host, " /") {
-		return fmt.Errorf("%q: %q is not a host", addr, host)
-	}
-	return nil
-}
-
-// modelProblems checks the names that meet at run time: every alias or
-// canary target is served by a node or by spill-over's model_map (else the
-// share of requests it gets is a 503 that no retry helps), and every
-// model a tenant may use exists.
-func (c *Config) modelProblems() []string {
-	var out []string
-	served := map[string]bool{}
-	for _, n := range c.Nodes {
-		for _, m := range n.Models {
-			served[m] = true
-		}
-	}
-	spilled := map[string]bool{}
-	if c.Spillover.Enabled {
-		for m := range c.Spillover.ModelMap {
-			spilled[m] = true
-		}
-	}
-	aliases := map[string]bool{}
-	for _, m := range c.Models {
-		aliases[m.Name] = true
-	}
-	known := func() string {
-		var names []string
-		for m := range served {
-			names = append(names, m)
-		}
-		for m := range spilled {
-			if !served[m] {
-				names = append(names, m)
-			}
-		}
-		slices.Sort(names)
-		return strings.Join(names, ", ")
-	}
-	for i, m := range c.Models {
-		for j, t := range m.Targets {
-			if t.Model == "" || served[t.Model] || spilled[t.Model] {
-				continue
-			}
-			msg := fmt.Sprintf("models[%d].targets[%d].model: %q is served by no node", i, j, t.Model)
-			if c.Spillover.Enabled {
-				msg += " and is not in spillover.model_map"
-			}
-			out = append(out, msg+"; served: "+known())
-		}
-	}
-	for i, t := range c.Tenants {
-		for j, m := range t.Models {
-			if m == "*" || served[m] || spilled[m] || aliases[m] {
-				continue
-			}
-			out = append(out, fmt.Sprintf("tenants[%d].models[%d]: %q is neither a served model nor an alias; served: %s", i, j, m, known()))
-		}
-	}
-	return out
-}
 
 // EnvRef is an environment variable the config names (a *_env key).
 type EnvRef struct {
