@@ -1,16 +1,8 @@
 package router
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
-	"reflect"
-	"regexp"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -19,9 +11,9 @@ import (
 	"frontdoor/adapters"
 	"frontdoor/balancer"
 	"frontdoor/cache"
+	"frontdoor/internal/confyaml"
 	"frontdoor/internal/redisconn"
 	"frontdoor/internal/units"
-	"frontdoor/router/admin"
 )
 
 // Limits is the limits: section.
@@ -42,7 +34,7 @@ const (
 
 // Server is the server: section. Its keys (engine, loops, io_uring) chose
 // the event-loop engine, which is gone; they are read only so that
-// Problems can say so.
+// Validate can say so.
 type Server struct {
 	removed []string
 }
@@ -69,7 +61,7 @@ type Timeouts struct {
 	FirstByte units.Duration `yaml:"first_byte"`
 	Idle      units.Duration `yaml:"idle"`
 	Total     units.Duration `yaml:"total"`
-	// Shutdown moved to shutdown.grace; read only so Problems can say so.
+	// Shutdown moved to shutdown.grace; read only so Validate can say so.
 	Shutdown units.Duration `yaml:"shutdown"`
 	// Client bounds the wait for a client's request: its bytes once it
 	// has begun, and the next one on a kept-alive connection.
@@ -234,22 +226,12 @@ func Load(path string) (Config, error) {
 // problem is reported, each prefixed with its YAML path.
 func Parse(data []byte) (Config, error) {
 	cfg := DefaultConfig()
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
-		return cfg, &ConfigError{Problems: []string{err.Error()}}
+	problems, complete := confyaml.Decode(data, &cfg, removedKeys)
+	if !complete {
+		return cfg, &ConfigError{Problems: problems} // not decoded: nothing more to check
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	var problems []string
-	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-		problems = yamlProblems(err, &root)
-		var te *yaml.TypeError
-		if !errors.As(err, &te) {
-			return cfg, &ConfigError{Problems: problems} // not decoded: nothing more to check
-		}
-		// yaml.v3 decoded the rest: its other problems are worth listing
-		// too, all at once.
-	}
+	// On a type error yaml.v3 decoded the rest: its other problems are
+	// worth listing too, all at once.
 	for i := range cfg.Nodes {
 		balancer.DefaultNode(&cfg.Nodes[i])
 	}
@@ -266,13 +248,6 @@ func (e *ConfigError) Error() string {
 	return "invalid config:\n  " + strings.Join(e.Problems, "\n  ")
 }
 
-var (
-	yamlLine   = regexp.MustCompile(`line (\d+): (.*)`)
-	yamlField  = regexp.MustCompile(`field (\S+) not found in type \S+`)
-	yamlValue  = regexp.MustCompile("unmarshal !!\\w+ `([^`]*)`") // backquotes inside: no raw string
-	yamlQuoted = regexp.MustCompile(`"((?:[^"\\]|\\.)*)"`)
-)
-
 // removedKeys says, for keys earlier versions accepted, what replaced them.
 var removedKeys = map[string]string{
 	"cache.local_index.m":               localIndexMoved,
@@ -281,473 +256,6 @@ var removedKeys = map[string]string{
 }
 
 const localIndexMoved = "the in-process index is an inverted file now, not a graph; its settings are list_size, probes and rerank (docs/config.md)"
-
-// yamlProblems rewrites yaml.v3's "line N: ..." errors to name the YAML path.
-func yamlProblems(err error, root *yaml.Node) []string {
-	var msgs []string
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		msgs = te.Errors
-	} else {
-		msgs = []string{err.Error()}
-	}
-	out := make([]string, 0, len(msgs))
-	for _, m := range msgs {
-		if g := yamlLine.FindStringSubmatch(m); g != nil {
-			line, _ := strconv.Atoi(g[1])
-			hint, msg := "", strings.TrimSpace(g[2])
-			f := yamlField.FindStringSubmatch(msg)
-			if f != nil {
-				hint = f[1]
-			} else if v := yamlValue.FindStringSubmatch(msg); v != nil {
-				hint = v[1]
-			} else if q := yamlQuoted.FindStringSubmatch(msg); q != nil {
-				hint, _ = strconv.Unquote(`"` + q[1] + `"`)
-			}
-			if p := pathAtLine(root, line, hint); p != "" {
-				if why, ok := removedKeys[p]; ok && f != nil {
-					msg = "removed key " + strconv.Quote(f[1]) + ": " + why
-				} else if f != nil {
-					// Name the YAML key, never the Go type.
-					msg = "unknown key " + strconv.Quote(f[1])
-					if near := nearest(f[1], knownKeys(p)); near != "" {
-						msg += " (did you mean `" + near + "`?)"
-					}
-				}
-				m = p + ": " + plainTypes(msg) + " (line " + g[1] + ")"
-			} else if f != nil {
-				m = "line " + g[1] + ": unknown key " + strconv.Quote(f[1])
-			}
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
-var yamlCannot = regexp.MustCompile("cannot unmarshal !!(\\w+) (`[^`]*` )?into (\\S+)")
-
-// plainTypes says what yaml.v3's "cannot unmarshal !!str `x` into int"
-// means in the config's terms: "x" is not an integer.
-func plainTypes(msg string) string {
-	g := yamlCannot.FindStringSubmatch(msg)
-	if g == nil {
-		return msg
-	}
-	var want string
-	switch t := strings.TrimPrefix(g[3], "*"); {
-	case strings.HasPrefix(t, "int"), strings.HasPrefix(t, "uint"):
-		want = "an integer"
-	case strings.HasPrefix(t, "float"):
-		want = "a number"
-	case t == "bool":
-		want = "true or false"
-	case t == "string":
-		want = "a string"
-	case strings.HasPrefix(t, "[]"):
-		want = "a list"
-	default:
-		want = "a mapping"
-	}
-	got := "a " + map[string]string{"map": "mapping", "seq": "list"}[g[1]]
-	if g[2] != "" {
-		got = strconv.Quote(strings.Trim(g[2], "` "))
-	} else if got == "a " {
-		got = "this value"
-	}
-	return got + " is not " + want
-}
-
-// knownKeys lists the keys allowed beside the last element of path (a
-// YAML path such as "nodes[0].modles"), from the yaml tags of Config.
-func knownKeys(path string) []string {
-	t := reflect.TypeFor[Config]()
-	segs := strings.Split(path, ".")
-	for _, seg := range segs[:len(segs)-1] {
-		name, _, _ := strings.Cut(seg, "[")
-		st, ok := structOf(t)
-		if !ok {
-			return nil
-		}
-		f, ok := fieldByKey(st, name)
-		if !ok {
-			return nil
-		}
-		t = f.Type
-	}
-	st, ok := structOf(t)
-	if !ok {
-		return nil
-	}
-	var keys []string
-	var collect func(st reflect.Type)
-	collect = func(st reflect.Type) {
-		for i := range st.NumField() {
-			f := st.Field(i)
-			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-			switch {
-			case opts == "inline":
-				if ft, ok := structOf(f.Type); ok {
-					collect(ft)
-				}
-			case name != "" && name != "-":
-				keys = append(keys, name)
-			}
-		}
-	}
-	collect(st)
-	return keys
-}
-
-// structOf unwraps pointers and slices down to a struct type.
-func structOf(t reflect.Type) (reflect.Type, bool) {
-	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
-		t = t.Elem()
-	}
-	return t, t.Kind() == reflect.Struct
-}
-
-func fieldByKey(st reflect.Type, key string) (reflect.StructField, bool) {
-	for i := range st.NumField() {
-		f := st.Field(i)
-		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if name == key {
-			return f, true
-		}
-		if opts == "inline" {
-			if ft, ok := structOf(f.Type); ok {
-				if g, ok := fieldByKey(ft, key); ok {
-					return g, true
-				}
-			}
-		}
-	}
-	return reflect.StructField{}, false
-}
-
-// nearest returns the candidate closest to word by edit distance, when it
-// is close enough to be a likely misspelling; else "".
-func nearest(word string, candidates []string) string {
-	best, bestD := "", len(word)/3+2
-	for _, c := range candidates {
-		if d := editDistance(word, c); d < bestD {
-			best, bestD = c, d
-		}
-	}
-	return best
-}
-
-// editDistance is the Levenshtein distance of a and b, with a
-// transposition counted as one edit.
-func editDistance(a, b string) int {
-	prev2, prev, cur := make([]int, len(b)+1), make([]int, len(b)+1), make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				cur[j] = min(cur[j], prev2[j-2]+1)
-			}
-		}
-		prev2, prev, cur = prev, cur, prev2
-	}
-	return prev[len(b)]
-}
-
-// pathAtLine finds the YAML path of what stands on line: the deepest key or
-// item there, preferring one whose key or value equals hint (flow style puts
-// several on one line).
-func pathAtLine(root *yaml.Node, line int, hint string) string {
-	best, bestDepth, bestHint := "", -1, false
-	consider := func(path string, depth int, matches bool) {
-		if (matches && !bestHint) || (matches == bestHint && depth > bestDepth) {
-			best, bestDepth, bestHint = path, depth, matches
-		}
-	}
-	var walk func(n *yaml.Node, path string, depth int)
-	walk = func(n *yaml.Node, path string, depth int) {
-		switch n.Kind {
-		case yaml.DocumentNode:
-			for _, c := range n.Content {
-				walk(c, path, depth)
-			}
-		case yaml.MappingNode:
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				k, v := n.Content[i], n.Content[i+1]
-				p := k.Value
-				if path != "" {
-					p = path + "." + k.Value
-				}
-				if k.Line == line || (v.Kind == yaml.ScalarNode && v.Line == line) {
-					consider(p, depth, hint != "" && (k.Value == hint || (v.Kind == yaml.ScalarNode && v.Value == hint)))
-				}
-				walk(v, p, depth+1)
-			}
-		case yaml.SequenceNode:
-			for i, c := range n.Content {
-				p := path + "[" + strconv.Itoa(i) + "]"
-				if c.Kind == yaml.ScalarNode && c.Line == line {
-					consider(p, depth, hint != "" && c.Value == hint)
-				}
-				walk(c, p, depth+1)
-			}
-		}
-	}
-	walk(root, "", 0)
-	return best
-}
-
-// Problems validates the whole config and returns every problem found,
-// each prefixed with its YAML path.
-func (c *Config) Problems() []string {
-	var out []string
-	add := func(format string, a ...any) { out = append(out, fmt.Sprintf(format, a...)) }
-	section := func(prefix string, err error) {
-		if err == nil {
-			return
-		}
-		for _, line := range strings.Split(err.Error(), "\n") {
-			out = append(out, prefix+"."+line)
-		}
-	}
-	if c.Listen == "" {
-		add("listen: is required")
-	} else if err := checkListen(c.Listen); err != nil {
-		add("listen: %v", err)
-	}
-	for _, k := range c.Server.removed {
-		add("server.%s: removed in this version: frontdoor has one HTTP server (fasthttp); delete the key", k)
-	}
-	if c.Limits.MaxBodyBytes < 1024 {
-		add("limits.max_body_bytes: must be at least 1024")
-	}
-	if v := c.Limits.MaxUpstreamBodyBytes; v < minUpstreamBody || v > maxUpstreamBody {
-		add("limits.max_upstream_body_bytes: must be between 64KiB and 1GiB (a node's whole answer, held in memory while it is read)")
-	}
-	if c.Timeouts.Connect <= 0 || c.Timeouts.FirstByte <= 0 || c.Timeouts.Idle <= 0 || c.Timeouts.Total <= 0 {
-		add("timeouts: connect, first_byte, idle and total must all be > 0")
-	}
-	if c.Timeouts.Shutdown != 0 {
-		add("timeouts.shutdown: moved to shutdown.grace (with shutdown.drain_delay before it); rename the key")
-	}
-	if c.Shutdown.DrainDelay < 0 || c.Shutdown.Grace < 0 {
-		add("shutdown: drain_delay and grace must be >= 0")
-	}
-	if c.Timeouts.Client <= 0 {
-		add("timeouts.client: must be > 0")
-	}
-	if c.Admin.Listen != "" {
-		if err := checkListen(c.Admin.Listen); err != nil {
-			add("admin.listen: %v", err)
-		} else if c.Admin.Listen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
-			add("admin.listen: must differ from listen (%s): the admin listener trusts every request on it", c.Listen)
-		}
-	}
-	for i, cidr := range c.Admin.AllowCIDRs {
-		if _, err := admin.ParseCIDR(cidr); err != nil {
-			add("admin.allow_cidrs[%d]: %v", i, err)
-		}
-	}
-	switch c.Logging.Level {
-	case "debug", "info", "warn", "error":
-	default:
-		add("logging.level: %q is not one of debug, info, warn, error", c.Logging.Level)
-	}
-	switch c.Logging.Format {
-	case "json", "text":
-	default:
-		add("logging.format: %q is not one of json, text", c.Logging.Format)
-	}
-	if d := c.Logging.FlushInterval.D(); d < 0 || d > time.Minute {
-		add("logging.flush_interval: must be between 0s and 1m")
-	}
-	usesRedis := c.Cache.Backend == "redis" || c.Admission.Backend == "redis"
-	if usesRedis {
-		section("redis", c.Redis.Validate())
-	}
-	section("cache", c.Cache.Validate())
-	switch c.Admission.Backend {
-	case "local", "redis":
-	default:
-		add("admission.backend: %q is not one of local, redis", c.Admission.Backend)
-	}
-	if c.Admission.Global.RPS < 0 || c.Admission.Global.Burst < 0 || c.Admission.Global.TokensPerMinute < 0 {
-		add("admission.global: rps, burst and tokens_per_minute must be >= 0")
-	}
-	if c.Admission.MaxWait < 0 {
-		add("admission.max_wait: must be >= 0")
-	}
-	if c.Admission.Replicas < 1 {
-		add("admission.replicas: must be >= 1")
-	}
-	tenantNames := map[string]bool{}
-	for i, t := range c.Tenants {
-		p := fmt.Sprintf("tenants[%d]", i)
-		if t.Name == "" {
-			add("%s.name: is required", p)
-		} else if tenantNames[t.Name] {
-			add("%s.name: %q is used twice", p, t.Name)
-		}
-		tenantNames[t.Name] = true
-		for j, h := range t.APIKeySHA256 {
-			if len(h) != 64 || strings.Trim(strings.ToLower(h), "0123456789abcdef") != "" {
-				add("%s.api_key_sha256[%d]: must be 64 hex digits", p, j)
-			}
-		}
-		if t.RPS < 0 || t.Burst < 0 || t.TokensPerMinute < 0 || t.MaxConcurrency < 0 {
-			add("%s: rps, burst, tokens_per_minute and max_concurrency must be >= 0", p)
-		}
-		if t.CacheThreshold < 0 || t.CacheThreshold > 1 {
-			add("%s.cache_threshold: must be in (0, 1], or 0 for cache.semantic.threshold", p)
-		}
-		for m, v := range t.CacheModelThresholds {
-			if v <= 0 || v > 1 {
-				add("%s.cache_model_thresholds.%s: must be in (0, 1]", p, m)
-			}
-		}
-	}
-	nodeNames := map[string]bool{}
-	for i := range c.Nodes {
-		n := &c.Nodes[i]
-		p := fmt.Sprintf("nodes[%d]", i)
-		section(p, n.Validate())
-		if n.Name != "" && nodeNames[n.Name] {
-			add("%s.name: %q is used twice", p, n.Name)
-		}
-		nodeNames[n.Name] = true
-	}
-	section("balancer", c.Balancer.Validate())
-	out = append(out, c.selfNodeProblems()...)
-	if c.Spillover.Enabled {
-		switch c.Spillover.Kind {
-		case "dashscope", "openai":
-		default:
-			add("spillover.kind: %q is not one of dashscope, openai", c.Spillover.Kind)
-		}
-		if c.Spillover.BaseURL == "" && c.Spillover.Region == "" {
-			add("spillover.base_url: is required")
-		}
-		for i, on := range c.Spillover.On {
-			if on != "saturated" && on != "failed" {
-				add("spillover.on[%d]: %q is not one of saturated, failed", i, on)
-			}
-		}
-		if c.Spillover.RPM < 0 || c.Spillover.TPM < 0 {
-			add("spillover: rpm and tpm must be >= 0")
-		}
-	}
-	if len(c.Nodes) == 0 && !c.Spillover.Enabled {
-		add("nodes: configure at least one node (or enable spillover)")
-	}
-	for i, m := range c.Models {
-		p := fmt.Sprintf("models[%d]", i)
-		if m.Name == "" {
-			add("%s.name: is required", p)
-		}
-		if len(m.Targets) == 0 {
-			add("%s.targets: list at least one target", p)
-		}
-		for j, t := range m.Targets {
-			if t.Model == "" || t.Weight < 0 {
-				add("%s.targets[%d]: needs a model and a weight >= 0", p, j)
-			}
-		}
-	}
-	if c.Warm.HotEntries < 0 {
-		add("warm.hot_entries: must be >= 0")
-	}
-	if c.Warm.Tag != "" && cache.ValidTag([]byte(c.Warm.Tag)) == "" {
-		add("warm.tag: 1 to 128 letters, digits or ._:/@+-")
-	}
-	if c.Warm.Concurrency < 1 {
-		add("warm.concurrency: must be >= 1")
-	}
-	section("tracing", c.Tracing.Validate())
-	out = append(out, c.modelProblems()...)
-	return out
-}
-
-// checkListen reports whether addr is a host:port net.Listen takes.
-func checkListen(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		if _, perr := strconv.Atoi(addr); perr == nil {
-			return fmt.Errorf("%q has no host part: write %q to listen on every interface", addr, ":"+addr)
-		}
-		return fmt.Errorf("%q is not host:port: %w", addr, err)
-	}
-	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
-		return fmt.Errorf("%q: port %q is not a number from 0 to 65535", addr, port)
-	}
-	if strings.ContainsAny(host, " /") {
-		return fmt.Errorf("%q: %q is not a host", addr, host)
-	}
-	return nil
-}
-
-// modelProblems checks the names that meet at run time: every alias or
-// canary target is served by a node or by spill-over's model_map (else the
-// share of requests it gets is a 503 that no retry helps), and every
-// model a tenant may use exists.
-func (c *Config) modelProblems() []string {
-	var out []string
-	served := map[string]bool{}
-	for _, n := range c.Nodes {
-		for _, m := range n.Models {
-			served[m] = true
-		}
-	}
-	spilled := map[string]bool{}
-	if c.Spillover.Enabled {
-		for m := range c.Spillover.ModelMap {
-			spilled[m] = true
-		}
-	}
-	aliases := map[string]bool{}
-	for _, m := range c.Models {
-		aliases[m.Name] = true
-	}
-	known := func() string {
-		var names []string
-		for m := range served {
-			names = append(names, m)
-		}
-		for m := range spilled {
-			if !served[m] {
-				names = append(names, m)
-			}
-		}
-		slices.Sort(names)
-		return strings.Join(names, ", ")
-	}
-	for i, m := range c.Models {
-		for j, t := range m.Targets {
-			if t.Model == "" || served[t.Model] || spilled[t.Model] {
-				continue
-			}
-			msg := fmt.Sprintf("models[%d].targets[%d].model: %q is served by no node", i, j, t.Model)
-			if c.Spillover.Enabled {
-				msg += " and is not in spillover.model_map"
-			}
-			out = append(out, msg+"; served: "+known())
-		}
-	}
-	for i, t := range c.Tenants {
-		for j, m := range t.Models {
-			if m == "*" || served[m] || spilled[m] || aliases[m] {
-				continue
-			}
-			out = append(out, fmt.Sprintf("tenants[%d].models[%d]: %q is neither a served model nor an alias; served: %s", i, j, m, known()))
-		}
-	}
-	return out
-}
 
 // EnvRef is an environment variable the config names (a *_env key).
 type EnvRef struct {

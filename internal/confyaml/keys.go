@@ -1,0 +1,109 @@
+package confyaml
+
+import (
+	"reflect"
+	"strings"
+)
+
+// knownKeys lists the keys allowed beside the last element of path (a
+// YAML path such as "nodes[0].modles"), from the yaml tags of schema.
+func knownKeys(schema reflect.Type, path string) []string {
+	t := schema
+	segs := strings.Split(path, ".")
+	for _, seg := range segs[:len(segs)-1] {
+		name, _, _ := strings.Cut(seg, "[")
+		st, ok := structOf(t)
+		if !ok {
+			return nil
+		}
+		f, ok := fieldByKey(st, name)
+		if !ok {
+			return nil
+		}
+		t = f.Type
+	}
+	st, ok := structOf(t)
+	if !ok {
+		return nil
+	}
+	var keys []string
+	var collect func(st reflect.Type)
+	collect = func(st reflect.Type) {
+		for i := range st.NumField() {
+			f := st.Field(i)
+			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			switch {
+			case opts == "inline":
+				if ft, ok := structOf(f.Type); ok {
+					collect(ft)
+				}
+			case name != "" && name != "-":
+				keys = append(keys, name)
+			}
+		}
+	}
+	collect(st)
+	return keys
+}
+
+// structOf unwraps pointers and slices down to a struct type.
+func structOf(t reflect.Type) (reflect.Type, bool) {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
+		t = t.Elem()
+	}
+	return t, t.Kind() == reflect.Struct
+}
+
+func fieldByKey(st reflect.Type, key string) (reflect.StructField, bool) {
+	for i := range st.NumField() {
+		f := st.Field(i)
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == key {
+			return f, true
+		}
+		if opts == "inline" {
+			if ft, ok := structOf(f.Type); ok {
+				if g, ok := fieldByKey(ft, key); ok {
+					return g, true
+				}
+			}
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+// nearest returns the candidate closest to word by edit distance, when it
+// is close enough to be a likely misspelling; else "".
+func nearest(word string, candidates []string) string {
+	best, bestD := "", len(word)/3+2
+	for _, c := range candidates {
+		if d := editDistance(word, c); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b, with a
+// transposition counted as one edit.
+func editDistance(a, b string) int {
+	prev2, prev, cur := make([]int, len(b)+1), make([]int, len(b)+1), make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,96 @@
+package router
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+// Every section's problems, each under its YAML path, in the order
+// check-config has always listed them: the sections in file order, with
+// timeouts.client after the shutdown: section, and the checks across
+// sections (names used twice, a node on the gateway's own address, the
+// model names) where they always stood.
+func TestProblemsOfEverySectionInOrder(t *testing.T) {
+	const doc = `listen: ":8080"
+server: {engine: x}
+limits: {max_body_bytes: 10, max_upstream_body_bytes: 10}
+timeouts: {connect: 0s, shutdown: 5s, client: 0s}
+shutdown: {drain_delay: -1s, grace: -2s}
+admin: {listen: ":8080", allow_cidrs: ["10.0.0.0/33", "bogus"]}
+logging: {level: loud, format: xml, flush_interval: 2m}
+cache: {backend: redis, ttl: 0s}
+redis: {url: "", timeout: 0s}
+admission: {backend: etcd, global: {rps: -1}, max_wait: -1s, replicas: 0}
+tenants:
+  - {name: "", api_key_sha256: [abc, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdeZ"], rps: -1, cache_threshold: 2, cache_model_thresholds: {m: 0}}
+  - {name: t, models: [zz, "*"]}
+  - {name: t, burst: -1}
+nodes:
+  - {name: a, url: "http://127.0.0.1:8080", models: [m]}
+  - {name: a, url: "x", models: []}
+balancer: {policy: fastest}
+spillover: {enabled: true, kind: foo, base_url: "", region: "", on: [saturated, never], rpm: -1}
+models:
+  - {name: "", targets: []}
+  - {name: chat, targets: [{model: "", weight: -1}, {model: nope, weight: 1}]}
+warm: {hot_entries: -1, tag: "bad tag!", concurrency: 0}
+tracing: {sample_ratio: 2}
+`
+	want := []string{
+		"server.engine: removed in this version: frontdoor has one HTTP server (fasthttp); delete the key",
+		"limits.max_body_bytes: must be at least 1024",
+		"limits.max_upstream_body_bytes: must be between 64KiB and 1GiB (a node's whole answer, held in memory while it is read)",
+		"timeouts: connect, first_byte, idle and total must all be > 0",
+		"timeouts.shutdown: moved to shutdown.grace (with shutdown.drain_delay before it); rename the key",
+		"shutdown: drain_delay and grace must be >= 0",
+		"timeouts.client: must be > 0",
+		"admin.listen: must differ from listen (:8080): the admin listener trusts every request on it",
+		`admin.allow_cidrs[0]: invalid CIDR "10.0.0.0/33"`,
+		`admin.allow_cidrs[1]: invalid CIDR "bogus"`,
+		`logging.level: "loud" is not one of debug, info, warn, error`,
+		`logging.format: "xml" is not one of json, text`,
+		"logging.flush_interval: must be between 0s and 1m",
+		"redis.url: set url or addrs",
+		"redis.timeout: must be > 0",
+		"cache.ttl: must be > 0",
+		`admission.backend: "etcd" is not one of local, redis`,
+		"admission.global: rps, burst and tokens_per_minute must be >= 0",
+		"admission.max_wait: must be >= 0",
+		"admission.replicas: must be >= 1",
+		"tenants[0].name: is required",
+		"tenants[0].api_key_sha256[0]: must be 64 hex digits",
+		"tenants[0].api_key_sha256[1]: must be 64 hex digits",
+		"tenants[0]: rps, burst, tokens_per_minute and max_concurrency must be >= 0",
+		"tenants[0].cache_threshold: must be in (0, 1], or 0 for cache.semantic.threshold",
+		"tenants[0].cache_model_thresholds.m: must be in (0, 1]",
+		`tenants[2].name: "t" is used twice`,
+		"tenants[2]: rps, burst, tokens_per_minute and max_concurrency must be >= 0",
+		"nodes[1].url: missing scheme (want http:// or https://)",
+		"nodes[1].models: list at least one model",
+		`nodes[1].name: "a" is used twice`,
+		`balancer.policy: "fastest" is not one of score, round_robin, least_inflight`,
+		`nodes[0].url: "http://127.0.0.1:8080" is this gateway's own address (listen: ":8080", admin.listen: ":8080"): every request would come back to it`,
+		`spillover.kind: "foo" is not one of dashscope, openai`,
+		"spillover.base_url: is required",
+		`spillover.on[1]: "never" is not one of saturated, failed`,
+		"spillover: rpm and tpm must be >= 0",
+		"models[0].name: is required",
+		"models[0].targets: list at least one target",
+		"models[1].targets[0]: needs a model and a weight >= 0",
+		"warm.hot_entries: must be >= 0",
+		"warm.tag: 1 to 128 letters, digits or ._:/@+-",
+		"warm.concurrency: must be >= 1",
+		"tracing.sample_ratio: must be between 0 and 1",
+		`models[1].targets[1].model: "nope" is served by no node and is not in spillover.model_map; served: m`,
+		`tenants[1].models[0]: "zz" is neither a served model nor an alias; served: m`,
+	}
+	_, err := Parse([]byte(doc))
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		t.Fatalf("not a ConfigError: %v", err)
+	}
+	if !slices.Equal(ce.Problems, want) {
+		t.Fatalf("problems:\n%q\nwant\n%q", ce.Problems, want)
+	}
+}
