@@ -59,52 +59,49 @@ func (h *Handler) Serve(ctx *fasthttp.RequestCtx, guard *Guard) bool {
 	return true
 }
 
-// serveAdmin routes /admin/*.
+// route is an admin route: path exactly, or every path below it when path
+// ends in "/" (serve gets the rest).
+type route struct {
+	path   string
+	method string
+	serve  func(h *Handler, ctx *fasthttp.RequestCtx, rest string)
+}
+
+var routes = []route{
+	{"/admin/cache/warm", fasthttp.MethodPost, func(h *Handler, ctx *fasthttp.RequestCtx, _ string) { h.warm(ctx) }},
+	{"/admin/cache/warm/", fasthttp.MethodGet, (*Handler).warmStatus},
+	{"/admin/cache/hot", fasthttp.MethodGet, func(h *Handler, ctx *fasthttp.RequestCtx, _ string) { h.hot(ctx) }},
+	{"/admin/cache/entries", fasthttp.MethodPost, func(h *Handler, ctx *fasthttp.RequestCtx, _ string) { h.importPair(ctx) }},
+	{"/admin/cache/stats", fasthttp.MethodGet, func(h *Handler, ctx *fasthttp.RequestCtx, _ string) { h.cacheStats(ctx) }},
+	{"/admin/cache/entries/", fasthttp.MethodGet, (*Handler).getEntry},
+	{"/admin/cache/entries/", fasthttp.MethodDelete, (*Handler).deleteEntry},
+	{"/admin/nodes", fasthttp.MethodGet, func(h *Handler, ctx *fasthttp.RequestCtx, _ string) { reply.JSON(ctx, 200, h.gw.Pool().Status()) }},
+	{"/admin/nodes/", fasthttp.MethodPost, (*Handler).node},
+	{"/admin/cache", fasthttp.MethodDelete, func(h *Handler, ctx *fasthttp.RequestCtx, _ string) { h.purge(ctx) }},
+	{"/admin/reload", fasthttp.MethodPost, func(h *Handler, ctx *fasthttp.RequestCtx, _ string) { h.reload(ctx) }},
+}
+
+// serveAdmin routes /admin/*: a route's path with another method is a 405
+// naming the method it takes.
 func (h *Handler) serveAdmin(ctx *fasthttp.RequestCtx, path string) {
-	method := func(m string) bool { return reply.OnlyMethod(ctx, m) }
+	var allowed string
+	for _, r := range routes {
+		rest, ok := path, path == r.path
+		if strings.HasSuffix(r.path, "/") {
+			rest, ok = strings.CutPrefix(path, r.path)
+		}
+		if !ok {
+			continue
+		}
+		if string(ctx.Method()) == r.method || r.method == fasthttp.MethodGet && ctx.IsHead() {
+			r.serve(h, ctx, rest)
+			return
+		}
+		allowed = r.method
+	}
 	switch {
-	case path == "/admin/cache/warm":
-		if method(fasthttp.MethodPost) {
-			h.warm(ctx)
-		}
-	case strings.HasPrefix(path, "/admin/cache/warm/"):
-		if method(fasthttp.MethodGet) {
-			h.warmStatus(ctx, strings.TrimPrefix(path, "/admin/cache/warm/"))
-		}
-	case path == "/admin/cache/hot":
-		if method(fasthttp.MethodGet) {
-			h.hot(ctx)
-		}
-	case path == "/admin/cache/entries":
-		if method(fasthttp.MethodPost) {
-			h.importPair(ctx)
-		}
-	case path == "/admin/cache/stats":
-		if method(fasthttp.MethodGet) {
-			h.cacheStats(ctx)
-		}
-	case strings.HasPrefix(path, "/admin/cache/entries/") && ctx.IsGet():
-		h.getEntry(ctx, strings.TrimPrefix(path, "/admin/cache/entries/"))
-	case strings.HasPrefix(path, "/admin/cache/entries/"):
-		if method(fasthttp.MethodDelete) {
-			h.deleteEntry(ctx, strings.TrimPrefix(path, "/admin/cache/entries/"))
-		}
-	case path == "/admin/nodes":
-		if method(fasthttp.MethodGet) {
-			reply.JSON(ctx, 200, h.gw.Pool().Status())
-		}
-	case strings.HasPrefix(path, "/admin/nodes/"):
-		if method(fasthttp.MethodPost) {
-			h.node(ctx, strings.TrimPrefix(path, "/admin/nodes/"))
-		}
-	case path == "/admin/cache":
-		if method(fasthttp.MethodDelete) {
-			h.purge(ctx)
-		}
-	case path == "/admin/reload":
-		if method(fasthttp.MethodPost) {
-			h.reload(ctx)
-		}
+	case allowed != "":
+		reply.OnlyMethod(ctx, allowed)
 	case ctx.IsGet() && isEntryPath(path):
 		h.getEntry(ctx, strings.TrimPrefix(path, "/admin/cache/"))
 	default:

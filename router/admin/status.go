@@ -1,10 +1,10 @@
 package admin
 
 import (
+	"frontdoor/admission"
 	"frontdoor/balancer"
 	"frontdoor/cache"
 	"frontdoor/internal/warm"
-	"frontdoor/admission"
 	"time"
 )
 
