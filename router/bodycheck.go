@@ -7,6 +7,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"frontdoor/adapters"
+	"frontdoor/internal/telemetry"
 )
 
 // bodyRefusals counts and logs the request bodies refused because two
@@ -16,11 +17,11 @@ import (
 // frontdoor_requests_total.
 type bodyRefusals struct {
 	counts map[string]*metrics.Counter // by adapters.Code*
-	log    *rateLog
+	log    *telemetry.RateLog
 }
 
 func newBodyRefusals(set *metrics.Set, log *slog.Logger) *bodyRefusals {
-	b := &bodyRefusals{counts: map[string]*metrics.Counter{}, log: newRateLog(log, 10*time.Second)}
+	b := &bodyRefusals{counts: map[string]*metrics.Counter{}, log: telemetry.NewRateLog(log, 10*time.Second)}
 	for _, code := range []string{adapters.CodeDuplicateKey, adapters.CodeInvalidUTF8, adapters.CodeInvalidEscape} {
 		b.counts[code] = set.NewCounter(`frontdoor_request_bodies_refused_total{reason="` + code + `"}`)
 	}
@@ -34,6 +35,6 @@ func (b *bodyRefusals) note(x *exchange, e *adapters.APIError) {
 		return
 	}
 	c.Inc()
-	b.log.warn("body:"+e.Code, "request body refused: two JSON readers could read it differently",
+	b.log.Warn("body:"+e.Code, "request body refused: two JSON readers could read it differently",
 		"request_id", x.id, "tenant", x.tenant.name, "reason", e.Code, "error", e.Message)
 }

@@ -1,22 +1,21 @@
 package router
 
 import (
-	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 
 	"frontdoor/cache"
+	"frontdoor/internal/telemetry"
 )
 
 // cacheObserver turns what the cache backend does into metrics and
 // rate-limited log lines: every breaker, dropped write and state change is
 // loud.
 type cacheObserver struct {
-	log  *rateLog
+	log  *telemetry.RateLog
 	cm   *cacheMetrics
 	look map[string]*metrics.PrometheusHistogram
 	// writes: stored entries, failed entries
@@ -36,7 +35,7 @@ var _ cache.Observer = (*cacheObserver)(nil)
 var lookupBuckets = []float64{0.0001, 0.0002, 0.0003, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1}
 
 func newCacheObserver(set *metrics.Set, cm *cacheMetrics, log *slog.Logger, embedder string) *cacheObserver {
-	o := &cacheObserver{log: newRateLog(log, 10*time.Second), cm: cm, look: map[string]*metrics.PrometheusHistogram{},
+	o := &cacheObserver{log: telemetry.NewRateLog(log, 10*time.Second), cm: cm, look: map[string]*metrics.PrometheusHistogram{},
 		dropped: map[string]*metrics.Counter{}, transitions: map[string]*metrics.Counter{},
 		embedder: embedder, embedErrs: cm.errors("embed")}
 	if embedder != "" {
@@ -66,7 +65,7 @@ func (o *cacheObserver) Lookup(op string, d time.Duration, err error) {
 		return
 	}
 	o.cm.errors(op).Inc()
-	o.log.warn("lookup:"+op, "cache: a lookup failed; answered as a miss", "op", op, "error", err.Error())
+	o.log.Warn("lookup:"+op, "cache: a lookup failed; answered as a miss", "op", op, "error", err.Error())
 }
 
 func (o *cacheObserver) WriteBatch(n int, _ time.Duration, err error) {
@@ -76,11 +75,11 @@ func (o *cacheObserver) WriteBatch(n int, _ time.Duration, err error) {
 	}
 	o.failed.Add(n)
 	if errors.Is(err, cache.ErrUnavailable) {
-		o.log.warn("write:unavailable", "cache: writes not stored: the store is not connected", "entries", n)
+		o.log.Warn("write:unavailable", "cache: writes not stored: the store is not connected", "entries", n)
 		return
 	}
 	o.cm.errors("put").Add(n)
-	o.log.warn("write:error", "cache: a write-back batch failed", "entries", n, "error", err.Error())
+	o.log.Warn("write:error", "cache: a write-back batch failed", "entries", n, "error", err.Error())
 }
 
 func (o *cacheObserver) WriteDropped(reason string, n int) {
@@ -88,12 +87,12 @@ func (o *cacheObserver) WriteDropped(reason string, n int) {
 		c.Add(n)
 	}
 	o.cm.drops.Add(uint64(n))
-	o.log.warn("drop:"+reason, "cache: write-back dropped", "reason", reason, "entries", n)
+	o.log.Warn("drop:"+reason, "cache: write-back dropped", "reason", reason, "entries", n)
 }
 
 func (o *cacheObserver) BreakerChanged(path string, from, to cache.BreakerState, lastErr error) {
 	if path == "embed" {
-		o.log.warn("embed-breaker:"+to.String(), "cache: embedder breaker "+to.String(), "embedder", o.embedder, "from", from.String())
+		o.log.Warn("embed-breaker:"+to.String(), "cache: embedder breaker "+to.String(), "embedder", o.embedder, "from", from.String())
 		return
 	}
 	if c := o.transitions[path+":"+to.String()]; c != nil {
@@ -110,7 +109,7 @@ func (o *cacheObserver) BreakerChanged(path string, from, to cache.BreakerState,
 	if lastErr != nil && to == cache.BreakerOpen {
 		args = append(args, "last_error", lastErr.Error())
 	}
-	o.log.warn("breaker:"+path+":"+to.String(), "cache: "+path+" breaker "+to.String()+"; "+what, args...)
+	o.log.Warn("breaker:"+path+":"+to.String(), "cache: "+path+" breaker "+to.String()+"; "+what, args...)
 }
 
 // EmbedSkipped counts a semantic lookup skipped, and makes an embedder's
@@ -122,56 +121,13 @@ func (o *cacheObserver) EmbedSkipped(err error) {
 		return
 	}
 	o.embedErrs.Inc()
-	o.log.warn("embed-failed", "cache: embedder failed; the semantic lookup is skipped", "embedder", o.embedder, "error", err.Error())
+	o.log.Warn("embed-failed", "cache: embedder failed; the semantic lookup is skipped", "embedder", o.embedder, "error", err.Error())
 }
 
 func (o *cacheObserver) StateChanged(from, to cache.BackendState, why string) {
 	if to == cache.StateOK {
-		o.log.info("state:ok", "cache: backend ok", "from", string(from))
+		o.log.Info("state:ok", "cache: backend ok", "from", string(from))
 		return
 	}
-	o.log.warn("state:"+string(to), "cache: backend "+string(to), "from", string(from), "why", why)
-}
-
-// rateLog writes at most one line per key per interval, and says how many
-// it held back.
-type rateLog struct {
-	l     *slog.Logger
-	every time.Duration
-	mu    sync.Mutex
-	keys  map[string]*rateSlot
-}
-
-type rateSlot struct {
-	last       time.Time
-	suppressed int
-}
-
-func newRateLog(l *slog.Logger, every time.Duration) *rateLog {
-	return &rateLog{l: l, every: every, keys: map[string]*rateSlot{}}
-}
-
-func (r *rateLog) warn(key, msg string, args ...any) { r.emit(slog.LevelWarn, key, msg, args) }
-func (r *rateLog) info(key, msg string, args ...any) { r.emit(slog.LevelInfo, key, msg, args) }
-
-func (r *rateLog) emit(level slog.Level, key, msg string, args []any) {
-	now := time.Now()
-	r.mu.Lock()
-	s := r.keys[key]
-	if s == nil {
-		s = &rateSlot{}
-		r.keys[key] = s
-	}
-	if !s.last.IsZero() && now.Sub(s.last) < r.every {
-		s.suppressed++
-		r.mu.Unlock()
-		return
-	}
-	held := s.suppressed
-	s.last, s.suppressed = now, 0
-	r.mu.Unlock()
-	if held > 0 {
-		args = append(args, "held_back", held)
-	}
-	r.l.Log(context.Background(), level, msg, args...)
+	o.log.Warn("state:"+string(to), "cache: backend "+string(to), "from", string(from), "why", why)
 }

@@ -258,7 +258,7 @@ func (g *Gateway) badAnswer(id, node string, err error) bool {
 		return false
 	}
 	g.metrics.badAnswers[kind].Inc()
-	g.upLog.warn(kind+":"+node, "upstream answer refused", "reason", kind, "node", node, "request_id", id, "error", err.Error())
+	g.upLog.Warn(kind+":"+node, "upstream answer refused", "reason", kind, "node", node, "request_id", id, "error", err.Error())
 	return true
 }
 

@@ -23,6 +23,7 @@ import (
 	"frontdoor/cache"
 	"frontdoor/embed"
 	"frontdoor/internal/redisconn"
+	"frontdoor/internal/telemetry"
 	"frontdoor/internal/warm"
 	"frontdoor/router/admin"
 	"frontdoor/admission"
@@ -64,7 +65,7 @@ type Gateway struct {
 	fixed    map[string]adapters.Backend // Deps.Backends, by node name
 	backends sync.Map                    // *balancer.Node -> adapters.Backend, built on first use
 	metrics  *gatewayMetrics
-	upLog    *rateLog // rate-limited lines about nodes' answers
+	upLog    *telemetry.RateLog // rate-limited lines about nodes' answers
 	bodies   *bodyRefusals
 	server   *fasthttp.Server
 	// adminServer serves admin.listen: the same routes, every request
@@ -111,7 +112,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	if g.log == nil {
 		g.log = NewLogger(cfg.Logging, os.Stderr)
 	}
-	g.upLog = newRateLog(g.log, 10*time.Second)
+	g.upLog = telemetry.NewRateLog(g.log, 10*time.Second)
 	set := deps.Metrics
 	if set == nil {
 		set = metrics.NewSet()

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"frontdoor/internal/telemetry"
 	"slices"
 	"strconv"
 	"sync"
@@ -65,7 +66,7 @@ func newGatewayMetrics(set *metrics.Set, g *Gateway) *gatewayMetrics {
 	m.setTenants(g.conf().Tenants)
 	set.NewGauge(`frontdoor_streams_active`, func() float64 { return float64(m.streams.Load()) })
 	g.pool.RegisterMetrics(set)
-	registerBuildInfo(set)
+	telemetry.RegisterBuildInfo(set)
 	return m
 }
 
@@ -128,7 +129,7 @@ func (m *gatewayMetrics) classes() map[string]int {
 }
 
 func (m *gatewayMetrics) write(ctx *fasthttp.RequestCtx) {
-	writeMetrics(ctx, m.set)
+	telemetry.WriteMetrics(ctx, m.set)
 }
 
 // ttftWindow keeps the recent times to first token of streamed answers

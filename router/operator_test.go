@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	sim "frontdoor/internal/gpusim"
+	"frontdoor/internal/telemetry"
 	"frontdoor/internal/testenv"
 )
 
@@ -164,8 +165,8 @@ func TestMetricsHaveHelpAndType(t *testing.T) {
 		if f.GetType() == dto.MetricType_UNTYPED {
 			t.Errorf("%s is untyped", name)
 		}
-		if strings.HasPrefix(name, "frontdoor_") && metricHelp[name] == "" {
-			t.Errorf("%s has no help text: add it to metricHelp (router/metrics_help.go)", name)
+		if strings.HasPrefix(name, "frontdoor_") && !telemetry.HasHelp(name) {
+			t.Errorf("%s has no help text: add it to metricHelp (internal/telemetry/metrics_help.go)", name)
 		}
 		if f.GetHelp() == "" {
 			t.Errorf("%s has an empty # HELP", name)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"frontdoor/adapters"
 	"frontdoor/balancer"
+	"frontdoor/internal/telemetry"
 	"io"
 	"log/slog"
 	"runtime/debug"
@@ -116,7 +117,7 @@ func (g *Gateway) commitJSON(ctx *fasthttp.RequestCtx, x *exchange, resp *adapte
 	f := x.flight
 	if resp.Converted {
 		g.metrics.badAnswers["sse_converted"].Inc()
-		g.upLog.warn("sse_converted:"+x.upstream, "upstream answered a non-streaming request with an event stream; converted to JSON",
+		g.upLog.Warn("sse_converted:"+x.upstream, "upstream answered a non-streaming request with an event stream; converted to JSON",
 			"node", x.upstream, "request_id", x.id)
 	}
 	ctx.SetStatusCode(resp.Status)
@@ -181,7 +182,7 @@ func (g *Gateway) notStored(id, node, why string) {
 	g.cm.notStored[why].Inc()
 	switch why {
 	case notStoredError, notStoredIncomplete:
-		g.upLog.warn(why+":"+node, "upstream stream not clean; its answer is not cached", "reason", why, "node", node, "request_id", id)
+		g.upLog.Warn(why+":"+node, "upstream stream not clean; its answer is not cached", "reason", why, "node", node, "request_id", id)
 	default:
 		if g.log.Enabled(context.Background(), slog.LevelDebug) {
 			g.log.Debug("cache: streamed answer not stored", "reason", why, "node", node, "request_id", id)
@@ -388,8 +389,8 @@ func (g *Gateway) finish(ctx *fasthttp.RequestCtx, x *exchange, panicked any) {
 			model = x.req.Model
 		}
 		now := time.Now()
-		logAccess(g.log, now, &accessLine{requestID: x.id, path: string(ctx.Path()), status: x.status,
-			model: model, stream: x.req != nil && x.req.Stream, upstream: x.upstream, attempts: x.attempts,
-			cache: x.cache.result.header(), duration: now.Sub(x.start)})
+		telemetry.LogAccess(g.log, now, &telemetry.AccessLine{RequestID: x.id, Path: string(ctx.Path()), Status: x.status,
+			Model: model, Stream: x.req != nil && x.req.Stream, Upstream: x.upstream, Attempts: x.attempts,
+			Cache: x.cache.result.header(), Duration: now.Sub(x.start)})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"frontdoor/adapters"
+	"frontdoor/internal/telemetry"
 )
 
 // Refusals at the HTTP layer: what the header block alone condemns is
@@ -24,12 +25,12 @@ const (
 // transportRefusals counts the refusals by reason
 // (frontdoor_transport_refusals_total) and logs them, rate-limited.
 type transportRefusals struct {
-	log     *rateLog
+	log     *telemetry.RateLog
 	counter map[string]*metrics.Counter
 }
 
 func newTransportRefusals(set *metrics.Set, log *slog.Logger) *transportRefusals {
-	r := &transportRefusals{log: newRateLog(log, 10*time.Second), counter: map[string]*metrics.Counter{}}
+	r := &transportRefusals{log: telemetry.NewRateLog(log, 10*time.Second), counter: map[string]*metrics.Counter{}}
 	for _, reason := range []string{refusedFraming, refusedTrailers, refusedTooLarge, refusedAuth, refusedOrigin} {
 		r.counter[reason] = set.NewCounter(`frontdoor_transport_refusals_total{reason="` + reason + `"}`)
 	}
@@ -43,7 +44,7 @@ func (g *Gateway) refuse(ctx *fasthttp.RequestCtx, id, reason string, e *adapter
 	ctx.SetConnectionClose()
 	r := g.metrics.refused
 	r.counter[reason].Inc()
-	r.log.warn(reason, "http: request refused", "reason", reason, "status", e.Status,
+	r.log.Warn(reason, "http: request refused", "reason", reason, "status", e.Status,
 		"path", string(ctx.Path()), "remote", ctx.RemoteIP().String(), "error", e.Message)
 }
 

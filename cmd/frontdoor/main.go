@@ -19,6 +19,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"frontdoor/internal/buildinfo"
+	"frontdoor/internal/telemetry"
 	"frontdoor/router"
 	"frontdoor/router/admin"
 )
@@ -219,7 +220,7 @@ func cmdHealthcheck(args []string, stderr io.Writer) int {
 // admin.listen).
 func serve(ctx context.Context, cfg router.Config, path string, logOut io.Writer, ready func(addr, admin string)) error {
 	if every := cfg.Logging.FlushInterval.D(); every > 0 {
-		lb := router.NewLogBuffer(logOut, every)
+		lb := telemetry.NewLogBuffer(logOut, every)
 		defer lb.Close()
 		logOut = lb
 	}

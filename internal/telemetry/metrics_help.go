@@ -1,4 +1,4 @@
-package router
+package telemetry
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 
 // metricHelp is the # HELP text of every frontdoor_ family. The library
 // writes "# HELP name" and "# TYPE name type" (metrics.ExposeMetadata);
-// writeMetrics adds these texts. A family missing here fails
+// WriteMetrics adds these texts. A family missing here fails router's
 // TestMetricsHaveHelpAndType.
 var metricHelp = map[string]string{
 	"frontdoor_build_info":                      "Version, VCS revision and Go version of the running binary; always 1.",
@@ -66,8 +66,8 @@ func init() {
 	metrics.ExposeMetadata(true)
 }
 
-// registerBuildInfo exposes frontdoor_build_info.
-func registerBuildInfo(set *metrics.Set) {
+// RegisterBuildInfo exposes frontdoor_build_info.
+func RegisterBuildInfo(set *metrics.Set) {
 	bi := buildinfo.Get()
 	set.NewGauge(`frontdoor_build_info{version="`+promLabel(bi.Version)+`",revision="`+promLabel(bi.Revision)+
 		`",goversion="`+promLabel(bi.GoVersion)+`"}`, func() float64 { return 1 })
@@ -77,9 +77,9 @@ var promLabelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
 
 func promLabel(s string) string { return promLabelEscaper.Replace(s) }
 
-// writeMetrics writes set and the process metrics to w, each family with
+// WriteMetrics writes set and the process metrics to w, each family with
 // its # HELP text.
-func writeMetrics(w io.Writer, set *metrics.Set) {
+func WriteMetrics(w io.Writer, set *metrics.Set) {
 	var buf bytes.Buffer
 	set.WritePrometheus(&buf)
 	metrics.WriteProcessMetrics(&buf)
@@ -110,6 +110,9 @@ func writeMetrics(w io.Writer, set *metrics.Set) {
 	}
 	_, _ = w.Write(out)
 }
+
+// HasHelp reports whether a frontdoor_ family has its help text here.
+func HasHelp(family string) bool { return metricHelp[family] != "" }
 
 func helpFor(family string) string {
 	if h, ok := metricHelp[family]; ok {

@@ -1,4 +1,4 @@
-package router
+package telemetry
 
 import (
 	"context"
@@ -11,12 +11,13 @@ import (
 	"frontdoor/adapters"
 )
 
-// NewLogger builds the process logger from logging:. Its JSON handler also
-// writes the access log line directly (see accessLine), which costs a
-// fraction of a slog record on every request.
-func NewLogger(c Logging, w io.Writer) *slog.Logger {
+// NewLogger builds the process logger: level is debug, info, warn or error
+// (anything else: info), format json or text. Its JSON handler also writes
+// the access log line directly (see AccessLine), which costs a fraction of
+// a slog record on every request.
+func NewLogger(levelName, format string, w io.Writer) *slog.Logger {
 	var level slog.Level
-	switch c.Level {
+	switch levelName {
 	case "debug":
 		level = slog.LevelDebug
 	case "warn":
@@ -27,7 +28,7 @@ func NewLogger(c Logging, w io.Writer) *slog.Logger {
 		level = slog.LevelInfo
 	}
 	opts := &slog.HandlerOptions{Level: level}
-	if c.Format == "text" {
+	if format == "text" {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
 	out := &lockedWriter{w: w}
@@ -54,40 +55,40 @@ type logHandler struct {
 	access bool // info lines are enabled
 }
 
-// accessLine is one access log line, the fields in the order written.
-type accessLine struct {
-	requestID, path, model, upstream, cache string
-	status, attempts                        int
-	stream                                  bool
-	duration                                time.Duration
+// AccessLine is one access log line, the fields in the order written.
+type AccessLine struct {
+	RequestID, Path, Model, Upstream, Cache string
+	Status, Attempts                        int
+	Stream                                  bool
+	Duration                                time.Duration
 }
 
 var lineBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
 // writeAccess writes the line as slog's JSON handler would: the same
 // keys, order and value encodings.
-func (h *logHandler) writeAccess(now time.Time, a *accessLine) {
+func (h *logHandler) writeAccess(now time.Time, a *AccessLine) {
 	bp := lineBufs.Get().(*[]byte)
 	b := append((*bp)[:0], `{"time":"`...)
 	b = now.AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","level":"INFO","msg":"request","request_id":`...)
-	b = adapters.AppendJSONString(b, a.requestID)
+	b = adapters.AppendJSONString(b, a.RequestID)
 	b = append(b, `,"path":`...)
-	b = adapters.AppendJSONString(b, a.path)
+	b = adapters.AppendJSONString(b, a.Path)
 	b = append(b, `,"status":`...)
-	b = strconv.AppendInt(b, int64(a.status), 10)
+	b = strconv.AppendInt(b, int64(a.Status), 10)
 	b = append(b, `,"model":`...)
-	b = adapters.AppendJSONString(b, a.model)
+	b = adapters.AppendJSONString(b, a.Model)
 	b = append(b, `,"stream":`...)
-	b = strconv.AppendBool(b, a.stream)
+	b = strconv.AppendBool(b, a.Stream)
 	b = append(b, `,"upstream":`...)
-	b = adapters.AppendJSONString(b, a.upstream)
+	b = adapters.AppendJSONString(b, a.Upstream)
 	b = append(b, `,"attempts":`...)
-	b = strconv.AppendInt(b, int64(a.attempts), 10)
+	b = strconv.AppendInt(b, int64(a.Attempts), 10)
 	b = append(b, `,"cache":`...)
-	b = adapters.AppendJSONString(b, a.cache)
+	b = adapters.AppendJSONString(b, a.Cache)
 	b = append(b, `,"duration_ms":`...)
-	b = strconv.AppendFloat(b, durationMS(a.duration), 'g', -1, 64)
+	b = strconv.AppendFloat(b, durationMS(a.Duration), 'g', -1, 64)
 	b = append(b, "}\n"...)
 	_, _ = h.out.Write(b)
 	*bp = b
@@ -96,9 +97,9 @@ func (h *logHandler) writeAccess(now time.Time, a *accessLine) {
 
 func durationMS(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// logAccess writes the access line through log's fast path when it has
-// one, or as a slog record.
-func logAccess(log *slog.Logger, now time.Time, a *accessLine) {
+// LogAccess writes the access line through log's fast path when it has
+// one (a logger from NewLogger), or as a slog record.
+func LogAccess(log *slog.Logger, now time.Time, a *AccessLine) {
 	if h, ok := log.Handler().(*logHandler); ok {
 		if h.access {
 			h.writeAccess(now, a)
@@ -106,8 +107,8 @@ func logAccess(log *slog.Logger, now time.Time, a *accessLine) {
 		return
 	}
 	log.LogAttrs(context.Background(), slog.LevelInfo, "request",
-		slog.String("request_id", a.requestID), slog.String("path", a.path), slog.Int("status", a.status),
-		slog.String("model", a.model), slog.Bool("stream", a.stream),
-		slog.String("upstream", a.upstream), slog.Int("attempts", a.attempts), slog.String("cache", a.cache),
-		slog.Float64("duration_ms", durationMS(a.duration)))
+		slog.String("request_id", a.RequestID), slog.String("path", a.Path), slog.Int("status", a.Status),
+		slog.String("model", a.Model), slog.Bool("stream", a.Stream),
+		slog.String("upstream", a.Upstream), slog.Int("attempts", a.Attempts), slog.String("cache", a.Cache),
+		slog.Float64("duration_ms", durationMS(a.Duration)))
 }

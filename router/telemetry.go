@@ -1,0 +1,14 @@
+package router
+
+import (
+	"io"
+	"log/slog"
+
+	"frontdoor/internal/telemetry"
+)
+
+// NewLogger builds the process logger from logging: (see
+// telemetry.NewLogger).
+func NewLogger(c Logging, w io.Writer) *slog.Logger {
+	return telemetry.NewLogger(c.Level, c.Format, w)
+}
