@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 
 	"frontdoor/adapters"
 	"frontdoor/cache"
@@ -169,28 +167,18 @@ func semanticThreshold(c cache.SemanticConfig, t Tenant, model string) float64 {
 	return c.Threshold
 }
 
-// lookup runs the cache lookups, traced when the request is.
+// lookup runs the cache lookups, exact then semantic, each traced when the
+// request is.
 func (g *Gateway) lookup(ctx *fasthttp.RequestCtx, x *exchange, p *cachePlan) bool {
-	if x.trc == nil {
-		return g.lookupExact(ctx, x, p) || g.lookupSemantic(ctx, x, p)
-	}
-	return g.tracedLookup(ctx, x, p)
-}
-
-// tracedLookup is the cache lookup with a span for each kind.
-func (g *Gateway) tracedLookup(ctx *fasthttp.RequestCtx, x *exchange, p *cachePlan) bool {
-	s := x.child("cache.lookup exact", trace.SpanKindInternal, attribute.String("frontdoor.cache.lookup", "exact"))
+	s := x.obs.Lookup("exact")
 	hit := g.lookupExact(ctx, x, p)
-	s.SetAttributes(attribute.Bool("frontdoor.cache.hit", hit))
-	s.End()
-	if hit || !p.lookup || !p.semantic {
+	s.LookedUp(hit)
+	if hit || !p.lookup || !p.semantic { // lookupSemantic would not look
 		return hit
 	}
-	s = x.child("cache.lookup semantic", trace.SpanKindInternal, attribute.String("frontdoor.cache.lookup", "semantic"))
+	s = x.obs.Lookup("semantic")
 	hit = g.lookupSemantic(ctx, x, p)
-	s.SetAttributes(attribute.Bool("frontdoor.cache.hit", hit), attribute.Float64("frontdoor.cache.similarity", float64(p.similarity)),
-		attribute.Float64("frontdoor.cache.threshold", float64(p.threshold)))
-	s.End()
+	s.LookedUpSemantic(hit, float64(p.similarity), float64(p.threshold))
 	return hit
 }
 

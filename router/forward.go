@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-	"go.opentelemetry.io/otel/trace"
 )
 
 type attempts struct {
@@ -106,14 +105,9 @@ func (g *Gateway) send(x *exchange, ur *adapters.UpstreamRequest, n *balancer.No
 	if ur.Stream { // the time to the first token is only known for streams
 		a.sent = time.Now()
 	}
-	var span trace.Span
-	if x.trc != nil {
-		span = g.startAttempt(x, ur, n)
-	}
+	span := x.obs.Attempt(ur, n.Name(), x.attempts)
 	a.resp, a.err = a.backend.Send(context.Background(), ur)
-	if span != nil {
-		endAttempt(span, a.resp, a.err, a.sent)
-	}
+	span.AttemptEnded(a.resp, a.err, a.sent)
 	return a
 }
 

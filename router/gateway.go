@@ -90,7 +90,7 @@ type Gateway struct {
 	hot      *hotTracker // hits per entry, for /admin/cache/hot; nil when off
 	warms    warm.Jobs   // warm-ups: warm.files and POST /admin/cache/warm
 	addr     atomic.Pointer[string]
-	tracing  *tracing // nil: tracing is off
+	tracer   *telemetry.Tracer // nil: tracing is off
 
 	stopping atomic.Bool
 	streams  sync.WaitGroup // live stream pumps
@@ -151,7 +151,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	g.bodies = newBodyRefusals(set, g.log)
 	g.adm.RegisterMetrics(set)
 	g.reload.register(set)
-	if g.tracing, err = newTracing(context.Background(), cfg.Tracing); err != nil {
+	if g.tracer, err = telemetry.NewTracer(context.Background(), cfg.Tracing); err != nil {
 		return nil, err
 	}
 	g.operator = admin.New(operator{g}, g.log)
@@ -501,7 +501,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	for _, c := range g.clients {
 		_ = c.Close()
 	}
-	if terr := g.tracing.shutdown(ctx); terr != nil {
+	if terr := g.tracer.Shutdown(ctx); terr != nil {
 		g.log.Warn("tracing: spans not exported at shutdown", "error", terr.Error())
 	}
 	return err

@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"frontdoor/adapters"
-	"frontdoor/balancer"
 	"frontdoor/admission"
+	"frontdoor/balancer"
+	"frontdoor/internal/telemetry"
 	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
-	"go.opentelemetry.io/otel/trace"
 )
 
 type exchange struct {
@@ -37,14 +37,12 @@ type exchange struct {
 	prefix       *balancer.Prefix         // the prompt's prefix hashes (prefix weight > 0)
 	prefixDone   bool                     // prefix was computed
 	upstreamReq  adapters.UpstreamRequest // what toUpstream built
-	trc          *requestTrace            // nil when tracing is off
+	obs          *telemetry.Request       // the request's trace; nil (a no-op) when untraced
 }
 
 func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint, id string) {
 	x := &exchange{start: time.Now(), id: id, endpoint: ep}
-	if g.tracing != nil {
-		g.startRequestSpan(ctx, x)
-	}
+	x.obs = g.tracer.StartRequest(&ctx.Request.Header, ep, id, ctx.Path(), x.start)
 	defer func() { g.finish(ctx, x, recover()) }()
 	ur, leader := g.prepare(ctx, x)
 	if leader != nil {
@@ -87,13 +85,14 @@ func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
 		return false
 	}
 	x.tenant = t
-	as := x.child("admission", trace.SpanKindInternal)
+	as := x.obs.Admission("admission")
 	pass, rej := g.adm.Enter(context.Background(), t.name)
-	endAdmission(as, rej)
 	if rej != nil {
+		as.Rejected(rej.Limit)
 		g.writeError(ctx, errRejected(rej))
 		return false
 	}
+	as.End()
 	x.pass = pass
 	if !isJSON(ctx.Request.Header.ContentType()) {
 		g.writeError(ctx, errUnsupportedMediaType(ctx.Request.Header.ContentType()))
@@ -110,7 +109,7 @@ func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
 		return false
 	}
 	x.req = req // finish releases it
-	x.describeRequest()
+	x.obs.Parsed(x.endpoint, req, t.name)
 	if !t.allows(req.Model) {
 		g.writeError(ctx, errModelNotAllowed(t.name, req.Model))
 		return false
@@ -190,13 +189,14 @@ func (g *Gateway) admitMiss(ctx *fasthttp.RequestCtx, x *exchange) bool {
 			maxLen, promptTokens+req.MaxTokens, promptTokens, req.MaxTokens)))
 		return false
 	}
-	as := x.child("admission tokens", trace.SpanKindInternal)
+	as := x.obs.Admission("admission tokens")
 	charge, rej := g.adm.AdmitMiss(context.Background(), x.tenant.name, g.adm.UpfrontTokens(promptTokens, req.MaxTokens, req.N))
-	endAdmission(as, rej)
 	if rej != nil {
+		as.Rejected(rej.Limit)
 		g.writeError(ctx, errRejected(rej))
 		return false
 	}
+	as.End()
 	x.charge = charge
 	return true
 }
@@ -206,13 +206,13 @@ func (g *Gateway) admitMiss(ctx *fasthttp.RequestCtx, x *exchange) bool {
 // total tokens used (negative: unknown).
 func (x *exchange) handOff() func(usage int) {
 	x.streamOwned = true
-	pass, charge, trc := x.pass, x.charge, x.trc
+	pass, charge, obs := x.pass, x.charge, x.obs
 	return func(usage int) {
 		if charge != nil {
 			charge.Settle(usage)
 		}
 		pass.Release()
-		trc.end()
+		obs.End()
 	}
 }
 

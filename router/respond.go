@@ -98,7 +98,7 @@ func (g *Gateway) commitStream(ctx *fasthttp.RequestCtx, x *exchange, node *bala
 			if r.usageKnown && !r.broken {
 				usage = r.usage.TotalTokens
 				g.metrics.countTokens(tenantName, "upstream", r.usage.PromptTokens, r.usage.CompletionTokens)
-				x.trc.usage(r.usage)
+				x.obs.Usage(r.usage)
 			}
 			done(usage)
 			if f != nil {
@@ -214,7 +214,7 @@ func (g *Gateway) settle(x *exchange, u adapters.Usage, known bool) {
 		x.charge.Settle(u.TotalTokens)
 	}
 	g.metrics.countTokens(x.tenant.name, "upstream", u.PromptTokens, u.CompletionTokens)
-	x.trc.usage(u)
+	x.obs.Usage(u)
 }
 
 // pump copies upstream events to the client as they arrive and publishes
@@ -381,7 +381,8 @@ func (g *Gateway) finish(ctx *fasthttp.RequestCtx, x *exchange, panicked any) {
 	}
 	x.status = ctx.Response.StatusCode()
 	g.metrics.observe(x)
-	x.finishSpan()
+	x.obs.Finished(telemetry.Outcome{Status: x.status, Attempts: x.attempts, Model: x.model, Upstream: x.upstream,
+		Cache: x.cache.result.header(), CacheReason: x.cache.reason.label()}, x.streamOwned)
 	g.cm.request(x.cache)
 	if g.conf().Logging.AccessLog {
 		model := x.model

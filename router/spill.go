@@ -11,7 +11,6 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
-	"go.opentelemetry.io/otel/trace"
 
 	"frontdoor/adapters"
 	"frontdoor/admission"
@@ -134,14 +133,9 @@ func (g *Gateway) trySpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.U
 	s.inflight.Add(1)
 	x.slot.hold(nil, s.inflight)
 	x.attempts++
-	var span trace.Span
-	if x.trc != nil {
-		span = g.startAttempt(x, ur, nil)
-	}
+	span := x.obs.Spillover(ur, s.name, x.attempts)
 	resp, err := s.backend.Send(context.Background(), ur)
-	if span != nil {
-		endAttempt(span, resp, err, time.Time{})
-	}
+	span.AttemptEnded(resp, err, time.Time{})
 	if err != nil {
 		x.slot.release()
 		g.failFlight(x)

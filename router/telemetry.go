@@ -7,6 +7,9 @@ import (
 	"frontdoor/internal/telemetry"
 )
 
+// Tracing is the tracing: section (see telemetry.TracingConfig).
+type Tracing = telemetry.TracingConfig
+
 // NewLogger builds the process logger from logging: (see
 // telemetry.NewLogger).
 func NewLogger(c Logging, w io.Writer) *slog.Logger {
