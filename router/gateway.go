@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"frontdoor/adapters"
+	"frontdoor/admission"
 	"frontdoor/balancer"
 	"frontdoor/cache"
 	"frontdoor/embed"
@@ -26,7 +27,6 @@ import (
 	"frontdoor/internal/telemetry"
 	"frontdoor/internal/warm"
 	"frontdoor/router/admin"
-	"frontdoor/admission"
 )
 
 // Deps are the components the gateway orchestrates. Nil fields are built

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"frontdoor/adapters"
+	"frontdoor/admission"
 	"frontdoor/cache"
 	"frontdoor/internal/warm"
-	"frontdoor/admission"
 )
 
 // Import results.

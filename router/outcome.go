@@ -27,9 +27,6 @@ func (r cacheResult) header() string { return resultHeaders[r] }
 // label is the metric label value.
 func (r cacheResult) label() string { return resultLabels[r] }
 
-// hit reports whether the answer came from the cache.
-func (r cacheResult) hit() bool { return r == resultHitExact || r == resultHitSemantic }
-
 // cacheReason says why a request's cache use was not the plain one: the
 // reason label of frontdoor_cache_requests_total and the
 // frontdoor.cache.reason trace attribute.

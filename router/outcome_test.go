@@ -33,8 +33,12 @@ func (s *failingStore) Get(ctx context.Context, key string) (*cache.Entry, error
 // frontdoor_cache_requests_total (and no other), and the request's span.
 func TestCacheOutcomes(t *testing.T) {
 	recv := startOTLPReceiver(t)
-	node := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT = 300 * time.Millisecond })
-	gateway := func(mutate func(*Config), deps Deps) *testGateway {
+	node := testenv.GPUSim(t, nil)
+	// The coalesced request follows a leader whose stream this node starts
+	// after 1 s and keeps going for 1 s more, so that the follower joins it
+	// while it runs (once it has ended, its answer is an exact hit).
+	slowNode := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT, c.ITL = time.Second, 100*time.Millisecond })
+	gatewayOn := func(node *sim.Server, mutate func(*Config), deps Deps) *testGateway {
 		cfg := testConfig(node)
 		cfg.Cache.Backend = "memory"
 		cfg.Cache.Eligibility.MaxTemperature = 1
@@ -47,10 +51,12 @@ func TestCacheOutcomes(t *testing.T) {
 		}
 		return startGatewayWith(t, cfg, deps)
 	}
+	gateway := func(mutate func(*Config), deps Deps) *testGateway { return gatewayOn(node, mutate, deps) }
 	store := &failingStore{Store: cache.NewMemoryStore(64<<20, DefaultConfig().Cache.Embedder.Dims)}
 	gw := gateway(nil, Deps{Store: store})
 	off := gateway(func(c *Config) { c.Cache.Backend = "off" }, Deps{})
 	disabled := gateway(func(c *Config) { c.Cache.Exact.Enabled, c.Cache.Semantic.Enabled = false, false }, Deps{})
+	slow := gatewayOn(slowNode, nil, Deps{})
 
 	const stored = "What is the capital of France?"
 	askStored(t, gw, cbody(stored, ""))
@@ -73,7 +79,7 @@ func TestCacheOutcomes(t *testing.T) {
 		{resultMiss, reasonNone}:          {gw: gw, body: cbody("A question never asked before", "")},
 		{resultMiss, reasonNoCache}:       {gw: gw, body: cbody(stored, ""), header: []string{"Cache-Control", "no-cache"}},
 		{resultMiss, reasonLookupOnly}:    {gw: gw, body: cbody("Not in the cache", ""), header: []string{"X-Cache-Only", "1"}},
-		{resultMiss, reasonCoalesced}:     {gw: gw, body: cbody("Asked twice at once", `"stream":true`)}, // the follower; see below
+		{resultMiss, reasonCoalesced}:     {gw: slow, body: cbody("Asked twice at once", `"stream":true`)}, // the follower; see below
 		{resultBypass, reasonOff}:         {gw: off, body: cbody(stored, "")},
 		{resultBypass, reasonNoStore}:     {gw: gw, body: cbody(stored, ""), header: []string{"Cache-Control", "no-store"}},
 		{resultBypass, reasonMultimodal}:  {gw: gw, body: `{"model":"qwen3-8b","messages":[{"role":"user","content":[{"type":"text","text":"what is this?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}]}`},
@@ -125,8 +131,7 @@ func TestCacheOutcomes(t *testing.T) {
 					resp, _ := post(t, url, sc.body) // a stream: the node takes its TTFT
 					led <- resp.Header.Get("X-Cache")
 				}()
-				busy := node.Stats().Received
-				testenv.Eventually(t, 5*time.Second, func() bool { return node.Stats().Received > busy }, "the leader never reached the node")
+				testenv.Eventually(t, 5*time.Second, func() bool { return slowNode.Stats().Running > 0 }, "the leader never reached the node")
 				defer func() {
 					if xc := <-led; xc != "miss" {
 						t.Errorf("the leader: X-Cache %q", xc)

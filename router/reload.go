@@ -10,8 +10,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
-	"frontdoor/router/admin"
 	"frontdoor/admission"
+	"frontdoor/router/admin"
 )
 
 // newRuntime builds what a reload replaces. prev, if set, is the version
