@@ -41,6 +41,7 @@ func parseFlags(args []string, stderr io.Writer) (gpusim.Config, error) {
 	fs := flag.NewFlagSet("gpusim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var models modelList
+	var judgeLabels string
 	kind := string(def.Kind)
 	fs.StringVar(&def.Listen, "listen", def.Listen, "address to listen on (port 0 picks a free port)")
 	fs.Var(&models, "model", "served model name (repeatable; default "+gpusim.DefaultModel+")")
@@ -62,6 +63,7 @@ func parseFlags(args []string, stderr io.Writer) (gpusim.Config, error) {
 	fs.DurationVar(&def.PrefillPerToken, "prefill-per-token", def.PrefillPerToken, "prefill time per uncached prompt token, added to ttft (0.2ms = 400ms for 2k tokens)")
 	fs.IntVar(&def.EmbeddingDims, "embedding-dims", def.EmbeddingDims, "vector length of /v1/embeddings (a request's \"dimensions\" overrides it)")
 	fs.Int64Var(&def.Seed, "seed", def.Seed, "RNG seed for jitter/fail/hang draws (0 = time-based)")
+	fs.StringVar(&judgeLabels, "judge-labels", "", "answer judge requests yes/no/unsure from this `FILE` of sentence1<TAB>sentence2<TAB>label lines")
 	if err := fs.Parse(args); err != nil {
 		return gpusim.Config{}, err
 	}
@@ -86,6 +88,13 @@ func parseFlags(args []string, stderr io.Writer) (gpusim.Config, error) {
 	}
 	if err := def.Validate(); err != nil {
 		return gpusim.Config{}, err
+	}
+	if judgeLabels != "" {
+		l, err := gpusim.LoadJudgeLabels(judgeLabels)
+		if err != nil {
+			return gpusim.Config{}, fmt.Errorf("--judge-labels: %w", err)
+		}
+		def.JudgeLabels = l
 	}
 	return def, nil
 }
@@ -115,6 +124,9 @@ func run(args []string, stderr io.Writer) int {
 	go func() { serveErr <- srv.Serve(ln) }()
 	fmt.Fprintf(stderr, "gpusim: %s node serving %s on %s (max-num-seqs=%d ttft=%s itl=%s output-tokens=%d)\n",
 		cfg.Kind, strings.Join(cfg.Models, ","), "http://"+ln.Addr().String(), cfg.MaxNumSeqs, cfg.TTFT, cfg.ITL, cfg.OutputTokens)
+	if cfg.JudgeLabels != nil {
+		fmt.Fprintf(stderr, "gpusim: judging: %s\n", judgeSummary(cfg.JudgeLabels.Stats()))
+	}
 
 	select {
 	case err := <-serveErr:
@@ -134,5 +146,21 @@ func run(args []string, stderr io.Writer) int {
 	st := srv.Stats()
 	fmt.Fprintf(stderr, "gpusim: done: received=%d completed=%d cancelled=%d failed=%d rejected=%d max-running=%d\n",
 		st.Received, st.Completed, st.Cancelled, st.Failed, st.Rejected, st.MaxRunning)
+	if cfg.JudgeLabels != nil {
+		fmt.Fprintf(stderr, "gpusim: judged: yes=%d no=%d unsure=%d\n", st.JudgeYes, st.JudgeNo, st.JudgeUnsure)
+	}
 	return 0
+}
+
+// judgeSummary describes a loaded label file in one line.
+func judgeSummary(st gpusim.JudgeLabelsStats) string {
+	s := fmt.Sprintf("%d labelled pairs (%d yes, %d no, %d labelled both ways: unsure, %d of one text twice: yes) from %d lines",
+		st.Pairs, st.Same, st.Different, st.Conflicting, st.Identical, st.Lines)
+	if st.Header {
+		s += ", header skipped"
+	}
+	if st.Malformed > 0 {
+		s += fmt.Sprintf(", %d malformed lines skipped (the first is line %d)", st.Malformed, st.FirstMalformed)
+	}
+	return s
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -40,8 +42,23 @@ func TestParseFlags(t *testing.T) {
 	}
 
 	cfg, err = parseFlags([]string{"--api-key", "flag"}, &stderr)
-	if err != nil || cfg.APIKey != "flag" || cfg.Kind != gpusim.KindVLLM || cfg.Models[0] != gpusim.DefaultModel {
+	if err != nil || cfg.APIKey != "flag" || cfg.Kind != gpusim.KindVLLM || cfg.Models[0] != gpusim.DefaultModel ||
+		cfg.JudgeLabels != nil {
 		t.Errorf("flag api key / defaults: %+v %v", cfg, err)
+	}
+
+	path := filepath.Join(t.TempDir(), "labels.tsv")
+	if err := os.WriteFile(path, []byte("s1\ts2\tlabel\na\tb\t1\nc\td\t0\nmalformed\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err = parseFlags([]string{"--judge-labels", path}, &stderr)
+	if err != nil || cfg.JudgeLabels == nil || cfg.JudgeLabels.Verdict("b", "a") != gpusim.JudgeYes {
+		t.Fatalf("--judge-labels: %+v %v", cfg, err)
+	}
+	wantSummary := "2 labelled pairs (1 yes, 1 no, 0 labelled both ways: unsure, 0 of one text twice: yes) from 4 lines, " +
+		"header skipped, 1 malformed lines skipped (the first is line 4)"
+	if got := judgeSummary(cfg.JudgeLabels.Stats()); got != wantSummary {
+		t.Errorf("judgeSummary:\n got %q\nwant %q", got, wantSummary)
 	}
 }
 
@@ -56,6 +73,8 @@ func TestInvalidFlagsExit2(t *testing.T) {
 		{"--block-size", "0"},
 		{"--kv-blocks", "-1"},
 		{"--prefill-per-token", "-1ms"},
+		{"--judge-labels", filepath.Join(t.TempDir(), "missing.tsv")},
+		{"--judge-labels", os.DevNull},
 	} {
 		var stderr bytes.Buffer
 		if code := run(args, &stderr); code != 2 || stderr.Len() == 0 {

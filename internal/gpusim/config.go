@@ -54,6 +54,7 @@ type Config struct {
 	PrefillPerToken  time.Duration // prefill time per prompt token not found in the prefix cache, added to TTFT; 0 = none
 	Seed             int64         // RNG seed for jitter/fail/hang draws (0 = time-based)
 	EmbeddingDims    int           // default 1024: vector length of /v1/embeddings unless the request asks for "dimensions"
+	JudgeLabels      *JudgeLabels  // nil = off; else judge requests are answered yes, no or unsure from it (see judgeRequest)
 }
 
 // Defaults.

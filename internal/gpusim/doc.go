@@ -9,8 +9,10 @@
 // rest wait FIFO), simulated timing (TTFT, ITL, jitter), deterministic output
 // (see ExpectedText and PromptText), fault injection (FailRate, HangRate,
 // SetHealthy), per-kind error bodies and Prometheus metric names, API-key and
-// requests-per-minute checks, and a record of received requests for adapter
-// tests.
+// requests-per-minute checks, a record of received requests for adapter
+// tests, and a judge for frontdoor's verified semantic cache that answers
+// judge requests yes, no or unsure from labelled pairs (Config.JudgeLabels,
+// see judge.go).
 //
 // The cmd/gpusim binary is a thin flag wrapper around this package; the
 // frontdoor demo and other packages' tests start it in-process:

@@ -30,9 +30,10 @@ type job struct {
 	includeUsage bool
 	capped       bool // n was cut by max_tokens
 	hang         bool
-	model        string // one of cfg.Models
-	n            int    // content tokens to generate
-	reasoning    int    // DashScope reasoning tokens (streams only)
+	verdict      verdict // a judge request's answer (n is 1); verdictNone otherwise
+	model        string  // one of cfg.Models
+	n            int     // content tokens to generate
+	reasoning    int     // DashScope reasoning tokens (streams only)
 	promptTokens int
 	blocks       []uint64      // cumulative prompt block hashes (prefix cache on)
 	prefill      time.Duration // prefill time of the uncached prompt tokens
@@ -117,6 +118,9 @@ func (j *job) end(err error) {
 	if err == nil {
 		s.completed.Add(1)
 		s.e2e.observe(time.Since(j.arrival))
+		if j.verdict != verdictNone {
+			s.judged[j.verdict].Add(1)
+		}
 	} else {
 		s.cancelled.Add(1)
 	}
@@ -170,6 +174,12 @@ func (j *job) hangWait() error {
 	}
 }
 
+// answer is the token stream of the content: the prompt's words, or the
+// verdict of a judge request.
+func (j *job) answer() tokenStream {
+	return tokenStream{state: j.hash, fixed: j.verdict.String()}
+}
+
 func (j *job) finishReason() string {
 	if j.capped {
 		return "length"
@@ -221,7 +231,7 @@ func (j *job) runUnary(ctx *fasthttp.RequestCtx) {
 			b = j.appendHead(b, "text_completion")
 			b = append(b, `{"index":0,"text":"`...)
 		}
-		ts := tokenStream{state: j.hash}
+		ts := j.answer()
 		if s.cfg.ITL <= 0 {
 			// No decode time to simulate: generate everything at once.
 			b = appendTokens(b, &ts, j.n) // vocabulary words need no escaping
@@ -310,7 +320,7 @@ func (j *job) streamTokens(w *bufio.Writer) error {
 		w.WriteString(roleChoice)
 	}
 	think := tokenStream{state: j.hash ^ reasoningSalt}
-	answer := tokenStream{state: j.hash}
+	answer := j.answer()
 	total := j.reasoning + j.n
 	for i := 0; i < total; i++ {
 		if i > 0 {

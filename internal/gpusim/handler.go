@@ -144,6 +144,11 @@ func (s *Server) generate(ctx *fasthttp.RequestCtx, now time.Time, chat bool) {
 		j.blocks = promptBlocks(func(f func([]byte)) { walkPrompt(v, f) }, s.cfg.BlockSize)
 	}
 	j.n = s.cfg.OutputTokens
+	if chat && s.cfg.JudgeLabels != nil {
+		if j.verdict = s.judgeRequest(v); j.verdict != verdictNone {
+			j.n = 1 // the answer is one word
+		}
+	}
 	maxTok := v.GetInt("max_completion_tokens")
 	if maxTok <= 0 {
 		maxTok = v.GetInt("max_tokens")

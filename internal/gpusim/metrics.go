@@ -174,5 +174,12 @@ func (s *Server) appendMetrics(dst []byte) []byte {
 		w.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", s.ttft)
 		w.histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", s.e2e)
 	}
+	if s.cfg.JudgeLabels != nil {
+		const name = "gpusim_judge_answers_total"
+		w.header(name, "counter", "Judge requests answered from the judge labels, by verdict.")
+		for v := verdictYes; v < numVerdicts; v++ {
+			w.sample(name, `verdict="`+v.String()+`"`, float64(s.judged[v].Load()))
+		}
+	}
 	return w.b
 }

@@ -24,9 +24,12 @@ import (
 // Rejected (answered 4xx: auth, validation, unknown model, queue full, rate
 // limit), Failed (injected 500), Completed, or Cancelled (client went away,
 // or a hanging/aborted request ended by Shutdown), or is still Running or
-// Waiting. MaxRunning is the high-water mark of Running.
+// Waiting. MaxRunning is the high-water mark of Running. JudgeYes, JudgeNo
+// and JudgeUnsure count the judge requests (see Config.JudgeLabels) that
+// Completed, by answer.
 type Stats struct {
 	Received, Completed, Cancelled, Failed, Rejected, Running, Waiting, MaxRunning int64
+	JudgeYes, JudgeNo, JudgeUnsure                                                 int64
 }
 
 // Server is one simulated inference node.
@@ -63,7 +66,8 @@ type Server struct {
 	received, completed, cancelled, failed, rejected atomic.Int64
 	kvTokens, promptTokens, genTokens                atomic.Int64
 	ttft, e2e                                        *histogram
-	prefix                                           *prefixCache // nil unless PrefixCache
+	prefix                                           *prefixCache              // nil unless PrefixCache
+	judged                                           [numVerdicts]atomic.Int64 // completed judge requests by verdict
 
 	rec recorder
 }
@@ -298,6 +302,10 @@ func (s *Server) Stats() Stats {
 		Running:    s.sched.running.Load(),
 		Waiting:    s.sched.waiting.Load(),
 		MaxRunning: s.sched.highWater.Load(),
+
+		JudgeYes:    s.judged[verdictYes].Load(),
+		JudgeNo:     s.judged[verdictNo].Load(),
+		JudgeUnsure: s.judged[verdictUnsure].Load(),
 	}
 }
 

@@ -56,10 +56,17 @@ func fnvAddString(h uint64, s string) uint64 {
 }
 
 // tokenStream is the deterministic word generator (splitmix64 seeded with
-// the FNV-64a hash of the prompt text).
-type tokenStream struct{ state uint64 }
+// the FNV-64a hash of the prompt text). With fixed set, every token is that
+// word (a judge's answer).
+type tokenStream struct {
+	state uint64
+	fixed string
+}
 
 func (t *tokenStream) next() string {
+	if t.fixed != "" {
+		return t.fixed
+	}
 	t.state += 0x9e3779b97f4a7c15
 	z := t.state
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
