@@ -22,6 +22,8 @@ type SemanticConfig struct {
 	// ModelThresholds overrides Threshold per model.
 	ModelThresholds map[string]float64 `yaml:"model_thresholds"`
 	Guards          Guards             `yaml:"guards"`
+	// Verify re-checks semantic hits with a judge model.
+	Verify VerifyConfig `yaml:"verify"`
 }
 
 // Eligibility is cache.eligibility.
@@ -143,7 +145,7 @@ func DefaultConfig() Config {
 		Writes: WritesConfig{Timeout: units.Duration(2 * time.Second), Queue: 10000, Workers: 2, Batch: 64,
 			Breaker: BreakerConfig{FailureRatio: 0.5, MinCalls: 10, Window: units.Duration(30 * time.Second), OpenFor: units.Duration(2 * time.Second)}},
 		Exact:        ExactConfig{Enabled: true},
-		Semantic:     SemanticConfig{Enabled: true, Threshold: 0.92, Guards: DefaultGuards()},
+		Semantic:     SemanticConfig{Enabled: true, Threshold: 0.92, Guards: DefaultGuards(), Verify: DefaultVerifyConfig()},
 		Embedder:     embed.DefaultConfig(),
 		Eligibility:  Eligibility{MaxTemperature: 2.0, CacheToolCalls: true},
 		Coalesce:     true,
@@ -209,6 +211,9 @@ func (c *Config) Validate() error {
 		if t <= 0 || t > 1 {
 			add("semantic.model_thresholds.%s: must be in (0, 1]", m)
 		}
+	}
+	if err := c.Semantic.Verify.Validate(); err != nil {
+		errs = append(errs, prefixLines("semantic.verify.", err))
 	}
 	if c.Semantic.Enabled {
 		if err := c.Embedder.Validate(); err != nil {

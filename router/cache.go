@@ -248,6 +248,8 @@ func (g *Gateway) lookupSemantic(ctx *fasthttp.RequestCtx, x *exchange, p *cache
 			continue
 		}
 		g.serveEntry(ctx, x, m.Entry, resultHitSemantic, m.Similarity)
+		g.verify.hit(audit{tenant: x.tenant.name, model: x.model, cached: m.Entry.Query, asked: p.keys.Query,
+			entry: m.Entry.ID, similarity: m.Similarity})
 		return true
 	}
 	return false

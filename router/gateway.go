@@ -72,6 +72,7 @@ type Gateway struct {
 	// trusted as an admin (handleAdminListener).
 	adminServer *fasthttp.Server
 	operator    *admin.Handler // /admin/*, /status, /dashboard, /debug/pprof/
+	verify      *verifier      // the judge's audit of semantic hits; nil without a judge
 	set         *metrics.Set
 	reload      reloader
 
@@ -143,6 +144,9 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	}
 	if g.store != nil {
 		g.hot = newHotTracker(cfg.Warm.HotEntries)
+	}
+	if v := cfg.Cache.Semantic.Verify; g.store != nil && g.embedder != nil && cfg.Cache.Semantic.Enabled && v.Enabled() {
+		g.verify = newVerifier(g, v, set, g.log)
 	}
 	if err := g.buildAdmission(deps); err != nil {
 		return nil, err
@@ -284,6 +288,12 @@ func (g *Gateway) Start() {
 	if g.store != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); g.refreshStats(ctx) }()
+	}
+	if g.verify != nil {
+		for range judgeWorkers {
+			wg.Add(1)
+			go func() { defer wg.Done(); g.verify.run(ctx) }()
+		}
 	}
 	go func() { wg.Wait(); close(g.runDone) }()
 }

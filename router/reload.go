@@ -86,6 +86,7 @@ func restartKeys(cur, next *Config) []string {
 	diff("cache.writes", c.Writes, n.Writes)
 	diff("cache.embedder", c.Embedder, n.Embedder)
 	diff("cache.semantic.enabled", c.Semantic.Enabled, n.Semantic.Enabled)
+	diff("cache.semantic.verify", c.Semantic.Verify, n.Semantic.Verify)
 	a, b := cur.Admission, next.Admission
 	diff("admission.backend", a.Backend, b.Backend)
 	diff("admission.global", a.Global, b.Global)

@@ -30,6 +30,7 @@ func (g *Gateway) status() admin.Status {
 			Entries: g.cm.entries.Load(), Vectors: g.cm.vectors.Load(), Bytes: g.cm.bytes.Load(),
 			Saved: g.cm.tokensSaved.Get(), Health: g.backend.Health(), Dropped: g.cm.dropped()}
 		st.Cache.Embedder = g.backend.EmbedderHealth()
+		st.Cache.Verify = g.verify.status()
 	}
 	if s := g.rt.Load().spill; s != nil {
 		spilled := s.spilled.Load()

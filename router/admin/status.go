@@ -54,6 +54,7 @@ type CacheStatus struct {
 	cache.Health
 	Dropped  uint64                `json:"writes_dropped"`
 	Embedder *cache.EmbedderHealth `json:"embedder,omitempty"`
+	Verify   *VerifyStatus         `json:"verify,omitempty"`
 }
 
 // SpillStatus is the spill-over part of /status.
@@ -68,4 +69,19 @@ type SpillStatus struct {
 type ReloadStatus struct {
 	At    time.Time `json:"at"`
 	Error string    `json:"error,omitempty"`
+}
+
+// VerifyStatus is the judge's audit of semantic hits: the false-hit rate
+// with its 95% interval, overall and per tenant and model.
+type VerifyStatus struct {
+	JudgeModel    string                 `json:"judge_model"`
+	AuditRate     float64                `json:"audit_rate"`
+	FalseHitRate  cache.Interval         `json:"false_hit_rate"`
+	Scopes        []cache.ScopedInterval `json:"scopes,omitempty"`
+	State         string                 `json:"state"` // ok | failing
+	Calls         int64                  `json:"judge_calls"`
+	Failures      int64                  `json:"judge_failures"`
+	LastError     string                 `json:"last_error,omitempty"`
+	Queued        int                    `json:"queued"`
+	DroppedAudits uint64                 `json:"dropped_audits"`
 }

@@ -1,0 +1,101 @@
+package router
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"frontdoor/cache"
+	sim "frontdoor/internal/gpusim"
+	"frontdoor/internal/testenv"
+)
+
+// verifyGateway is a semantic cache whose hits are all audited by the
+// judge model "judge", served by judgeNode (the same node as the chat
+// model when nil).
+func verifyGateway(t *testing.T, labels string, judgeNode func(*sim.Config)) *testGateway {
+	t.Helper()
+	l, err := sim.ReadJudgeLabels(strings.NewReader(labels))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := testenv.GPUSim(t, func(c *sim.Config) { c.Models, c.JudgeLabels = []string{"qwen3-8b", "judge"}, l })
+	cfg := testConfig(s)
+	if judgeNode != nil {
+		cfg = testConfig(s, testenv.GPUSim(t, func(c *sim.Config) { c.Models = []string{"judge"}; judgeNode(c) }))
+		cfg.Nodes[1].Models = []string{"judge"}
+	} else {
+		cfg.Nodes[0].Models = []string{"qwen3-8b", "judge"}
+	}
+	cfg.Cache.Backend = "memory"
+	cfg.Cache.Semantic.Verify = cache.VerifyConfig{JudgeModel: "judge", AuditRate: 1, MaxJudgeRPS: 100, Queue: 16}
+	return startGateway(t, cfg)
+}
+
+// The judge re-checks semantic hits off the request path: /status and the
+// metrics estimate the false-hit rate from its verdicts.
+func TestVerifyAuditsSemanticHits(t *testing.T) {
+	const (
+		right, rightAsked = "What is the capital of France?", "what is the capital of france"
+		wrong, wrongAsked = "How many moons does Mars have?", "how many moons does mars have"
+	)
+	// The labels say the first paraphrase is the same question and (for
+	// the test's sake) the second is not.
+	gw := verifyGateway(t, right+"\t"+rightAsked+"\t1\n"+wrong+"\t"+wrongAsked+"\t0\n", nil)
+	askStored(t, gw, cbody(right, ""))
+	askStored(t, gw, cbody(wrong, ""))
+	for _, q := range []string{rightAsked, wrongAsked} {
+		eventuallyHit(t, gw, cbody(q, ""), "hit-semantic")
+	}
+	var v *struct{ samples, yes, no float64 }
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		st := gatewayStatus(t, gw)
+		if st.Cache == nil || st.Cache.Verify == nil || st.Cache.Verify.FalseHitRate.Samples < 2 {
+			return false
+		}
+		mb := metricsText(t, gw)
+		v = &struct{ samples, yes, no float64 }{float64(st.Cache.Verify.FalseHitRate.Samples),
+			metricValue(t, mb, `frontdoor_cache_verify_total{kind="audit",verdict="yes"}`),
+			metricValue(t, mb, `frontdoor_cache_verify_total{kind="audit",verdict="no"}`)}
+		return true
+	}, "the judge never judged the two hits")
+	st := gatewayStatus(t, gw).Cache.Verify
+	r := st.FalseHitRate
+	if v.yes != 1 || v.no != 1 || r.Estimate != 0.5 || r.Lower >= 0.5 || r.Upper <= 0.5 || st.State != "ok" {
+		t.Fatalf("verdicts yes %v no %v; /status %+v", v.yes, v.no, st)
+	}
+	if len(st.Scopes) != 1 || st.Scopes[0].Tenant != "default" || st.Scopes[0].Model != "qwen3-8b" || st.Scopes[0].Samples != 2 {
+		t.Fatalf("scopes %+v", st.Scopes)
+	}
+	if metricValue(t, metricsText(t, gw), `frontdoor_cache_false_hit_ratio`) != 0.5 {
+		t.Fatal("frontdoor_cache_false_hit_ratio is not 0.5")
+	}
+}
+
+// A judge that fails changes nothing for clients: hits are served at once,
+// and the failure is loud in /status, the metrics and the log.
+func TestVerifyJudgeDown(t *testing.T) {
+	const stored, asked = "What is the capital of France?", "what is the capital of france"
+	gw := verifyGateway(t, stored+"\t"+asked+"\t1\n", func(c *sim.Config) { c.FailRate = 1 })
+	askStored(t, gw, cbody(stored, ""))
+	start := time.Now()
+	eventuallyHit(t, gw, cbody(asked, ""), "hit-semantic")
+	for range 5 {
+		if xc, _, _ := ask(t, gw, cbody(asked, "")); xc != "hit-semantic" {
+			t.Fatalf("X-Cache %q with the judge down", xc)
+		}
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("hits took %v with the judge down", d)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		st := gatewayStatus(t, gw).Cache.Verify
+		return st != nil && st.State == "failing" && st.Failures > 0 && st.FalseHitRate.Samples == 0
+	}, "the failing judge does not show in /status")
+	if metricValue(t, metricsText(t, gw), `frontdoor_cache_verify_total{kind="audit",verdict="error"}`) < 1 {
+		t.Fatal("judge errors are not counted")
+	}
+	if !strings.Contains(gw.Logs.String(), `"msg":"cache verify: the judge failed; the audit is lost"`) {
+		t.Fatalf("no WARN for the failing judge:\n%s", gw.Logs.String())
+	}
+}
