@@ -25,13 +25,22 @@ type VerifyConfig struct {
 	// JudgeModel takes them.
 	Spillover bool `yaml:"spillover"`
 	// TargetFalseHitRate is the false-hit rate the operator accepts: a
-	// WARN line when the estimate's upper bound passes it. 0: no target.
+	// WARN line when the estimate's upper bound passes it, and (when set)
+	// each tenant and model's threshold moves to the lowest one whose
+	// judged evidence keeps the rate under it with confidence, within
+	// [MinThreshold, MaxThreshold]. 0: no target, the threshold is fixed.
 	TargetFalseHitRate float64 `yaml:"target_false_hit_rate"`
+	MinThreshold       float64 `yaml:"min_threshold"`
+	MaxThreshold       float64 `yaml:"max_threshold"`
+	// GreyZone: a miss whose best candidate (guards passed) lies this much
+	// below the threshold or less is judged too, after it went upstream:
+	// the evidence that lets a threshold come down.
+	GreyZone float64 `yaml:"grey_zone"`
 }
 
 // DefaultVerifyConfig is off, with the rest ready for a judge_model.
 func DefaultVerifyConfig() VerifyConfig {
-	return VerifyConfig{AuditRate: 0.05, MaxJudgeRPS: 5, Queue: 256}
+	return VerifyConfig{AuditRate: 0.05, MaxJudgeRPS: 5, Queue: 256, MinThreshold: 0.75, MaxThreshold: 0.99, GreyZone: 0.05}
 }
 
 // Enabled reports whether a judge is configured.
@@ -54,6 +63,12 @@ func (c VerifyConfig) Validate() error {
 	}
 	if c.TargetFalseHitRate < 0 || c.TargetFalseHitRate >= 1 {
 		errs = append(errs, errors.New("target_false_hit_rate: must be in [0, 1)"))
+	}
+	if c.MinThreshold <= 0 || c.MinThreshold > c.MaxThreshold || c.MaxThreshold > 1 {
+		errs = append(errs, errors.New("min_threshold, max_threshold: must satisfy 0 < min_threshold <= max_threshold <= 1"))
+	}
+	if c.GreyZone < 0 || c.GreyZone >= 0.5 {
+		errs = append(errs, errors.New("grey_zone: must be in [0, 0.5)"))
 	}
 	return errors.Join(errs...)
 }

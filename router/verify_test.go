@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"frontdoor/cache"
 	sim "frontdoor/internal/gpusim"
 	"frontdoor/internal/testenv"
 )
@@ -28,7 +27,8 @@ func verifyGateway(t *testing.T, labels string, judgeNode func(*sim.Config)) *te
 		cfg.Nodes[0].Models = []string{"qwen3-8b", "judge"}
 	}
 	cfg.Cache.Backend = "memory"
-	cfg.Cache.Semantic.Verify = cache.VerifyConfig{JudgeModel: "judge", AuditRate: 1, MaxJudgeRPS: 100, Queue: 16}
+	v := &cfg.Cache.Semantic.Verify
+	v.JudgeModel, v.AuditRate, v.MaxJudgeRPS, v.Queue = "judge", 1, 100, 16
 	return startGateway(t, cfg)
 }
 
