@@ -140,7 +140,7 @@ func (g *Gateway) plan(x *exchange, h planHints) *cachePlan {
 	p.keys.Exact = cache.ExactKey(p.namespace, p.model, p.endpoint, req.Root(), p.keyOpt)
 	p.semantic = c.Semantic.Enabled && g.embedder != nil && x.endpoint == adapters.EndpointChat
 	if p.semantic {
-		thr := semanticThreshold(c.Semantic, x.tenant.cfg, x.model)
+		thr := g.verify.threshold(x.tenant.name, x.model, semanticThreshold(c.Semantic, x.tenant.cfg, x.model))
 		if v := h.threshold; len(v) > 0 && x.tenant.allowThreshold {
 			if t, err := strconv.ParseFloat(string(v), 64); err == nil && t > 0 && t <= 1 {
 				thr = t
@@ -234,22 +234,33 @@ func (g *Gateway) lookupSemantic(ctx *fasthttp.RequestCtx, x *exchange, p *cache
 		g.cm.similarity.Update(float64(matches[0].Similarity))
 		p.similarity = matches[0].Similarity
 	}
+	grey := p.threshold - g.verify.greyZone() // a candidate from here up is judged even when it misses
 	for _, m := range matches {
-		if m.Similarity < p.threshold {
+		if m.Similarity < grey {
 			break
 		}
 		if m.Entry.Namespace != p.namespace {
 			continue // the scope hash covers the namespace; this is defence in depth
 		}
 		if ok, reason := cache.GuardsAllow(g.conf().Cache.Semantic.Guards, p.keys.Query, m.Entry.Query); !ok {
-			g.cm.guardRejects(reason).Inc()
-			g.log.Debug("cache: semantic candidate rejected", "request_id", x.id, "reason", reason,
-				"entry", m.Entry.ID, "similarity", m.Similarity)
+			if m.Similarity >= p.threshold {
+				g.cm.guardRejects(reason).Inc()
+				g.log.Debug("cache: semantic candidate rejected", "request_id", x.id, "reason", reason,
+					"entry", m.Entry.ID, "similarity", m.Similarity)
+			}
 			continue
 		}
+		a := audit{tenant: x.tenant.name, model: x.model, cached: m.Entry.Query, asked: p.keys.Query,
+			entry: m.Entry.ID, similarity: m.Similarity}
+		if g.verify.refused(m.Entry.ID, m.Similarity) {
+			continue // judged wrong for a question at least this close
+		}
+		if m.Similarity < p.threshold {
+			g.verify.nearMiss(a) // after the miss goes upstream, the judge says whether it would have served
+			break
+		}
 		g.serveEntry(ctx, x, m.Entry, resultHitSemantic, m.Similarity)
-		g.verify.hit(audit{tenant: x.tenant.name, model: x.model, cached: m.Entry.Query, asked: p.keys.Query,
-			entry: m.Entry.ID, similarity: m.Similarity})
+		g.verify.hit(a)
 		return true
 	}
 	return false

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,12 +51,14 @@ func judgeBody(model, cachedQ, newQ string) []byte {
 	return b
 }
 
-// audit is a served semantic hit waiting for the judge.
+// audit is a semantic candidate waiting for the judge: a served hit, or a
+// near-miss (nearMiss set) that went upstream.
 type audit struct {
 	tenant, model string
 	cached, asked string
 	entry         string
 	similarity    float32
+	nearMiss      bool
 }
 
 // verifier re-checks a share of the semantic hits with the judge model,
@@ -69,9 +73,15 @@ type verifier struct {
 	rate    *admission.Bucket
 	evid    cache.FalseHits
 	log     *telemetry.RateLog
-	verdict map[cache.Verdict]*metrics.Counter
-	errs    *metrics.Counter
+	verdict map[[2]string]*metrics.Counter // kind, verdict
 	dropped *metrics.Counter
+
+	// The evidence per tenant and model (judged similarities), the
+	// thresholds it moved, and the entries judged wrong: each with the
+	// highest similarity at which it was.
+	mu     sync.Mutex
+	scopes map[[2]string]*evidence
+	wrong  map[string]float32
 
 	calls, failures atomic.Int64
 	lastErr         atomic.Pointer[string]
@@ -87,11 +97,13 @@ const judgeWorkers = 4
 func newVerifier(g *Gateway, cfg cache.VerifyConfig, set *metrics.Set, log *slog.Logger) *verifier {
 	v := &verifier{g: g, cfg: cfg, queue: make(chan audit, cfg.Queue),
 		rate: admission.NewBucket(cfg.MaxJudgeRPS, max(1, cfg.MaxJudgeRPS)),
-		log:  telemetry.NewRateLog(log, 10*time.Second), verdict: map[cache.Verdict]*metrics.Counter{}}
-	for _, vd := range []cache.Verdict{cache.VerdictYes, cache.VerdictNo, cache.VerdictUnsure} {
-		v.verdict[vd] = set.NewCounter(`frontdoor_cache_verify_total{kind="audit",verdict="` + vd.String() + `"}`)
+		log:  telemetry.NewRateLog(log, 10*time.Second), verdict: map[[2]string]*metrics.Counter{},
+		scopes: map[[2]string]*evidence{}, wrong: map[string]float32{}}
+	for _, kind := range []string{"audit", "near_miss"} {
+		for _, vd := range []string{"yes", "no", "unsure", "error"} {
+			v.verdict[[2]string{kind, vd}] = set.NewCounter(`frontdoor_cache_verify_total{kind="` + kind + `",verdict="` + vd + `"}`)
+		}
 	}
-	v.errs = set.NewCounter(`frontdoor_cache_verify_total{kind="audit",verdict="error"}`)
 	v.dropped = set.NewCounter(`frontdoor_cache_verify_dropped_total`)
 	set.NewGauge(`frontdoor_cache_false_hit_ratio`, func() float64 { return v.evid.Rate().Estimate })
 	return v
@@ -102,6 +114,20 @@ func (v *verifier) hit(a audit) {
 	if v == nil || rand.Float64() >= v.cfg.AuditRate {
 		return
 	}
+	v.offer(a)
+}
+
+// nearMiss offers a miss's best candidate within grey_zone below the
+// threshold to the judge; it never blocks.
+func (v *verifier) nearMiss(a audit) {
+	if v == nil {
+		return
+	}
+	a.nearMiss = true
+	v.offer(a)
+}
+
+func (v *verifier) offer(a audit) {
 	select {
 	case v.queue <- a:
 	default:
@@ -132,6 +158,10 @@ func (v *verifier) run(ctx context.Context) {
 
 // check asks the judge about one hit and records the verdict.
 func (v *verifier) check(ctx context.Context, a audit) {
+	kind := "audit"
+	if a.nearMiss {
+		kind = "near_miss"
+	}
 	vd, err := v.judge(ctx, a.cached, a.asked)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -141,12 +171,15 @@ func (v *verifier) check(ctx context.Context, a audit) {
 		v.lastFail.Store(time.Now().UnixNano())
 		msg := err.Error()
 		v.lastErr.Store(&msg)
-		v.errs.Inc()
+		v.verdict[[2]string{kind, "error"}].Inc()
 		v.log.Warn("verify-judge-failed", "cache verify: the judge failed; the audit is lost", "judge_model", v.cfg.JudgeModel, "error", msg)
 		return
 	}
-	v.verdict[vd].Inc()
-	v.evid.Add(a.tenant, a.model, vd)
+	v.verdict[[2]string{kind, vd.String()}].Inc()
+	if !a.nearMiss {
+		v.evid.Add(a.tenant, a.model, vd) // the false-hit rate is of served hits
+	}
+	v.learn(a, vd)
 	if vd == cache.VerdictNo {
 		v.g.log.Debug("cache verify: a semantic hit was judged wrong", "entry", a.entry, "tenant", a.tenant,
 			"model", a.model, "similarity", a.similarity)
@@ -229,7 +262,7 @@ func (v *verifier) status() *admin.VerifyStatus {
 	}
 	st := &admin.VerifyStatus{JudgeModel: v.cfg.JudgeModel, AuditRate: v.cfg.AuditRate, FalseHitRate: v.evid.Rate(),
 		Scopes: v.evid.Scopes(), State: "ok", Calls: v.calls.Load(), Failures: v.failures.Load(),
-		Queued: len(v.queue), DroppedAudits: v.dropped.Get()}
+		Queued: len(v.queue), DroppedAudits: v.dropped.Get(), Thresholds: v.thresholds()}
 	if t := v.lastFail.Load(); t != 0 && time.Since(time.Unix(0, t)) < 30*time.Second {
 		st.State = "failing"
 	}
@@ -237,4 +270,173 @@ func (v *verifier) status() *admin.VerifyStatus {
 		st.LastError = *p
 	}
 	return st
+}
+
+// greyZone is how far below the threshold a candidate is judged; 0 without
+// a judge.
+func (v *verifier) greyZone() float32 {
+	if v == nil {
+		return 0
+	}
+	return float32(v.cfg.GreyZone)
+}
+
+// refused reports whether entry was judged wrong for a question at
+// similarity sim or closer: it is never served at or below that.
+func (v *verifier) refused(entry string, sim float32) bool {
+	if v == nil {
+		return false
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	s, ok := v.wrong[entry]
+	return ok && sim <= s
+}
+
+// threshold is the semantic threshold of tenant and model: configured
+// until the evidence has moved it (target_false_hit_rate set).
+func (v *verifier) threshold(tenant, model string, configured float64) float64 {
+	if v == nil || v.cfg.TargetFalseHitRate == 0 {
+		return configured
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if e := v.scopes[[2]string{tenant, model}]; e != nil && e.moved {
+		return e.threshold
+	}
+	return configured
+}
+
+// Learning: the evidence of a scope is its last maxEvidence judged
+// candidates (similarity, verdict). After each, with a target, the
+// threshold moves one step (thresholdStep) toward the lowest grid value
+// at which at least minEvidence judged candidates lie at or above it and
+// the upper bound of their false rate's 95% interval is within the
+// target; when no value qualifies and the evidence at the threshold puts
+// the rate over the target, it moves up.
+const (
+	maxEvidence   = 4096
+	thresholdStep = 0.01
+)
+
+type evidence struct {
+	sims      []float32
+	wrong     []bool
+	next      int
+	threshold float64
+	moved     bool
+}
+
+// learn records a verdict as evidence, remembers an entry judged wrong,
+// and moves the scope's threshold.
+func (v *verifier) learn(a audit, vd cache.Verdict) {
+	if vd == cache.VerdictUnsure {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if vd == cache.VerdictNo {
+		if len(v.wrong) >= maxWrongEntries {
+			for k := range v.wrong { // forget one at random
+				delete(v.wrong, k)
+				break
+			}
+		}
+		v.wrong[a.entry] = max(v.wrong[a.entry], a.similarity)
+	}
+	key := [2]string{a.tenant, a.model}
+	e := v.scopes[key]
+	if e == nil {
+		e = &evidence{}
+		v.scopes[key] = e
+	}
+	if len(e.sims) < maxEvidence {
+		e.sims, e.wrong = append(e.sims, a.similarity), append(e.wrong, vd == cache.VerdictNo)
+	} else {
+		e.sims[e.next], e.wrong[e.next] = a.similarity, vd == cache.VerdictNo
+		e.next = (e.next + 1) % maxEvidence
+	}
+	if v.cfg.TargetFalseHitRate == 0 {
+		return
+	}
+	if !e.moved {
+		var tc Tenant
+		if t := v.g.rt.Load().tenants.byName[a.tenant]; t != nil {
+			tc = t.cfg
+		}
+		e.threshold = semanticThreshold(v.g.conf().Cache.Semantic, tc, a.model)
+	}
+	next := e.step(v.cfg)
+	if next != e.threshold || !e.moved {
+		if next != e.threshold {
+			v.g.log.Info("cache verify: semantic threshold moved", "tenant", a.tenant, "model", a.model,
+				"from", round3(e.threshold), "to", round3(next), "evidence", len(e.sims))
+		}
+		e.threshold, e.moved = next, true
+	}
+}
+
+// maxWrongEntries bounds the memory of entries judged wrong.
+const maxWrongEntries = 100_000
+
+// step is the threshold after one step toward what the evidence allows.
+func (e *evidence) step(c cache.VerifyConfig) float64 {
+	goal := e.threshold
+	if best, ok := e.lowestSafe(c); ok {
+		goal = best
+	} else if n, k := e.countFrom(e.threshold); n >= minEvidence && float64(k)/float64(n) > c.TargetFalseHitRate {
+		goal = c.MaxThreshold
+	}
+	switch {
+	case goal > e.threshold:
+		return math.Min(goal, e.threshold+thresholdStep)
+	case goal < e.threshold:
+		return math.Max(goal, e.threshold-thresholdStep)
+	}
+	return e.threshold
+}
+
+// lowestSafe is the lowest threshold on the grid at which the evidence
+// keeps the false rate under the target with confidence.
+func (e *evidence) lowestSafe(c cache.VerifyConfig) (float64, bool) {
+	for t := c.MinThreshold; t <= c.MaxThreshold+1e-9; t += thresholdStep / 2 {
+		n, k := e.countFrom(t)
+		if n < minEvidence {
+			break // fewer still above
+		}
+		if cache.Wilson(int64(k), int64(n)).Upper <= c.TargetFalseHitRate {
+			return t, true
+		}
+	}
+	return 0, false
+}
+
+// countFrom counts the judged candidates at or above t, and the wrong ones.
+func (e *evidence) countFrom(t float64) (n, wrong int) {
+	for i, s := range e.sims {
+		if float64(s) >= t {
+			n++
+			if e.wrong[i] {
+				wrong++
+			}
+		}
+	}
+	return n, wrong
+}
+
+func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
+
+// thresholds lists the scopes' thresholds for /status.
+func (v *verifier) thresholds() []admin.VerifyThreshold {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := make([]admin.VerifyThreshold, 0, len(v.scopes))
+	for k, e := range v.scopes {
+		t := admin.VerifyThreshold{Tenant: k[0], Model: k[1], Samples: len(e.sims)}
+		if e.moved {
+			t.Threshold = round3(e.threshold)
+		}
+		out = append(out, t)
+	}
+	return out
 }

@@ -84,4 +84,15 @@ type VerifyStatus struct {
 	LastError     string                 `json:"last_error,omitempty"`
 	Queued        int                    `json:"queued"`
 	DroppedAudits uint64                 `json:"dropped_audits"`
+	Thresholds    []VerifyThreshold      `json:"thresholds,omitempty"`
+}
+
+// VerifyThreshold is a tenant and model's semantic threshold as the judged
+// evidence has moved it (0: not moved, the configured one applies) and how
+// many judged candidates it rests on.
+type VerifyThreshold struct {
+	Tenant    string  `json:"tenant"`
+	Model     string  `json:"model"`
+	Threshold float64 `json:"threshold,omitempty"`
+	Samples   int     `json:"samples"`
 }
