@@ -86,10 +86,17 @@ const (
 func (v Verdict) String() string { return [...]string{"unsure", "yes", "no"}[v] }
 
 // ParseVerdict reads a judge's reply: its first word decides, yes or no
-// (any case, trailing punctuation ignored; 是 and 否 count too); anything
-// else is unsure.
+// (any case, trailing punctuation ignored; 是 and 否 count too), after a
+// leading <think>…</think> block if there is one; anything else is unsure.
 func ParseVerdict(reply string) Verdict {
 	w := strings.ToLower(strings.TrimSpace(reply))
+	if rest, ok := strings.CutPrefix(w, "<think>"); ok {
+		_, after, closed := strings.Cut(rest, "</think>")
+		if !closed {
+			return VerdictUnsure
+		}
+		w = strings.TrimSpace(after)
+	}
 	if i := strings.IndexFunc(w, func(r rune) bool { return r == ' ' || r == '\n' || r == '\t' }); i >= 0 {
 		w = w[:i]
 	}

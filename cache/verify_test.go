@@ -51,6 +51,7 @@ func TestParseVerdict(t *testing.T) {
 	for reply, want := range map[string]Verdict{
 		"yes": VerdictYes, "Yes.": VerdictYes, " YES, it does": VerdictYes, "是": VerdictYes,
 		"no": VerdictNo, "No!": VerdictNo, "no\nbecause": VerdictNo, "否。": VerdictNo,
+		"<think>The cities differ.</think>\n\nno": VerdictNo, "<think>same</think> Yes": VerdictYes, "<think>yes": VerdictUnsure,
 		"unsure": VerdictUnsure, "": VerdictUnsure, "maybe yes": VerdictUnsure, "yesno": VerdictUnsure,
 	} {
 		if got := ParseVerdict(reply); got != want {

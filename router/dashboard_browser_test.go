@@ -133,6 +133,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		Hit, Local, Spilled, Rejected         float64
 		P50, P95, Load, Saved                 float64
 		SpillText, HitText, ErrText, NodeBars string
+		FalseHitText                          string
 	}
 	const probe = `(() => {
 	  const c = fd.charts, mx = a => Math.max(0, ...(a || []));
@@ -142,7 +143,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	    Hit: mx(c.rps?.hit), Local: mx(c.rps?.local), Spilled: mx(c.rps?.spilled), Rejected: mx(c.rps?.rejected),
 	    P50: mx(c.ttft?.p50), P95: mx(c.ttft?.p95), Load: Math.max(0, ...load), Saved: mx(c.saved?.["tokens/s"]),
 	    SpillText: document.getElementById("spill").textContent, HitText: document.getElementById("hit").textContent,
-	    ErrText: document.getElementById("err").textContent,
+	    ErrText: document.getElementById("err").textContent, FalseHitText: document.getElementById("falsehit").textContent,
 	    NodeBars: [...document.querySelectorAll("#nodes tr")].length + " rows"};
 	})()`
 	var s seen
@@ -161,7 +162,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	if s.ErrText != "" || s.SpillText == "–" || s.SpillText == "0.0%" || s.HitText == "0.0%" || s.NodeBars != "2 rows" {
+	if s.ErrText != "" || s.SpillText == "–" || s.SpillText == "0.0%" || s.HitText == "0.0%" || s.NodeBars != "2 rows" || s.FalseHitText != "no judge" {
 		t.Fatalf("page: %+v", s)
 	}
 	// The canvases were drawn: some pixels are not blank.

@@ -12,7 +12,7 @@ import (
 // verifyGateway is a semantic cache whose hits are all audited by the
 // judge model "judge", served by judgeNode (the same node as the chat
 // model when nil).
-func verifyGateway(t *testing.T, labels string, judgeNode func(*sim.Config)) *testGateway {
+func verifyGateway(t *testing.T, labels string, judgeNode func(*sim.Config), mutate func(*Config)) *testGateway {
 	t.Helper()
 	l, err := sim.ReadJudgeLabels(strings.NewReader(labels))
 	if err != nil {
@@ -29,6 +29,9 @@ func verifyGateway(t *testing.T, labels string, judgeNode func(*sim.Config)) *te
 	cfg.Cache.Backend = "memory"
 	v := &cfg.Cache.Semantic.Verify
 	v.JudgeModel, v.AuditRate, v.MaxJudgeRPS, v.Queue = "judge", 1, 100, 16
+	if mutate != nil {
+		mutate(&cfg)
+	}
 	return startGateway(t, cfg)
 }
 
@@ -41,7 +44,7 @@ func TestVerifyAuditsSemanticHits(t *testing.T) {
 	)
 	// The labels say the first paraphrase is the same question and (for
 	// the test's sake) the second is not.
-	gw := verifyGateway(t, right+"\t"+rightAsked+"\t1\n"+wrong+"\t"+wrongAsked+"\t0\n", nil)
+	gw := verifyGateway(t, right+"\t"+rightAsked+"\t1\n"+wrong+"\t"+wrongAsked+"\t0\n", nil, nil)
 	askStored(t, gw, cbody(right, ""))
 	askStored(t, gw, cbody(wrong, ""))
 	for _, q := range []string{rightAsked, wrongAsked} {
@@ -76,7 +79,7 @@ func TestVerifyAuditsSemanticHits(t *testing.T) {
 // and the failure is loud in /status, the metrics and the log.
 func TestVerifyJudgeDown(t *testing.T) {
 	const stored, asked = "What is the capital of France?", "what is the capital of france"
-	gw := verifyGateway(t, stored+"\t"+asked+"\t1\n", func(c *sim.Config) { c.FailRate = 1 })
+	gw := verifyGateway(t, stored+"\t"+asked+"\t1\n", func(c *sim.Config) { c.FailRate = 1 }, nil)
 	askStored(t, gw, cbody(stored, ""))
 	start := time.Now()
 	eventuallyHit(t, gw, cbody(asked, ""), "hit-semantic")
@@ -97,5 +100,42 @@ func TestVerifyJudgeDown(t *testing.T) {
 	}
 	if !strings.Contains(gw.Logs.String(), `"msg":"cache verify: the judge failed; the audit is lost"`) {
 		t.Fatalf("no WARN for the failing judge:\n%s", gw.Logs.String())
+	}
+}
+
+// An entry judged wrong for a question is not served again to it; a miss
+// whose best candidate lies in the grey zone is judged too.
+func TestVerifyRemembersWrongEntriesAndJudgesNearMisses(t *testing.T) {
+	const stored, asked = "What is the capital of France?", "what is the capital of france"
+	gw := verifyGateway(t, stored+"\t"+asked+"\t0\n", nil, nil)
+	askStored(t, gw, cbody(stored, ""))
+	eventuallyHit(t, gw, cbody(asked, ""), "hit-semantic")
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return gatewayStatus(t, gw).Cache.Verify.FalseHitRate.Samples == 1
+	}, "the hit was never judged")
+	if xc, _, _ := ask(t, gw, cbody(asked, "")); xc != "miss" {
+		t.Fatalf("an entry judged wrong was served again: X-Cache %q", xc)
+	}
+
+	// "what's the capital of france" is about 0.78 from the stored question
+	// with the local embedder: a miss at 0.85, within a grey zone of 0.2.
+	const reworded = "what's the capital of france"
+	near := verifyGateway(t, stored+"\t"+reworded+"\t1\n", nil, func(c *Config) {
+		c.Cache.Semantic.Threshold, c.Cache.Semantic.Verify.GreyZone = 0.85, 0.2
+	})
+	c := near.Config()
+	c.Cache.Semantic.Verify.GreyZone = 0.1
+	if err := near.Reload(c); err == nil {
+		t.Fatal("a reload that changes cache.semantic.verify must need a restart")
+	}
+	askStored(t, near, cbody(stored, ""))
+	if xc, _, _ := ask(t, near, cbody(reworded, "")); xc != "miss" {
+		t.Fatalf("X-Cache %q below the threshold", xc)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return metricValue(t, metricsText(t, near), `frontdoor_cache_verify_total{kind="near_miss",verdict="yes"}`) == 1
+	}, "the near-miss was never judged")
+	if st := gatewayStatus(t, near).Cache.Verify; st.FalseHitRate.Samples != 0 || len(st.Thresholds) != 1 || st.Thresholds[0].Samples != 1 {
+		t.Fatalf("a near-miss is evidence, not a served hit: %+v", st)
 	}
 }
