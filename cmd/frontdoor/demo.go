@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -91,6 +92,21 @@ func runDemo(ctx context.Context, listen, adminListen string, ttft, itl time.Dur
 		}
 		cfg.Nodes = append(cfg.Nodes, balancer.NodeConfig{Name: name, URL: s.URL(), Kind: "vllm", Models: []string{"qwen3-8b"}, MaxConcurrency: 10, Weight: 1})
 	}
+	// A simulated judge audits every semantic hit (cache.semantic.verify):
+	// it knows the pairs of demoJudgeLabels and is unsure of any other.
+	labels, err := gpusim.ReadJudgeLabels(strings.NewReader(demoJudgeLabels))
+	if err != nil {
+		return err
+	}
+	jc := gpusim.DefaultConfig()
+	jc.Listen, jc.Models, jc.JudgeLabels, jc.TTFT, jc.ITL = "127.0.0.1:0", []string{"judge"}, labels, ttft, itl
+	judge, err := start(jc)
+	if err != nil {
+		return fmt.Errorf("start simulated judge: %w", err)
+	}
+	cfg.Nodes = append(cfg.Nodes, balancer.NodeConfig{Name: "judge", URL: judge.URL(), Kind: "vllm", Models: []string{"judge"}, MaxConcurrency: 10, Weight: 1})
+	v := &cfg.Cache.Semantic.Verify
+	v.JudgeModel, v.AuditRate, v.MaxJudgeRPS = "judge", 1, 20
 	dc := gpusim.DefaultConfig()
 	dc.Listen, dc.Kind, dc.Models, dc.APIKey, dc.TTFT, dc.ITL, dc.MaxNumSeqs = "127.0.0.1:0", gpusim.KindDashScope, []string{"qwen-plus"}, demoAPIKey, ttft*2, itl, 1000
 	qwen, err := start(dc)
@@ -131,6 +147,13 @@ func runDemo(ctx context.Context, listen, adminListen string, ttft, itl time.Dur
 	})
 }
 
+// demoJudgeLabels are the pairs the demo's judge knows (tab-separated:
+// cached question, new question, 1 when the cached answer serves it).
+const demoJudgeLabels = "Hello, who are you?\thello who are you\t1\n" +
+	"What is the capital of France?\twhat is the capital of france\t1\n" +
+	"How do I reset my password?\thow do i reset my password\t1\n" +
+	"How do I reset my password?\thow do i reset my password?\t1\n"
+
 // demoAdminListen is 127.0.0.1 and the port after listen's (0 stays 0).
 func demoAdminListen(listen string) string {
 	_, port, err := net.SplitHostPort(listen)
@@ -156,11 +179,15 @@ frontdoor demo is running (Ctrl-C stops everything)
   simulated GPUs  %[2]s (gpu-a), %[3]s (gpu-b): vLLM, max-num-seqs 10
   simulated Qwen  %[4]s (DashScope compatible mode, spill-over)
   embedder        %[5]s
+  judge           simulated: audits every semantic hit (docs/verify.md); the
+                  dashboard shows the share judged wrong
 
 Try it (ask twice, or reworded, to see X-Cache: hit-exact / hit-semantic):
 
   curl -s %[1]s/v1/chat/completions -H 'Content-Type: application/json' \
     -d '{"model":"qwen3-8b","messages":[{"role":"user","content":"Hello, who are you?"}]}'
+  curl -si %[1]s/v1/chat/completions -H 'Content-Type: application/json' \
+    -d '{"model":"qwen3-8b","messages":[{"role":"user","content":"hello who are you"}]}' | grep X-Cache
 
   curl -sN %[1]s/v1/chat/completions -H 'Content-Type: application/json' \
     -d '{"model":"qwen3-8b","stream":true,"messages":[{"role":"user","content":"Tell me a story"}]}'

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -305,6 +306,38 @@ func testDemoServes(t *testing.T, remoteEmbed bool) {
 		if resp.StatusCode != 200 || !strings.Contains(string(b), gpusim.ExpectedText("hello", 3)[:5]) {
 			t.Fatalf("demo answered %d: %s", resp.StatusCode, b)
 		}
+	}
+	if !remoteEmbed {
+		// The banner's reworded question is a semantic hit, which the demo's
+		// judge audits: /status (on the admin listener) shows the verdict.
+		ask := func(q string) string {
+			resp, err := http.Post(base+"/v1/chat/completions", "application/json",
+				strings.NewReader(`{"model":"qwen3-8b","messages":[{"role":"user","content":"`+q+`"}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp.Header.Get("X-Cache")
+		}
+		ask("Hello, who are you?")
+		testenv.Eventually(t, 5*time.Second, func() bool { return ask("hello who are you") == "hit-semantic" }, "the banner's reworded question is no semantic hit")
+		adminBase := strings.TrimSuffix(dashboard, "/dashboard")
+		testenv.Eventually(t, 10*time.Second, func() bool {
+			resp, err := http.Get(adminBase + "/status")
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			var st struct {
+				Cache struct {
+					Verify struct {
+						FalseHitRate struct{ Samples int } `json:"false_hit_rate"`
+					} `json:"verify"`
+				} `json:"cache"`
+			}
+			return json.NewDecoder(resp.Body).Decode(&st) == nil && st.Cache.Verify.FalseHitRate.Samples >= 1
+		}, "the demo's judge never judged the semantic hit")
 	}
 	if remoteEmbed {
 		if !strings.Contains(stdout.String(), "/v1/embeddings (simulated") {
