@@ -2,7 +2,6 @@ package router
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,35 +20,6 @@ import (
 	"frontdoor/internal/telemetry"
 	"frontdoor/router/admin"
 )
-
-// judgeSystemPrompt tells the judge model what it decides. Its first word
-// is the verdict (cache.ParseVerdict).
-const judgeSystemPrompt = `You check a cache of answers. The user message is a JSON object with two questions: "cached", a question whose answer is stored, and "new", a question just asked. Answer "yes" if the stored answer to "cached" is a correct and complete answer to "new" (the same question in other words, in any language), and "no" if it is not (a different subject, entity, number, date, place, person, unit, negation or scope). Answer with one word, yes or no.
-
-Examples:
-{"cached": "How do I reset my password?", "new": "how can i reset my password"} -> yes
-{"cached": "What is the capital of France?", "new": "What is the capital of Germany?"} -> no
-{"cached": "How many moons does Mars have?", "new": "How many moons does Jupiter have?"} -> no
-{"cached": "如何重置我的密码？", "new": "怎么重置密码"} -> yes
-{"cached": "北京今天天气怎么样？", "new": "上海今天天气怎么样？"} -> no`
-
-// judgeBody is the judge's chat request for a cached and a new question.
-func judgeBody(model, cachedQ, newQ string) []byte {
-	user, _ := json.Marshal(struct {
-		Cached string `json:"cached"`
-		New    string `json:"new"`
-	}{cachedQ, newQ})
-	b, _ := json.Marshal(map[string]any{
-		"model":       model,
-		"temperature": 0,
-		"max_tokens":  4,
-		"messages": []map[string]string{
-			{"role": "system", "content": judgeSystemPrompt},
-			{"role": "user", "content": string(user)},
-		},
-	})
-	return b
-}
 
 // audit is a semantic candidate waiting for the judge: a served hit, or a
 // near-miss (nearMiss set) that went upstream.
@@ -80,16 +50,13 @@ type verifier struct {
 	// thresholds it moved, and the entries judged wrong: each with the
 	// highest similarity at which it was.
 	mu     sync.Mutex
-	scopes map[[2]string]*evidence
+	scopes map[[2]string]*scope
 	wrong  map[string]float32
 
 	calls, failures atomic.Int64
 	lastErr         atomic.Pointer[string]
 	lastFail        atomic.Int64 // unix ns
 }
-
-// minEvidence is how many judged hits the target's WARN waits for.
-const minEvidence = 30
 
 // judgeWorkers is how many judge calls may be in flight at once.
 const judgeWorkers = 4
@@ -98,7 +65,7 @@ func newVerifier(g *Gateway, cfg cache.VerifyConfig, set *metrics.Set, log *slog
 	v := &verifier{g: g, cfg: cfg, queue: make(chan audit, cfg.Queue),
 		rate: admission.NewBucket(cfg.MaxJudgeRPS, max(1, cfg.MaxJudgeRPS)),
 		log:  telemetry.NewRateLog(log, 10*time.Second), verdict: map[[2]string]*metrics.Counter{},
-		scopes: map[[2]string]*evidence{}, wrong: map[string]float32{}}
+		scopes: map[[2]string]*scope{}, wrong: map[string]float32{}}
 	for _, kind := range []string{"audit", "near_miss"} {
 		for _, vd := range []string{"yes", "no", "unsure", "error"} {
 			v.verdict[[2]string{kind, vd}] = set.NewCounter(`frontdoor_cache_verify_total{kind="` + kind + `",verdict="` + vd + `"}`)
@@ -187,7 +154,7 @@ func (v *verifier) check(ctx context.Context, a audit) {
 	if t := v.cfg.TargetFalseHitRate; t > 0 {
 		// The upper bound: the rate may be over the target. Not before
 		// minEvidence judged hits, when any interval is wide.
-		if r := v.evid.Rate(); r.Samples >= minEvidence && r.Upper > t {
+		if r := v.evid.Rate(); r.Samples >= cache.MinEvidence && r.Upper > t {
 			v.log.Warn("verify-over-target", "cache verify: semantic hits are wrong more often than the target",
 				"false_hit_rate", r.String(), "target", t)
 		}
@@ -207,7 +174,7 @@ func (v *verifier) judge(ctx context.Context, cachedQ, askedQ string) (cache.Ver
 	if !ok {
 		return 0, fmt.Errorf("no node serves the judge model %q", v.cfg.JudgeModel)
 	}
-	ur := &adapters.UpstreamRequest{Endpoint: adapters.EndpointChat, Body: judgeBody(model, cachedQ, askedQ), RequestID: id, Model: model}
+	ur := &adapters.UpstreamRequest{Endpoint: adapters.EndpointChat, Body: cache.JudgeRequest(model, cachedQ, askedQ), RequestID: id, Model: model}
 	cands, _ := g.pool.PickWith(model, balancer.Hints{})
 	err := errNoJudge
 	tries := 0
@@ -307,22 +274,10 @@ func (v *verifier) threshold(tenant, model string, configured float64) float64 {
 	return configured
 }
 
-// Learning: the evidence of a scope is its last maxEvidence judged
-// candidates (similarity, verdict). After each, with a target, the
-// threshold moves one step (thresholdStep) toward the lowest grid value
-// at which at least minEvidence judged candidates lie at or above it and
-// the upper bound of their false rate's 95% interval is within the
-// target; when no value qualifies and the evidence at the threshold puts
-// the rate over the target, it moves up.
-const (
-	maxEvidence   = 4096
-	thresholdStep = 0.01
-)
-
-type evidence struct {
-	sims      []float32
-	wrong     []bool
-	next      int
+// scope is a tenant and model's evidence and the threshold it has moved
+// (moved false: the configured one applies).
+type scope struct {
+	evidence  cache.Evidence
 	threshold float64
 	moved     bool
 }
@@ -347,15 +302,10 @@ func (v *verifier) learn(a audit, vd cache.Verdict) {
 	key := [2]string{a.tenant, a.model}
 	e := v.scopes[key]
 	if e == nil {
-		e = &evidence{}
+		e = &scope{}
 		v.scopes[key] = e
 	}
-	if len(e.sims) < maxEvidence {
-		e.sims, e.wrong = append(e.sims, a.similarity), append(e.wrong, vd == cache.VerdictNo)
-	} else {
-		e.sims[e.next], e.wrong[e.next] = a.similarity, vd == cache.VerdictNo
-		e.next = (e.next + 1) % maxEvidence
-	}
+	e.evidence.Add(a.similarity, vd == cache.VerdictNo)
 	if v.cfg.TargetFalseHitRate == 0 {
 		return
 	}
@@ -366,11 +316,11 @@ func (v *verifier) learn(a audit, vd cache.Verdict) {
 		}
 		e.threshold = semanticThreshold(v.g.conf().Cache.Semantic, tc, a.model)
 	}
-	next := e.step(v.cfg)
+	next := e.evidence.NextThreshold(v.cfg, e.threshold)
 	if next != e.threshold || !e.moved {
 		if next != e.threshold {
 			v.g.log.Info("cache verify: semantic threshold moved", "tenant", a.tenant, "model", a.model,
-				"from", round3(e.threshold), "to", round3(next), "evidence", len(e.sims))
+				"from", round3(e.threshold), "to", round3(next), "evidence", e.evidence.Len())
 		}
 		e.threshold, e.moved = next, true
 	}
@@ -378,51 +328,6 @@ func (v *verifier) learn(a audit, vd cache.Verdict) {
 
 // maxWrongEntries bounds the memory of entries judged wrong.
 const maxWrongEntries = 100_000
-
-// step is the threshold after one step toward what the evidence allows.
-func (e *evidence) step(c cache.VerifyConfig) float64 {
-	goal := e.threshold
-	if best, ok := e.lowestSafe(c); ok {
-		goal = best
-	} else if n, k := e.countFrom(e.threshold); n >= minEvidence && float64(k)/float64(n) > c.TargetFalseHitRate {
-		goal = c.MaxThreshold
-	}
-	switch {
-	case goal > e.threshold:
-		return math.Min(goal, e.threshold+thresholdStep)
-	case goal < e.threshold:
-		return math.Max(goal, e.threshold-thresholdStep)
-	}
-	return e.threshold
-}
-
-// lowestSafe is the lowest threshold on the grid at which the evidence
-// keeps the false rate under the target with confidence.
-func (e *evidence) lowestSafe(c cache.VerifyConfig) (float64, bool) {
-	for t := c.MinThreshold; t <= c.MaxThreshold+1e-9; t += thresholdStep / 2 {
-		n, k := e.countFrom(t)
-		if n < minEvidence {
-			break // fewer still above
-		}
-		if cache.Wilson(int64(k), int64(n)).Upper <= c.TargetFalseHitRate {
-			return t, true
-		}
-	}
-	return 0, false
-}
-
-// countFrom counts the judged candidates at or above t, and the wrong ones.
-func (e *evidence) countFrom(t float64) (n, wrong int) {
-	for i, s := range e.sims {
-		if float64(s) >= t {
-			n++
-			if e.wrong[i] {
-				wrong++
-			}
-		}
-	}
-	return n, wrong
-}
 
 func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
 
@@ -432,7 +337,7 @@ func (v *verifier) thresholds() []admin.VerifyThreshold {
 	defer v.mu.Unlock()
 	out := make([]admin.VerifyThreshold, 0, len(v.scopes))
 	for k, e := range v.scopes {
-		t := admin.VerifyThreshold{Tenant: k[0], Model: k[1], Samples: len(e.sims)}
+		t := admin.VerifyThreshold{Tenant: k[0], Model: k[1], Samples: e.evidence.Len()}
 		if e.moved {
 			t.Threshold = round3(e.threshold)
 		}
