@@ -307,19 +307,19 @@ func testDemoServes(t *testing.T, remoteEmbed bool) {
 			t.Fatalf("demo answered %d: %s", resp.StatusCode, b)
 		}
 	}
+	ask := func(q string) string {
+		resp, err := http.Post(base+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"qwen3-8b","messages":[{"role":"user","content":"`+q+`"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.Header.Get("X-Cache")
+	}
 	if !remoteEmbed {
 		// The banner's reworded question is a semantic hit, which the demo's
 		// judge audits: /status (on the admin listener) shows the verdict.
-		ask := func(q string) string {
-			resp, err := http.Post(base+"/v1/chat/completions", "application/json",
-				strings.NewReader(`{"model":"qwen3-8b","messages":[{"role":"user","content":"`+q+`"}]}`))
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			return resp.Header.Get("X-Cache")
-		}
 		ask("Hello, who are you?")
 		testenv.Eventually(t, 5*time.Second, func() bool { return ask("hello who are you") == "hit-semantic" }, "the banner's reworded question is no semantic hit")
 		adminBase := strings.TrimSuffix(dashboard, "/dashboard")
@@ -344,16 +344,6 @@ func testDemoServes(t *testing.T, remoteEmbed bool) {
 			t.Errorf("the banner does not name the remote embedder:\n%s", stdout.String())
 		}
 		// A reworded question is a semantic hit through the remote embedder.
-		ask := func(q string) string {
-			resp, err := http.Post(base+"/v1/chat/completions", "application/json",
-				strings.NewReader(`{"model":"qwen3-8b","messages":[{"role":"user","content":"`+q+`"}]}`))
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			return resp.Header.Get("X-Cache")
-		}
 		ask("What is the capital of France?")
 		testenv.Eventually(t, 5*time.Second, func() bool { return ask("Please, what is the capital of France") == "hit-semantic" },
 			"no semantic hit through the remote embedder")
