@@ -142,7 +142,8 @@ type FalseHits struct {
 	scope map[[2]string]*tally
 }
 
-type tally struct{ yes, no, unsure int64 }
+// tally counts verdicts; cur* since the scope's threshold last moved.
+type tally struct{ yes, no, unsure, curYes, curNo int64 }
 
 // Add records a verdict on a hit served to tenant for model.
 func (f *FalseHits) Add(tenant, model string, v Verdict) {
@@ -160,11 +161,23 @@ func (f *FalseHits) Add(tenant, model string, v Verdict) {
 		switch v {
 		case VerdictYes:
 			t.yes++
+			t.curYes++
 		case VerdictNo:
 			t.no++
+			t.curNo++
 		default:
 			t.unsure++
 		}
+	}
+}
+
+// Moved starts the current rate of tenant and model again: its threshold
+// has moved, and the hits judged before were served under another.
+func (f *FalseHits) Moved(tenant, model string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if t := f.scope[[2]string{tenant, model}]; t != nil {
+		t.curYes, t.curNo = 0, 0
 	}
 }
 
@@ -174,6 +187,9 @@ type ScopedInterval struct {
 	Model  string `json:"model"`
 	Interval
 	Unsure int64 `json:"unsure"`
+	// Current is the rate since the scope's threshold last moved: of the
+	// hits served under the threshold in force.
+	Current Interval `json:"current"`
 }
 
 // Rate is the overall false-hit rate.
@@ -189,7 +205,8 @@ func (f *FalseHits) Scopes() []ScopedInterval {
 	defer f.mu.Unlock()
 	out := make([]ScopedInterval, 0, len(f.scope))
 	for k, t := range f.scope {
-		out = append(out, ScopedInterval{Tenant: k[0], Model: k[1], Interval: Wilson(t.no, t.yes+t.no), Unsure: t.unsure})
+		out = append(out, ScopedInterval{Tenant: k[0], Model: k[1], Interval: Wilson(t.no, t.yes+t.no), Unsure: t.unsure,
+			Current: Wilson(t.curNo, t.curYes+t.curNo)})
 	}
 	return out
 }

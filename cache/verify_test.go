@@ -71,10 +71,12 @@ func TestFalseHits(t *testing.T) {
 	if r := f.Rate(); r.Samples != 11 || math.Abs(r.Estimate-2.0/11) > 1e-9 {
 		t.Fatalf("overall %+v, want 2 of 11", r)
 	}
+	f.Moved("acme", "m")
+	f.Add("acme", "m", VerdictYes)
 	for _, s := range f.Scopes() {
 		switch s.Tenant {
 		case "acme":
-			if s.Samples != 10 || s.Unsure != 1 || math.Abs(s.Estimate-0.1) > 1e-9 {
+			if s.Samples != 11 || s.Unsure != 1 || math.Abs(s.Estimate-1.0/11) > 1e-9 || s.Current.Samples != 1 || s.Current.Estimate != 0 {
 				t.Errorf("acme %+v", s)
 			}
 		case "globex":

@@ -322,6 +322,9 @@ func (v *verifier) learn(a audit, vd cache.Verdict) {
 			v.g.log.Info("cache verify: semantic threshold moved", "tenant", a.tenant, "model", a.model,
 				"from", round3(e.threshold), "to", round3(next), "evidence", e.evidence.Len())
 		}
+		if next != e.threshold {
+			v.evid.Moved(a.tenant, a.model)
+		}
 		e.threshold, e.moved = next, true
 	}
 }

@@ -15,7 +15,12 @@
 // time per request, read from /proc, which moves far less with noise from
 // other tenants than throughput does.
 //
-//	go run ./bench/overhead [-rounds 3] [-duration 3s] [-conc 32] [-stream] [-wrk] [-baseline REV]
+//	go run ./bench/overhead [-rounds 3] [-duration 3s] [-conc 32] [-stream] [-wrk] [-verify] [-baseline REV]
+//
+// -verify adds semantic hits (a reworded question) on the default config
+// and on the default config with a judge auditing every hit
+// (cache.semantic.verify, audit_rate 1; the judge is gpusim): what the
+// audit costs a client.
 //
 // -baseline adds frontdoor built from the git revision REV, in
 // pass-through and on the default config's miss path, to the same
@@ -48,6 +53,7 @@ func main() {
 	flag.BoolVar(&o.stream, "stream", false, "also measure streaming requests")
 	flag.BoolVar(&o.wrk, "wrk", false, "also measure pass-through throughput with wrk (must be on PATH)")
 	flag.BoolVar(&o.accessLog, "access-log", true, "keep frontdoor's access log on (the default config; written to a file)")
+	flag.BoolVar(&o.verify, "verify", false, "also measure semantic hits with and without a judge auditing each (cache.semantic.verify)")
 	flag.StringVar(&o.baseline, "baseline", "", "also run frontdoor built from this git revision (e.g. main~3), side by side")
 	flag.Parse()
 	if err := run(o); err != nil {
@@ -61,6 +67,7 @@ type opts struct {
 	dur                    time.Duration
 	conc                   int
 	stream, wrk, accessLog bool
+	verify                 bool
 	baseline               string
 }
 
@@ -70,8 +77,17 @@ type target struct {
 	url    string
 	pid    int
 	xcache string // the X-Cache every answer must carry, when set
+	prompt string // the user turn sent, when not the shared prompt
 	unique bool   // a new prompt per request
 	bare   bool   // the bare proxy: no floor for streams (it buffers)
+}
+
+// promptOr is the target's prompt, or p.
+func (t target) promptOr(p string) string {
+	if t.prompt != "" {
+		return t.prompt
+	}
+	return p
 }
 
 type sample struct {
@@ -96,7 +112,7 @@ func run(o opts) error {
 	defer procs.Stop()
 	start := procs.Start
 	sim := exec.Command(filepath.Join(dir, "gpusim"), "--listen", simAddr, "--ttft", "0", "--itl", "0",
-		"--output-tokens", "16", "--max-num-seqs", "4096", "--model", "qwen3-8b")
+		"--output-tokens", "16", "--max-num-seqs", "4096", "--model", "qwen3-8b", "--model", "judge")
 	if err := start(sim, "http://"+simAddr+"/health"); err != nil {
 		return err
 	}
@@ -109,7 +125,7 @@ func run(o opts) error {
 	// the cache backend; its log goes to a file.
 	frontdoor := func(name, cache, bin string) (target, error) {
 		base, p, err := procs.StartFrontdoor(load.Frontdoor{Dir: dir, Name: name, Bin: bin,
-			Config: fmt.Sprintf("logging: {level: info, access_log: %v}\n%snodes:\n  - {name: sim, url: http://%s, models: [qwen3-8b], max_concurrency: 4096}\n",
+			Config: fmt.Sprintf("logging: {level: info, access_log: %v}\n%snodes:\n  - {name: sim, url: http://%s, models: [qwen3-8b, judge], max_concurrency: 4096}\n",
 				o.accessLog, cache, simAddr)})
 		if err != nil {
 			return target{}, err
@@ -130,6 +146,24 @@ func run(o opts) error {
 	miss.name, miss.xcache, miss.unique = "default config, miss", "miss", true
 	hit.name, hit.xcache = "default config, hit", "hit-exact"
 	targets := []target{direct, bareT, pass, miss, hit}
+	// A reworded question: the local embedder puts it at about 1.0 from
+	// the prompt (case, punctuation), the guards pass it.
+	const reworded = "what is the capital of france answer in one word"
+	if o.verify {
+		// Processes of their own: the miss target fills the default
+		// config's index with its unique prompts.
+		sem, err := frontdoor("semantic", "", "")
+		if err != nil {
+			return err
+		}
+		sem.name, sem.xcache, sem.prompt = "default config, semantic hit", "hit-semantic", reworded
+		ver, err := frontdoor("judge", "cache: {semantic: {verify: {judge_model: judge, audit_rate: 1, max_judge_rps: 50}}}\n", "")
+		if err != nil {
+			return err
+		}
+		ver.name, ver.xcache, ver.prompt = "semantic hit, every one audited", "hit-semantic", reworded
+		targets = append(targets, sem, ver)
+	}
 	if o.baseline != "" {
 		bin, err := buildRevision(dir, o.baseline)
 		if err != nil {
@@ -176,9 +210,10 @@ func run(o opts) error {
 		}
 		return nil
 	}
-	// Prime the hit paths, streamed and not (each has its own entry).
+	// Prime the hit paths, streamed and not (each has its own entry): a
+	// semantic hit's target asks the prompt first, as the stored question.
 	for _, t := range targets {
-		if t.xcache != "hit-exact" {
+		if t.xcache != "hit-exact" && t.xcache != "hit-semantic" {
 			continue
 		}
 		for _, stream := range []bool{false, true} {
@@ -189,7 +224,10 @@ func run(o opts) error {
 			var err error
 			for i := 0; i < 100; i++ {
 				var res load.Result
-				res, err = load.Run(load.Target{URL: t.url, Body: body(prompt, stream), Check: check, Header: [2]string{"X-Cache", "hit-exact"}}, 1, 50*time.Millisecond, 0)
+				if t.prompt != "" {
+					_, _ = load.Run(load.Target{URL: t.url, Body: body(prompt, stream), Check: check}, 1, 50*time.Millisecond, 0)
+				}
+				res, err = load.Run(load.Target{URL: t.url, Body: body(t.promptOr(prompt), stream), Check: check, Header: [2]string{"X-Cache", t.xcache}}, 1, 50*time.Millisecond, 0)
 				if err == nil && res.Errors == 0 {
 					break
 				}
@@ -204,8 +242,8 @@ func run(o opts) error {
 		}
 	}
 
-	fmt.Printf("command: go run ./bench/overhead -rounds %d -duration %s -conc %d -stream=%v -wrk=%v -access-log=%v\n",
-		o.rounds, o.dur, o.conc, o.stream, o.wrk, o.accessLog)
+	fmt.Printf("command: go run ./bench/overhead -rounds %d -duration %s -conc %d -stream=%v -wrk=%v -access-log=%v -verify=%v -baseline=%q\n",
+		o.rounds, o.dur, o.conc, o.stream, o.wrk, o.accessLog, o.verify, o.baseline)
 	fmt.Printf("setup: %d alternating rounds; gpusim --ttft 0 --itl 0 --output-tokens 16; separate processes on loopback; frontdoor with the default config but for `cache` (off for pass-through) and `logging.level: info`; medians over rounds\n\n", o.rounds)
 
 	type scenario struct {
@@ -239,7 +277,7 @@ func run(o opts) error {
 				if t.pid != 0 {
 					watch = append(watch, t.pid)
 				}
-				lt := load.Target{URL: t.url, Body: body(prompt, sc.stream), Check: check, Watch: watch}
+				lt := load.Target{URL: t.url, Body: body(t.promptOr(prompt), sc.stream), Check: check, Watch: watch}
 				if t.unique {
 					lt.NextBody = uniqueBody(sc.stream)
 				}
