@@ -94,12 +94,18 @@ func (v *verifier) nearMiss(a audit) {
 	v.offer(a)
 }
 
+// offer queues a for the judge, or drops and counts it when the queue is
+// full. Near-misses come with every miss close to the threshold and may
+// well outrun max_judge_rps on a busy gateway: their drops are counted
+// only; a dropped audit of a served hit is also a WARN.
 func (v *verifier) offer(a audit) {
 	select {
 	case v.queue <- a:
 	default:
 		v.dropped.Inc()
-		v.log.Warn("verify-dropped", "cache verify: the judge queue is full; audits are dropped", "queue", v.cfg.Queue)
+		if !a.nearMiss {
+			v.log.Warn("verify-dropped", "cache verify: the judge queue is full; audits are dropped", "queue", v.cfg.Queue)
+		}
 	}
 }
 

@@ -35,7 +35,7 @@ var metricHelp = map[string]string{
 	"frontdoor_discovery_dropped_total":         "Addresses a discover: dns lookup returned but did not make nodes, by reason (unspecified, multicast, self, metadata, loopback, link_local, over_cap), counted at every lookup.",
 	"frontdoor_cache_embed_skipped_total":       "Semantic lookups skipped because the embedder failed, timed out or its breaker was open.",
 	"frontdoor_cache_verify_total":              "Semantic hits re-checked by the judge model, by verdict (yes: the cached answer served the question; no: a false hit; unsure; error).",
-	"frontdoor_cache_verify_dropped_total":      "Semantic-hit audits dropped because the judge queue was full.",
+	"frontdoor_cache_verify_dropped_total":      "Audits of semantic hits and checks of near-misses dropped because the judge queue was full.",
 	"frontdoor_cache_false_hit_ratio":           "Share of judged semantic hits that were wrong (no over yes+no), since start.",
 	"frontdoor_cache_embedder_up":               "1 when the embedder answered lately, 0 while it fails.",
 	"frontdoor_cache_similarity":                "Cosine similarity of the best semantic candidate of each semantic lookup.",
