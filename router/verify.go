@@ -31,11 +31,14 @@ type audit struct {
 	nearMiss      bool
 }
 
-// verifier re-checks a share of the semantic hits with the judge model,
-// off the request path: hits are queued (a full queue drops the audit),
-// workers take them under max_judge_rps and ask the judge through the pool
-// (and, when allowed, spill-over), never through a tenant's quota. The
-// verdicts estimate the false-hit rate (cache.FalseHits).
+// verifier re-checks a share of the semantic hits, and the near-misses,
+// with the judge model, off the request path: they are queued (a full
+// queue drops them), workers take them under max_judge_rps and ask the
+// judge through the pool (and, when allowed, spill-over), never through a
+// tenant's quota. The verdicts on hits estimate the false-hit rate
+// (cache.FalseHits); all verdicts are the evidence that moves thresholds
+// (cache.Evidence) and that keeps an entry judged wrong from serving again.
+// It lives in one replica's memory.
 type verifier struct {
 	g       *Gateway
 	cfg     cache.VerifyConfig
