@@ -3,9 +3,11 @@ package cache
 import (
 	"errors"
 	"fmt"
+	"frontdoor/internal/units"
 	"math"
 	"strings"
 	"sync"
+	"time"
 )
 
 // VerifyConfig is cache.semantic.verify: a judge model re-checks a share of
@@ -21,6 +23,9 @@ type VerifyConfig struct {
 	// wait for one (a full queue drops the audit, counted).
 	MaxJudgeRPS float64 `yaml:"max_judge_rps"`
 	Queue       int     `yaml:"queue"`
+	// JudgeTimeout bounds one judge call, retries included: a slow judge
+	// fails (and shows as failing) instead of holding a worker.
+	JudgeTimeout units.Duration `yaml:"judge_timeout"`
 	// Spillover lets judge calls go to the hosted API when no node serving
 	// JudgeModel takes them.
 	Spillover bool `yaml:"spillover"`
@@ -40,7 +45,8 @@ type VerifyConfig struct {
 
 // DefaultVerifyConfig is off, with the rest ready for a judge_model.
 func DefaultVerifyConfig() VerifyConfig {
-	return VerifyConfig{AuditRate: 0.05, MaxJudgeRPS: 5, Queue: 256, MinThreshold: 0.75, MaxThreshold: 0.99, GreyZone: 0.05}
+	return VerifyConfig{AuditRate: 0.05, MaxJudgeRPS: 5, Queue: 256, JudgeTimeout: units.Duration(10 * time.Second),
+		MinThreshold: 0.75, MaxThreshold: 0.99, GreyZone: 0.05}
 }
 
 // Enabled reports whether a judge is configured.
@@ -57,6 +63,9 @@ func (c VerifyConfig) Validate() error {
 	}
 	if c.MaxJudgeRPS <= 0 {
 		errs = append(errs, errors.New("max_judge_rps: must be > 0"))
+	}
+	if c.JudgeTimeout <= 0 {
+		errs = append(errs, errors.New("judge_timeout: must be > 0"))
 	}
 	if c.Queue < 1 || c.Queue > 1_000_000 {
 		errs = append(errs, errors.New("queue: must be between 1 and 1000000"))

@@ -138,7 +138,9 @@ func (v *verifier) check(ctx context.Context, a audit) {
 	if a.nearMiss {
 		kind = "near_miss"
 	}
-	vd, err := v.judge(ctx, a.cached, a.asked)
+	jctx, cancel := context.WithTimeout(ctx, v.cfg.JudgeTimeout.D())
+	vd, err := v.judge(jctx, a.cached, a.asked)
+	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
 			return

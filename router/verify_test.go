@@ -7,6 +7,7 @@ import (
 
 	sim "frontdoor/internal/gpusim"
 	"frontdoor/internal/testenv"
+	"frontdoor/internal/units"
 )
 
 // verifyGateway is a semantic cache whose hits are all audited by the
@@ -75,31 +76,43 @@ func TestVerifyAuditsSemanticHits(t *testing.T) {
 	}
 }
 
-// A judge that fails changes nothing for clients: hits are served at once,
-// and the failure is loud in /status, the metrics and the log.
+// A judge that fails, or is too slow, changes nothing for clients: hits
+// are served at once, and the failure is loud in /status, the metrics and
+// the log.
 func TestVerifyJudgeDown(t *testing.T) {
-	const stored, asked = "What is the capital of France?", "what is the capital of france"
-	gw := verifyGateway(t, stored+"\t"+asked+"\t1\n", func(c *sim.Config) { c.FailRate = 1 }, nil)
-	askStored(t, gw, cbody(stored, ""))
-	start := time.Now()
-	eventuallyHit(t, gw, cbody(asked, ""), "hit-semantic")
-	for range 5 {
-		if xc, _, _ := ask(t, gw, cbody(asked, "")); xc != "hit-semantic" {
-			t.Fatalf("X-Cache %q with the judge down", xc)
-		}
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("hits took %v with the judge down", d)
-	}
-	testenv.Eventually(t, 10*time.Second, func() bool {
-		st := gatewayStatus(t, gw).Cache.Verify
-		return st != nil && st.State == "failing" && st.Failures > 0 && st.FalseHitRate.Samples == 0
-	}, "the failing judge does not show in /status")
-	if metricValue(t, metricsText(t, gw), `frontdoor_cache_verify_total{kind="audit",verdict="error"}`) < 1 {
-		t.Fatal("judge errors are not counted")
-	}
-	if !strings.Contains(gw.Logs.String(), `"msg":"cache verify: the judge failed; the audit is lost"`) {
-		t.Fatalf("no WARN for the failing judge:\n%s", gw.Logs.String())
+	for name, judge := range map[string]struct {
+		node   func(*sim.Config)
+		config func(*Config)
+	}{
+		"failing": {node: func(c *sim.Config) { c.FailRate = 1 }},
+		"slow": {node: func(c *sim.Config) { c.TTFT = 3 * time.Second },
+			config: func(c *Config) { c.Cache.Semantic.Verify.JudgeTimeout = units.Duration(200 * time.Millisecond) }},
+	} {
+		t.Run(name, func(t *testing.T) {
+			const stored, asked = "What is the capital of France?", "what is the capital of france"
+			gw := verifyGateway(t, stored+"\t"+asked+"\t1\n", judge.node, judge.config)
+			askStored(t, gw, cbody(stored, ""))
+			start := time.Now()
+			eventuallyHit(t, gw, cbody(asked, ""), "hit-semantic")
+			for range 5 {
+				if xc, _, _ := ask(t, gw, cbody(asked, "")); xc != "hit-semantic" {
+					t.Fatalf("X-Cache %q with the judge %s", xc, name)
+				}
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Fatalf("hits took %v with the judge %s", d, name)
+			}
+			testenv.Eventually(t, 10*time.Second, func() bool {
+				st := gatewayStatus(t, gw).Cache.Verify
+				return st != nil && st.State == "failing" && st.Failures > 0 && st.FalseHitRate.Samples == 0
+			}, "the judge does not show as failing in /status: %+v", gatewayStatus(t, gw).Cache.Verify)
+			if metricValue(t, metricsText(t, gw), `frontdoor_cache_verify_total{kind="audit",verdict="error"}`) < 1 {
+				t.Fatal("judge errors are not counted")
+			}
+			if !strings.Contains(gw.Logs.String(), `"msg":"cache verify: the judge failed; the audit is lost"`) {
+				t.Fatalf("no WARN for the judge:\n%s", gw.Logs.String())
+			}
+		})
 	}
 }
 
