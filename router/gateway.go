@@ -71,8 +71,9 @@ type Gateway struct {
 	// adminServer serves admin.listen: the same routes, every request
 	// trusted as an admin (handleAdminListener).
 	adminServer *fasthttp.Server
-	operator    *admin.Handler // /admin/*, /status, /dashboard, /debug/pprof/
-	verify      *verifier      // the judge's audit of semantic hits; nil without a judge
+	operator    *admin.Handler        // /admin/*, /status, /dashboard, /debug/pprof/
+	verify      *verifier             // the judge's audit of semantic hits; nil without a judge
+	verifyRedis redis.UniversalClient // the cache's Redis writer, where the judged evidence is shared
 	set         *metrics.Set
 	reload      reloader
 
@@ -146,7 +147,11 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		g.hot = newHotTracker(cfg.Warm.HotEntries)
 	}
 	if v := cfg.Cache.Semantic.Verify; g.store != nil && g.embedder != nil && cfg.Cache.Semantic.Enabled && v.Enabled() {
-		g.verify = newVerifier(g, v, set, g.log)
+		var shared *sharedEvidence
+		if g.verifyRedis != nil {
+			shared = &sharedEvidence{rdb: g.verifyRedis, prefix: cfg.Redis.KeyPrefix + "v:", timeout: cfg.Cache.Writes.Timeout.D()}
+		}
+		g.verify = newVerifier(g, v, set, g.log, shared)
 	}
 	if err := g.buildAdmission(deps); err != nil {
 		return nil, err
@@ -294,6 +299,10 @@ func (g *Gateway) Start() {
 			wg.Add(1)
 			go func() { defer wg.Done(); g.verify.run(ctx) }()
 		}
+		if g.verify.shared != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); g.verify.sync(ctx) }()
+		}
 	}
 	go func() { wg.Wait(); close(g.runDone) }()
 }
@@ -380,6 +389,7 @@ func (g *Gateway) buildStore(deps Deps) error {
 			}
 			g.clients = append(g.clients, reads, writes)
 		}
+		g.verifyRedis = writes
 		// The cache's keys live under <key_prefix>c:, apart from admission's.
 		opts := cache.RedisOptions{Prefix: g.conf().Redis.KeyPrefix + "c:", Dims: dims, Embedder: name,
 			VectorSearch: c.VectorSearch, Index: c.RedisIndex, LocalIndex: c.LocalIndex,

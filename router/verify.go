@@ -38,7 +38,8 @@ type audit struct {
 // tenant's quota. The verdicts on hits estimate the false-hit rate
 // (cache.FalseHits); all verdicts are the evidence that moves thresholds
 // (cache.Evidence) and that keeps an entry judged wrong from serving again.
-// It lives in one replica's memory.
+// With the cache in Redis, the evidence, thresholds and entries judged
+// wrong are shared by the replicas (sharedEvidence).
 type verifier struct {
 	g       *Gateway
 	cfg     cache.VerifyConfig
@@ -48,6 +49,9 @@ type verifier struct {
 	log     *telemetry.RateLog
 	verdict map[[2]string]*metrics.Counter // kind, verdict
 	dropped *metrics.Counter
+
+	shared     *sharedEvidence // nil: this replica learns alone
+	sharedErrs *metrics.Counter
 
 	// The evidence per tenant and model (judged similarities), the
 	// thresholds it moved, and the entries judged wrong: each with the
@@ -64,17 +68,18 @@ type verifier struct {
 // judgeWorkers is how many judge calls may be in flight at once.
 const judgeWorkers = 4
 
-func newVerifier(g *Gateway, cfg cache.VerifyConfig, set *metrics.Set, log *slog.Logger) *verifier {
+func newVerifier(g *Gateway, cfg cache.VerifyConfig, set *metrics.Set, log *slog.Logger, shared *sharedEvidence) *verifier {
 	v := &verifier{g: g, cfg: cfg, queue: make(chan audit, cfg.Queue),
 		rate: admission.NewBucket(cfg.MaxJudgeRPS, max(1, cfg.MaxJudgeRPS)),
 		log:  telemetry.NewRateLog(log, 10*time.Second), verdict: map[[2]string]*metrics.Counter{},
-		scopes: map[[2]string]*scope{}, wrong: map[string]float32{}}
+		scopes: map[[2]string]*scope{}, wrong: map[string]float32{}, shared: shared}
 	for _, kind := range []string{"audit", "near_miss"} {
 		for _, vd := range []string{"yes", "no", "unsure", "error"} {
 			v.verdict[[2]string{kind, vd}] = set.NewCounter(`frontdoor_cache_verify_total{kind="` + kind + `",verdict="` + vd + `"}`)
 		}
 	}
 	v.dropped = set.NewCounter(`frontdoor_cache_verify_dropped_total`)
+	v.sharedErrs = set.NewCounter(`frontdoor_cache_errors_total{op="verify_shared"}`)
 	set.NewGauge(`frontdoor_cache_false_hit_ratio`, func() float64 { return v.evid.Rate().Estimate })
 	return v
 }
@@ -299,9 +304,26 @@ func (v *verifier) learn(a audit, vd cache.Verdict) {
 	if vd == cache.VerdictUnsure {
 		return
 	}
+	wrong := vd == cache.VerdictNo
+	// With Redis, the evidence and the threshold are the replicas'
+	// together; the network call is made outside the lock.
+	var (
+		shared         cache.Evidence
+		sharedThr      float64
+		sharedOK, have bool
+	)
+	if v.shared != nil {
+		var err error
+		if shared, sharedThr, sharedOK, err = v.shared.record(context.Background(), a, wrong); err != nil {
+			v.sharedErrs.Inc()
+			v.log.Warn("verify-shared", "cache verify: the shared evidence in Redis is unavailable; this replica learns alone", "error", err.Error())
+		} else {
+			have = true
+		}
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if vd == cache.VerdictNo {
+	if wrong {
 		if len(v.wrong) >= maxWrongEntries {
 			for k := range v.wrong { // forget one at random
 				delete(v.wrong, k)
@@ -316,7 +338,14 @@ func (v *verifier) learn(a audit, vd cache.Verdict) {
 		e = &scope{}
 		v.scopes[key] = e
 	}
-	e.evidence.Add(a.similarity, vd == cache.VerdictNo)
+	if have {
+		e.evidence = shared
+		if sharedOK {
+			e.threshold, e.moved = sharedThr, true
+		}
+	} else {
+		e.evidence.Add(a.similarity, wrong)
+	}
 	if v.cfg.TargetFalseHitRate == 0 {
 		return
 	}
@@ -328,15 +357,52 @@ func (v *verifier) learn(a audit, vd cache.Verdict) {
 		e.threshold = semanticThreshold(v.g.conf().Cache.Semantic, tc, a.model)
 	}
 	next := e.evidence.NextThreshold(v.cfg, e.threshold)
-	if next != e.threshold || !e.moved {
-		if next != e.threshold {
-			v.g.log.Info("cache verify: semantic threshold moved", "tenant", a.tenant, "model", a.model,
-				"from", round3(e.threshold), "to", round3(next), "evidence", e.evidence.Len())
+	if next != e.threshold {
+		v.g.log.Info("cache verify: semantic threshold moved", "tenant", a.tenant, "model", a.model,
+			"from", round3(e.threshold), "to", round3(next), "evidence", e.evidence.Len())
+		v.evid.Moved(a.tenant, a.model)
+	}
+	if have && (next != e.threshold || !sharedOK) {
+		if err := v.shared.setThreshold(context.Background(), a.tenant, a.model, next); err != nil {
+			v.sharedErrs.Inc()
+			v.log.Warn("verify-shared", "cache verify: the shared evidence in Redis is unavailable; this replica learns alone", "error", err.Error())
 		}
-		if next != e.threshold {
-			v.evid.Moved(a.tenant, a.model)
+	}
+	e.threshold, e.moved = next, true
+}
+
+// sync reads the shared thresholds and entries judged wrong every
+// verifySyncEvery until ctx ends.
+func (v *verifier) sync(ctx context.Context) {
+	t := time.NewTicker(verifySyncEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
-		e.threshold, e.moved = next, true
+		thr, wrong, err := v.shared.load(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				v.sharedErrs.Inc()
+				v.log.Warn("verify-shared", "cache verify: the shared evidence in Redis is unavailable; this replica learns alone", "error", err.Error())
+			}
+			continue
+		}
+		v.mu.Lock()
+		for k, t := range thr {
+			e := v.scopes[k]
+			if e == nil {
+				e = &scope{}
+				v.scopes[k] = e
+			}
+			e.threshold, e.moved = t, true
+		}
+		for id, sim := range wrong {
+			v.wrong[id] = max(v.wrong[id], sim)
+		}
+		v.mu.Unlock()
 	}
 }
 

@@ -152,3 +152,35 @@ func TestVerifyRemembersWrongEntriesAndJudgesNearMisses(t *testing.T) {
 		t.Fatalf("a near-miss is evidence, not a served hit: %+v", st)
 	}
 }
+
+// Replicas on one Redis learn together: an entry one replica's judge
+// found wrong is refused on the other, which audits nothing itself, and
+// the threshold one set is the other's.
+func TestVerifySharedThroughRedis(t *testing.T) {
+	const stored, asked = "What is the capital of France?", "what is the capital of france"
+	r := testenv.StartRedis(t)
+	replica := func(auditRate float64) *testGateway {
+		return verifyGateway(t, stored+"\t"+asked+"\t0\n", nil, func(c *Config) {
+			c.Cache.Backend, c.Cache.VectorSearch, c.Redis.URL = "redis", "local", r.URL()
+			c.Cache.Semantic.Verify.AuditRate = auditRate
+			c.Cache.Semantic.Verify.TargetFalseHitRate = 0.5
+		})
+	}
+	a, b := replica(1), replica(0)
+	askStored(t, a, cbody(stored, ""))
+	eventuallyHit(t, b, cbody(stored, ""), "hit-exact") // b sees a's entry
+	eventuallyHit(t, a, cbody(asked, ""), "hit-semantic")
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return gatewayStatus(t, a).Cache.Verify.FalseHitRate.Samples == 1
+	}, "a's judge never judged the hit")
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		st := gatewayStatus(t, b).Cache.Verify
+		return len(st.Thresholds) == 1 && st.Thresholds[0].Threshold == a.Config().Cache.Semantic.Threshold
+	}, "b never read the shared threshold: %+v", gatewayStatus(t, b).Cache.Verify.Thresholds)
+	if xc, _, _ := ask(t, b, cbody(asked, "")); xc != "miss" {
+		t.Fatalf("b served an entry a's judge found wrong: X-Cache %q", xc)
+	}
+	if st := gatewayStatus(t, b).Cache.Verify; st.Calls != 0 {
+		t.Fatalf("b called the judge %d times; the verdict was a's", st.Calls)
+	}
+}
