@@ -316,7 +316,7 @@ func (v *verifier) learn(a audit, vd cache.Verdict) {
 		var err error
 		if shared, sharedThr, sharedOK, err = v.shared.record(context.Background(), a, wrong); err != nil {
 			v.sharedErrs.Inc()
-			v.log.Warn("verify-shared", "cache verify: the shared evidence in Redis is unavailable; this replica learns alone", "error", err.Error())
+			v.log.Warn("verify-shared", msgSharedDown, "error", err.Error())
 		} else {
 			have = true
 		}
@@ -365,11 +365,13 @@ func (v *verifier) learn(a audit, vd cache.Verdict) {
 	if have && (next != e.threshold || !sharedOK) {
 		if err := v.shared.setThreshold(context.Background(), a.tenant, a.model, next); err != nil {
 			v.sharedErrs.Inc()
-			v.log.Warn("verify-shared", "cache verify: the shared evidence in Redis is unavailable; this replica learns alone", "error", err.Error())
+			v.log.Warn("verify-shared", msgSharedDown, "error", err.Error())
 		}
 	}
 	e.threshold, e.moved = next, true
 }
+
+const msgSharedDown = "cache verify: the shared evidence in Redis is unavailable; this replica learns alone"
 
 // sync reads the shared thresholds and entries judged wrong every
 // verifySyncEvery until ctx ends.
@@ -386,7 +388,7 @@ func (v *verifier) sync(ctx context.Context) {
 		if err != nil {
 			if ctx.Err() == nil {
 				v.sharedErrs.Inc()
-				v.log.Warn("verify-shared", "cache verify: the shared evidence in Redis is unavailable; this replica learns alone", "error", err.Error())
+				v.log.Warn("verify-shared", msgSharedDown, "error", err.Error())
 			}
 			continue
 		}
