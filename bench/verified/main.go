@@ -58,6 +58,7 @@ type options struct {
 	learn      float64
 	grey       float64
 	keep       bool
+	repeats    int
 }
 
 type pair struct {
@@ -84,6 +85,7 @@ func run(args []string, out io.Writer) error {
 	fs.Float64Var(&o.learn, "learn", 0.6, "share of the pairs in the learn phase")
 	fs.Float64Var(&o.grey, "grey-zone", 0.1, "verify.grey_zone")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary folder with the configs and logs")
+	fs.IntVar(&o.repeats, "repeats", 2000, "after the measured part, ask this many second sentences again, Zipf-distributed over the measured pairs (0: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -135,22 +137,27 @@ func run(args []string, out io.Writer) error {
 	start := time.Now()
 	var results []result
 	for _, t := range o.thresholds {
-		for _, verified := range []bool{false, true} {
-			name := fmt.Sprintf("fixed-%.2f", t)
-			if verified {
-				name = fmt.Sprintf("verified-%.2f", t)
+		// fixed: no judge; audited: every hit judged, the threshold fixed
+		// (entries judged wrong are still refused); verified: the
+		// threshold follows the evidence to the target.
+		for _, mode := range []string{"fixed", "audited", "verified"} {
+			name := fmt.Sprintf("%s-%.2f", mode, t)
+			verified := mode != "fixed"
+			target := o.target
+			if mode == "audited" {
+				target = 0
 			}
-			base, p, err := procs.StartFrontdoor(load.Frontdoor{Dir: dir, Name: name, Config: config(o, simAddr, t, verified),
+			base, p, err := procs.StartFrontdoor(load.Frontdoor{Dir: dir, Name: name, Config: config(o, simAddr, t, verified, target),
 				Env: []string{tokenEnvVar + "=" + adminToken}})
 			if err != nil {
 				return err
 			}
-			res, err := replay(base, learn, measure, verified)
+			res, err := replay(base, learn, measure, verified, o)
 			procs.Stop(p)
 			if err != nil {
 				return fmt.Errorf("%s: %w\n%s", name, err, p.LogExcerpt())
 			}
-			res.start, res.verified = t, verified
+			res.start, res.verified, res.mode = t, verified, mode
 			results = append(results, res)
 			fmt.Fprintf(os.Stderr, "verified: %s done (%s so far)\n", name, time.Since(start).Round(time.Second))
 		}
@@ -195,11 +202,11 @@ func readPairs(path string) (pairs []pair, same int, err error) {
 
 // config is one frontdoor's configuration: the memory cache and the local
 // embedder (defaults), threshold t, and the judge when verified.
-func config(o options, simAddr string, t float64, verified bool) string {
+func config(o options, simAddr string, t float64, verified bool, target float64) string {
 	v := ""
 	if verified {
 		v = fmt.Sprintf("\n    verify: {judge_model: %s, audit_rate: 1, max_judge_rps: 1000, queue: 100000, target_false_hit_rate: %g, min_threshold: 0.75, max_threshold: 0.99, grey_zone: %g}",
-			judgeModel, o.target, o.grey)
+			judgeModel, target, o.grey)
 	}
 	return fmt.Sprintf(`logging: {level: info, access_log: false}
 admin: {show_cached_questions: true}
@@ -237,11 +244,13 @@ func ratio(a, b int) float64 {
 
 type result struct {
 	start          float64
-	verified       bool
+	verified       bool   // a judge audits the hits
+	mode           string // fixed, audited or verified
 	learn, measure tally
 	// After the learn phase (drained) and at the end (drained).
 	learnStatus, endStatus verifyStatus
 	duration               time.Duration
+	repeats                [4]tally // the repeated asks, by quarter
 }
 
 type verifyStatus struct {
@@ -269,7 +278,7 @@ func (s verifyStatus) threshold() (float64, int) {
 
 var client = &http.Client{Timeout: 30 * time.Second}
 
-func replay(base string, learn, measure []pair, verified bool) (result, error) {
+func replay(base string, learn, measure []pair, verified bool, o options) (result, error) {
 	var res result
 	t0 := time.Now()
 	var err error
@@ -290,6 +299,23 @@ func replay(base string, learn, measure []pair, verified bool) (result, error) {
 		}
 	}
 	res.duration = time.Since(t0)
+	if o.repeats > 0 && len(measure) > 1 {
+		// The same questions again, popular ones often: the judge's
+		// verdicts on an entry and a question accumulate.
+		z := rand.NewZipf(rand.New(rand.NewPCG(o.seed, 2)), 1.2, 1, uint64(len(measure)-1))
+		for i := range o.repeats {
+			p := measure[z.Uint64()]
+			st, h, err := chat(base, p.s2, "X-Cache-Only", "1")
+			if err != nil {
+				return res, err
+			}
+			q := &res.repeats[min(3, 4*i/o.repeats)]
+			q.pairs[p.label]++
+			if err := q.count(base, p, "", st, h); err != nil {
+				return res, err
+			}
+		}
+	}
 	return res, nil
 }
 
@@ -312,42 +338,52 @@ func phase(base string, pairs []pair) (tally, error) {
 			return t, err
 		}
 		t.pairs[p.label]++
-		switch xc := h.Get("X-Cache"); {
-		case st == 204:
-		case st != 200:
-			return t, fmt.Errorf("second sentence: status %d", st)
-		case xc == "hit-semantic" || xc == "hit-exact":
-			matched := h.Get("X-Cache-Matched")
-			if matched == "" {
-				matched = h.Get("X-Cache-Entry")
-			}
-			own := matched == id
-			if !own {
-				// Another pair's entry: the pair's label applies when it
-				// stores the same question as this pair's first sentence.
-				var e struct {
-					Question *string `json:"question"`
-				}
-				if st, err := adminGet(base, "/admin/cache/"+matched, &e); err != nil || st != 200 || e.Question == nil {
-					return t, fmt.Errorf("GET /admin/cache/%s: status %d, %v", matched, st, err)
-				}
-				if own = strings.TrimSpace(*e.Question) == p.s1; own {
-					t.sameText++
-				}
-			}
-			if !own {
-				t.otherHits++
-				break
-			}
-			t.hits[p.label]++
-			sim, _ := strconv.ParseFloat(h.Get("X-Cache-Similarity"), 64)
-			if xc == "hit-exact" {
-				sim = 1
-			}
-			t.sims, t.labels = append(t.sims, sim), append(t.labels, p.label)
+		if err := t.count(base, p, id, st, h); err != nil {
+			return t, err
 		}
 	}
 	return t, nil
+}
+
+// count classifies the answer (st, h) to p's second sentence: a hit on the
+// pair's own entry (id, or one storing the same first sentence) counts
+// under the pair's label, another pair's entry as unlabelled.
+func (t *tally) count(base string, p pair, id string, st int, h http.Header) error {
+	switch xc := h.Get("X-Cache"); {
+	case st == 204:
+	case st != 200:
+		return fmt.Errorf("second sentence: status %d", st)
+	case xc == "hit-semantic" || xc == "hit-exact":
+		matched := h.Get("X-Cache-Matched")
+		if matched == "" {
+			matched = h.Get("X-Cache-Entry")
+		}
+		own := matched == id
+		if !own {
+			// Another pair's entry: the pair's label applies when it
+			// stores the same question as this pair's first sentence.
+			var e struct {
+				Question *string `json:"question"`
+			}
+			if st, err := adminGet(base, "/admin/cache/"+matched, &e); err != nil || st != 200 || e.Question == nil {
+				return fmt.Errorf("GET /admin/cache/%s: status %d, %v", matched, st, err)
+			}
+			if own = strings.TrimSpace(*e.Question) == p.s1; own {
+				t.sameText++
+			}
+		}
+		if !own {
+			t.otherHits++
+			return nil
+		}
+		t.hits[p.label]++
+		sim, _ := strconv.ParseFloat(h.Get("X-Cache-Similarity"), 64)
+		if xc == "hit-exact" {
+			sim = 1
+		}
+		t.sims, t.labels = append(t.sims, sim), append(t.labels, p.label)
+	}
+	return nil
 }
 
 // chat sends text as the user message and returns the status and headers.
@@ -456,9 +492,8 @@ func report(out io.Writer, o options, args []string, total, same, nLearn, nMeasu
 	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rs {
 		m := r.measure
-		kind, thr, calls := "fixed", fmt.Sprintf("%.2f", r.start), "-"
+		kind, thr, calls := r.mode, fmt.Sprintf("%.2f", r.start), "-"
 		if r.verified {
-			kind = "verified"
 			t, n := r.endStatus.threshold()
 			if t == 0 {
 				t = r.start
@@ -471,11 +506,23 @@ func report(out io.Writer, o options, args []string, total, same, nLearn, nMeasu
 			m.sameText, m.otherHits, thr, calls)
 	}
 	sweep(out, rs)
+	if o.repeats > 0 {
+		fmt.Fprintln(out)
+		fmt.Fprintf(out, "Then %d asks of the measured pairs' second sentences again, Zipf (s 1.2) over the pairs, lookup only: hits on label-0 pairs (wrong) and label-1 pairs (right) per quarter of the asks:\n\n", o.repeats)
+		fmt.Fprintln(out, "| start | cache | wrong hits, quarters 1 / 2 / 3 / 4 | right hits, quarters 1 / 2 / 3 / 4 |")
+		fmt.Fprintln(out, "|---|---|---|---|")
+		for _, r := range rs {
+			kind := r.mode
+			q := r.repeats
+			fmt.Fprintf(out, "| %.2f | %s | %d / %d / %d / %d | %d / %d / %d / %d |\n", r.start, kind,
+				q[0].hits[0], q[1].hits[0], q[2].hits[0], q[3].hits[0], q[0].hits[1], q[1].hits[1], q[2].hits[1], q[3].hits[1])
+		}
+	}
 	fmt.Fprintln(out)
-	fmt.Fprintln(out, "Learn phase (60%), verified: /status's false-hit rate after it (audit_rate 1) against the true wrong share of its hits on labelled pairs:")
+	fmt.Fprintln(out, "Learn phase (60%), with a judge: /status's false-hit rate after it (audit_rate 1) against the true wrong share of its hits on labelled pairs:")
 	fmt.Fprintln(out)
-	fmt.Fprintln(out, "| start | learn hits (label 1 / label 0 / other) | true wrong share | /status estimate [95% interval], samples | contains it | threshold after learn | judge calls, failures, dropped |")
-	fmt.Fprintln(out, "|---|---|---|---|---|---|---|")
+	fmt.Fprintln(out, "| start | cache | learn hits (label 1 / label 0 / other) | true wrong share | /status estimate [95% interval], samples | contains it | threshold after learn | judge calls, failures, dropped |")
+	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|")
 	for _, r := range rs {
 		if !r.verified {
 			continue
@@ -493,7 +540,7 @@ func report(out io.Writer, o options, args []string, total, same, nLearn, nMeasu
 		if t == 0 {
 			t = r.start
 		}
-		fmt.Fprintf(out, "| %.2f | %d / %d / %d | %s | %s [%s, %s], %d | %s | %.3f | %d, %d, %d |\n", r.start, l.hits[1], l.hits[0], l.otherHits,
+		fmt.Fprintf(out, "| %.2f | %s | %d / %d / %d | %s | %s [%s, %s], %d | %s | %.3f | %d, %d, %d |\n", r.start, r.mode, l.hits[1], l.hits[0], l.otherHits,
 			pct(w), pct(s.FalseHitRate.Estimate), pct(s.FalseHitRate.Lower), pct(s.FalseHitRate.Upper), s.FalseHitRate.Samples, in, t,
 			s.Calls, s.Failures, s.Dropped)
 	}
