@@ -139,22 +139,38 @@ func (h *Handler) cacheStats(ctx *fasthttp.RequestCtx) {
 	reply.JSON(ctx, 200, st)
 }
 
-func (h *Handler) getEntry(ctx *fasthttp.RequestCtx, id string) {
+// entryCache is the cache's operations for a request on entry id, or nil
+// with the error written (the cache is off, or id is not an entry id).
+func (h *Handler) entryCache(ctx *fasthttp.RequestCtx, id string) CacheOps {
 	c := h.cache(ctx)
-	if c == nil {
-		return
-	}
-	if id == "" || len(id) > 64 {
+	if c != nil && (id == "" || len(id) > 64) {
 		reply.Error(ctx, adapters.BadRequest("id", "an entry id is required"))
-		return
+		return nil
 	}
-	e, err := c.Get(context.Background(), id)
+	return c
+}
+
+// entryError writes the error of an operation on entry id; false when
+// there is none.
+func entryError(ctx *fasthttp.RequestCtx, id string, err error) bool {
 	switch {
 	case errors.Is(err, cache.ErrNotFound):
 		reply.Error(ctx, errEntryNotFound(id))
-		return
 	case err != nil:
 		reply.Error(ctx, errStoreUnavailable(err))
+	default:
+		return false
+	}
+	return true
+}
+
+func (h *Handler) getEntry(ctx *fasthttp.RequestCtx, id string) {
+	c := h.entryCache(ctx, id)
+	if c == nil {
+		return
+	}
+	e, err := c.Get(context.Background(), id)
+	if entryError(ctx, id, err) {
 		return
 	}
 	v := EntryView{ID: e.ID, Namespace: e.Namespace, Model: e.Model, Endpoint: e.Endpoint, Created: e.Created,
@@ -168,24 +184,12 @@ func (h *Handler) getEntry(ctx *fasthttp.RequestCtx, id string) {
 }
 
 func (h *Handler) deleteEntry(ctx *fasthttp.RequestCtx, id string) {
-	c := h.cache(ctx)
-	if c == nil {
+	c := h.entryCache(ctx, id)
+	if c == nil || entryError(ctx, id, c.Forget(context.Background(), id)) {
 		return
 	}
-	if id == "" || len(id) > 64 {
-		reply.Error(ctx, adapters.BadRequest("id", "an entry id is required"))
-		return
-	}
-	err := c.Forget(context.Background(), id)
-	switch {
-	case errors.Is(err, cache.ErrNotFound):
-		reply.Error(ctx, errEntryNotFound(id))
-	case err != nil:
-		reply.Error(ctx, errStoreUnavailable(err))
-	default:
-		h.log.Info("cache entry deleted", "entry", id)
-		reply.JSON(ctx, 200, map[string]any{"deleted": id})
-	}
+	h.log.Info("cache entry deleted", "entry", id)
+	reply.JSON(ctx, 200, map[string]any{"deleted": id})
 }
 
 func (h *Handler) purge(ctx *fasthttp.RequestCtx) {
