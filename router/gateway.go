@@ -149,7 +149,8 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	if v := cfg.Cache.Semantic.Verify; g.store != nil && g.embedder != nil && cfg.Cache.Semantic.Enabled && v.Enabled() {
 		var shared *sharedEvidence
 		if g.verifyRedis != nil {
-			shared = &sharedEvidence{rdb: g.verifyRedis, prefix: cfg.Redis.KeyPrefix + "v:", timeout: cfg.Cache.Writes.Timeout.D()}
+			shared = &sharedEvidence{rdb: g.verifyRedis, prefix: cfg.Redis.KeyPrefix + "v:", timeout: cfg.Cache.Writes.Timeout.D(),
+				ttl: max(cfg.Cache.TTL.D(), cfg.Cache.MaxTTL.D())}
 		}
 		g.verify = newVerifier(g, v, set, g.log, shared)
 	}

@@ -386,11 +386,14 @@ func (v *verifier) sync(ctx context.Context) {
 		}
 		thr, wrong, err := v.shared.load(ctx)
 		if err != nil {
-			if ctx.Err() == nil {
-				v.sharedErrs.Inc()
-				v.log.Warn("verify-shared", msgSharedDown, "error", err.Error())
+			if ctx.Err() != nil {
+				continue
 			}
-			continue
+			v.sharedErrs.Inc()
+			v.log.Warn("verify-shared", msgSharedDown, "error", err.Error())
+			if !errors.Is(err, errTooManyWrong) {
+				continue
+			}
 		}
 		v.mu.Lock()
 		for k, t := range thr {

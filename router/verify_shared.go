@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -28,7 +29,12 @@ type sharedEvidence struct {
 	rdb     redis.UniversalClient
 	prefix  string
 	timeout time.Duration
+	ttl     time.Duration // of the wrong hash after its last write: an entry lives no longer (cache.ttl)
 }
+
+// errTooManyWrong: the shared entries judged wrong are not read (the
+// thresholds are).
+var errTooManyWrong = errors.New("shared wrong entries not read")
 
 // maxSharedEvidence is the evidence a scope keeps in Redis: as in memory.
 const maxSharedEvidence = 4096
@@ -61,6 +67,7 @@ func (s *sharedEvidence) record(ctx context.Context, a audit, wrong bool) (ev ca
 	extra.SAdd(ctx, s.prefix+"scopes", scope)
 	if wrong {
 		extra.HSet(ctx, s.prefix+"wrong", a.entry, strconv.FormatFloat(float64(a.similarity), 'f', 5, 32))
+		extra.Expire(ctx, s.prefix+"wrong", s.ttl)
 	}
 	got := extra.Get(ctx, s.prefix+"thr:"+scope)
 	if _, err := extra.Exec(ctx); err != nil && err != redis.Nil {
@@ -111,7 +118,10 @@ func (s *sharedEvidence) load(ctx context.Context) (map[[2]string]float64, map[s
 		}
 	}
 	wrong := map[string]float32{}
-	if n.Val() > 0 && n.Val() <= maxWrongEntries {
+	if n.Val() > maxWrongEntries {
+		return thr, nil, fmt.Errorf("%w: %d entries judged wrong, more than %d", errTooManyWrong, n.Val(), maxWrongEntries)
+	}
+	if n.Val() > 0 {
 		all, err := s.rdb.HGetAll(ctx, s.prefix+"wrong").Result()
 		if err != nil {
 			return nil, nil, fmt.Errorf("shared wrong entries: %w", err)
