@@ -21,6 +21,14 @@ var (
 	resultLabels  = [numResults]string{"", "hit_exact", "hit_semantic", "miss", "bypass"}
 )
 
+// resultHeaderBytes are resultHeaders as bytes, for SetCanonical.
+var resultHeaderBytes = func() (b [numResults][]byte) {
+	for i, h := range resultHeaders {
+		b[i] = []byte(h)
+	}
+	return b
+}()
+
 // header is the X-Cache value ("" for resultNone: no header).
 func (r cacheResult) header() string { return resultHeaders[r] }
 
@@ -70,8 +78,8 @@ var headerCacheEntry = []byte("X-Cache-Entry")
 // (finish), so the three always agree.
 func (x *exchange) setCache(h *fasthttp.ResponseHeader, o cacheOutcome, entry string) {
 	x.cache = o
-	if v := o.result.header(); v != "" {
-		h.SetCanonical(headerCache, []byte(v))
+	if o.result != resultNone {
+		h.SetCanonical(headerCache, resultHeaderBytes[o.result])
 	}
 	if entry != "" {
 		h.SetCanonical(headerCacheEntry, []byte(entry))
