@@ -147,10 +147,10 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		g.hot = newHotTracker(cfg.Warm.HotEntries)
 	}
 	if v := cfg.Cache.Semantic.Verify; g.store != nil && g.embedder != nil && cfg.Cache.Semantic.Enabled && v.Enabled() {
-		var shared *sharedEvidence
+		var shared *cache.SharedEvidence
 		if g.verifyRedis != nil {
-			shared = &sharedEvidence{rdb: g.verifyRedis, prefix: cfg.Redis.KeyPrefix + "v:", timeout: cfg.Cache.Writes.Timeout.D(),
-				ttl: max(cfg.Cache.TTL.D(), cfg.Cache.MaxTTL.D())}
+			shared = &cache.SharedEvidence{Redis: g.verifyRedis, Prefix: cfg.Redis.KeyPrefix + "v:", Timeout: cfg.Cache.Writes.Timeout.D(),
+				TTL: max(cfg.Cache.TTL.D(), cfg.Cache.MaxTTL.D())}
 		}
 		g.verify = newVerifier(g, v, set, g.log, shared)
 	}

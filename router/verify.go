@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,15 +49,10 @@ type verifier struct {
 	verdict map[[2]string]*metrics.Counter // kind, verdict
 	dropped *metrics.Counter
 
-	shared     *sharedEvidence // nil: this replica learns alone
+	shared     *cache.SharedEvidence // nil: this replica learns alone
 	sharedErrs *metrics.Counter
 
-	// The evidence per tenant and model (judged similarities), the
-	// thresholds it moved, and the entries judged wrong: each with the
-	// highest similarity at which it was.
-	mu     sync.Mutex
-	scopes map[[2]string]*scope
-	wrong  map[string]float32
+	learner *cache.Learner // the evidence, the thresholds it moved, the entries judged wrong
 
 	calls, failures atomic.Int64
 	lastErr         atomic.Pointer[string]
@@ -68,11 +62,11 @@ type verifier struct {
 // judgeWorkers is how many judge calls may be in flight at once.
 const judgeWorkers = 4
 
-func newVerifier(g *Gateway, cfg cache.VerifyConfig, set *metrics.Set, log *slog.Logger, shared *sharedEvidence) *verifier {
+func newVerifier(g *Gateway, cfg cache.VerifyConfig, set *metrics.Set, log *slog.Logger, shared *cache.SharedEvidence) *verifier {
 	v := &verifier{g: g, cfg: cfg, queue: make(chan audit, cfg.Queue),
 		rate: admission.NewBucket(cfg.MaxJudgeRPS, max(1, cfg.MaxJudgeRPS)),
 		log:  telemetry.NewRateLog(log, 10*time.Second), verdict: map[[2]string]*metrics.Counter{},
-		scopes: map[[2]string]*scope{}, wrong: map[string]float32{}, shared: shared}
+		learner: cache.NewLearner(cfg), shared: shared}
 	for _, kind := range []string{"audit", "near_miss"} {
 		for _, vd := range []string{"yes", "no", "unsure", "error"} {
 			v.verdict[[2]string{kind, vd}] = set.NewCounter(`frontdoor_cache_verify_total{kind="` + kind + `",verdict="` + vd + `"}`)
@@ -265,111 +259,60 @@ func (v *verifier) greyZone() float32 {
 }
 
 // refused reports whether entry was judged wrong for a question at
-// similarity sim or closer: it is never served at or below that.
+// similarity sim or closer (cache.Learner.Refused).
 func (v *verifier) refused(entry string, sim float32) bool {
-	if v == nil {
-		return false
-	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	s, ok := v.wrong[entry]
-	return ok && sim <= s
+	return v != nil && v.learner.Refused(entry, sim)
 }
 
 // threshold is the semantic threshold of tenant and model: configured
-// until the evidence has moved it (target_false_hit_rate set).
+// until the evidence has moved it.
 func (v *verifier) threshold(tenant, model string, configured float64) float64 {
-	if v == nil || v.cfg.TargetFalseHitRate == 0 {
+	if v == nil {
 		return configured
 	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if e := v.scopes[[2]string{tenant, model}]; e != nil && e.moved {
-		return e.threshold
-	}
-	return configured
-}
-
-// scope is a tenant and model's evidence and the threshold it has moved
-// (moved false: the configured one applies).
-type scope struct {
-	evidence  cache.Evidence
-	threshold float64
-	moved     bool
+	return v.learner.Threshold(tenant, model, configured)
 }
 
 // learn records a verdict as evidence, remembers an entry judged wrong,
-// and moves the scope's threshold.
+// and moves the scope's threshold; with Redis, with the other replicas.
 func (v *verifier) learn(a audit, vd cache.Verdict) {
 	if vd == cache.VerdictUnsure {
 		return
 	}
 	wrong := vd == cache.VerdictNo
-	// With Redis, the evidence and the threshold are the replicas'
-	// together; the network call is made outside the lock.
-	var (
-		shared         cache.Evidence
-		sharedThr      float64
-		sharedOK, have bool
-	)
+	var shared *cache.Shared
 	if v.shared != nil {
 		var err error
-		if shared, sharedThr, sharedOK, err = v.shared.record(context.Background(), a, wrong); err != nil {
+		if shared, err = v.shared.Record(context.Background(), a.tenant, a.model, a.entry, a.similarity, wrong); err != nil {
 			v.sharedErrs.Inc()
 			v.log.Warn("verify-shared", msgSharedDown, "error", err.Error())
-		} else {
-			have = true
 		}
 	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if wrong {
-		if len(v.wrong) >= maxWrongEntries {
-			for k := range v.wrong { // forget one at random
-				delete(v.wrong, k)
-				break
-			}
-		}
-		v.wrong[a.entry] = max(v.wrong[a.entry], a.similarity)
+	var tc Tenant
+	if t := v.g.rt.Load().tenants.byName[a.tenant]; t != nil {
+		tc = t.cfg
 	}
-	key := [2]string{a.tenant, a.model}
-	e := v.scopes[key]
-	if e == nil {
-		e = &scope{}
-		v.scopes[key] = e
-	}
-	if have {
-		e.evidence = shared
-		if sharedOK {
-			e.threshold, e.moved = sharedThr, true
-		}
-	} else {
-		e.evidence.Add(a.similarity, wrong)
-	}
-	if v.cfg.TargetFalseHitRate == 0 {
+	from, to, set := v.learner.Learn(a.tenant, a.model, a.entry, a.similarity, wrong,
+		semanticThreshold(v.g.conf().Cache.Semantic, tc, a.model), shared)
+	if !set {
 		return
 	}
-	if !e.moved {
-		var tc Tenant
-		if t := v.g.rt.Load().tenants.byName[a.tenant]; t != nil {
-			tc = t.cfg
-		}
-		e.threshold = semanticThreshold(v.g.conf().Cache.Semantic, tc, a.model)
-	}
-	next := e.evidence.NextThreshold(v.cfg, e.threshold)
-	if next != e.threshold {
+	if to != from {
 		v.g.log.Info("cache verify: semantic threshold moved", "tenant", a.tenant, "model", a.model,
-			"from", round3(e.threshold), "to", round3(next), "evidence", e.evidence.Len())
+			"from", round3(from), "to", round3(to))
 		v.evid.Moved(a.tenant, a.model)
 	}
-	if have && (next != e.threshold || !sharedOK) {
-		if err := v.shared.setThreshold(context.Background(), a.tenant, a.model, next); err != nil {
+	if shared != nil && (to != from || !shared.HasThreshold) {
+		if err := v.shared.SetThreshold(context.Background(), a.tenant, a.model, to); err != nil {
 			v.sharedErrs.Inc()
 			v.log.Warn("verify-shared", msgSharedDown, "error", err.Error())
 		}
 	}
-	e.threshold, e.moved = next, true
 }
+
+// verifySyncEvery is how often a replica reads the shared thresholds and
+// entries judged wrong.
+const verifySyncEvery = time.Second
 
 const msgSharedDown = "cache verify: the shared evidence in Redis is unavailable; this replica learns alone"
 
@@ -384,49 +327,28 @@ func (v *verifier) sync(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		thr, wrong, err := v.shared.load(ctx)
+		thr, wrong, err := v.shared.Load(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				continue
 			}
 			v.sharedErrs.Inc()
 			v.log.Warn("verify-shared", msgSharedDown, "error", err.Error())
-			if !errors.Is(err, errTooManyWrong) {
+			if !errors.Is(err, cache.ErrTooManyWrong) {
 				continue
 			}
 		}
-		v.mu.Lock()
-		for k, t := range thr {
-			e := v.scopes[k]
-			if e == nil {
-				e = &scope{}
-				v.scopes[k] = e
-			}
-			e.threshold, e.moved = t, true
-		}
-		for id, sim := range wrong {
-			v.wrong[id] = max(v.wrong[id], sim)
-		}
-		v.mu.Unlock()
+		v.learner.Merge(thr, wrong)
 	}
 }
-
-// maxWrongEntries bounds the memory of entries judged wrong.
-const maxWrongEntries = 100_000
 
 func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
 
 // thresholds lists the scopes' thresholds for /status.
 func (v *verifier) thresholds() []admin.VerifyThreshold {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	out := make([]admin.VerifyThreshold, 0, len(v.scopes))
-	for k, e := range v.scopes {
-		t := admin.VerifyThreshold{Tenant: k[0], Model: k[1], Samples: e.evidence.Len()}
-		if e.moved {
-			t.Threshold = round3(e.threshold)
-		}
-		out = append(out, t)
+	var out []admin.VerifyThreshold
+	for _, t := range v.learner.Thresholds() {
+		out = append(out, admin.VerifyThreshold(t))
 	}
 	return out
 }
