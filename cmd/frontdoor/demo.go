@@ -7,7 +7,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -164,7 +166,32 @@ func demoAdminListen(listen string) string {
 	return "127.0.0.1:" + strconv.Itoa(p+1)
 }
 
+// selfCommand is how to run this program again from a shell: "go run
+// ./cmd/frontdoor" under go run (the binary is in a temporary build
+// folder), "frontdoor" when that is what PATH finds, else the path it was
+// started as.
+func selfCommand() string {
+	exe, err := os.Executable()
+	if err != nil || strings.Contains(exe, string(os.PathSeparator)+"go-build") {
+		return "go run ./cmd/frontdoor"
+	}
+	if p, err := exec.LookPath("frontdoor"); err == nil {
+		if a, b := realPath(p), realPath(exe); a == b {
+			return "frontdoor"
+		}
+	}
+	return os.Args[0]
+}
+
+func realPath(p string) string {
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	return p
+}
+
 func banner(addr, admin string, cfg router.Config, qwenURL, embedder string) string {
+	self := selfCommand()
 	_, port, _ := net.SplitHostPort(addr)
 	base := "http://127.0.0.1:" + port
 	adminBase := "http://" + admin
@@ -195,9 +222,9 @@ Try it (ask twice, or reworded, to see X-Cache: hit-exact / hit-semantic):
 Warm the cache (prompts go through the gateway; answered pairs are imported,
 which is an admin call):
 
-  frontdoor warm deploy/examples/hot-prompts.txt --target %[1]s --model qwen3-8b
-  frontdoor warm deploy/examples/faq.jsonl --target %[6]s
-  frontdoor cache export --target %[6]s --top 100 --out hot.jsonl
+  %[7]s warm deploy/examples/hot-prompts.txt --target %[1]s --model qwen3-8b
+  %[7]s warm deploy/examples/faq.jsonl --target %[6]s
+  %[7]s cache export --target %[6]s --top 100 --out hot.jsonl
 
-`, base, cfg.Nodes[0].URL, cfg.Nodes[1].URL, qwenURL, embedder, adminBase)
+`, base, cfg.Nodes[0].URL, cfg.Nodes[1].URL, qwenURL, embedder, adminBase, self)
 }
