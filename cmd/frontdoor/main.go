@@ -132,9 +132,6 @@ func cmdCheckConfig(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
-	if _, err := router.AdminToken(cfg.Admin); err != nil {
-		problems = append(problems, err.Error())
-	}
 	for _, w := range warnings {
 		fmt.Fprintln(stderr, "warning: "+w)
 	}
@@ -155,13 +152,19 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return 2
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return serveFile(ctx, path, stderr)
+}
+
+// serveFile is serve --config path until ctx ends: the exit code, with
+// what refused the config or stopped the gateway on stderr.
+func serveFile(ctx context.Context, path string, stderr io.Writer) int {
 	cfg, err := router.Load(path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	if err := serve(ctx, cfg, path, stderr, nil); err != nil {
 		fmt.Fprintln(stderr, "frontdoor:", err)
 		return 1

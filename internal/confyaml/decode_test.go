@@ -68,9 +68,11 @@ extra: 1
 	}
 }
 
+// A syntax error is incomplete, and named at the line of the fault (the
+// item's key indented wrong), not where its list began.
 func TestDecodeSyntaxErrorIsIncomplete(t *testing.T) {
 	problems, complete, _ := decode(t, "nodes:\n  - name: a\n   url: x\n")
-	if complete || len(problems) != 1 || problems[0] != "yaml: line 1: did not find expected '-' indicator" {
+	if complete || len(problems) != 1 || problems[0] != "yaml: line 3: did not find expected '-' indicator" {
 		t.Fatalf("complete %v, problems %q", complete, problems)
 	}
 }
