@@ -1,6 +1,7 @@
 package confyaml
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 )
@@ -124,5 +125,16 @@ func TestNearest(t *testing.T) {
 		if d := editDistance(tc.a, tc.b); d != tc.d {
 			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, d, tc.d)
 		}
+	}
+}
+
+func TestSchemaAndDocKeys(t *testing.T) {
+	want := []string{"listen", "nodes", "nodes[].name", "nodes[].models", "nodes[].max_concurrency", "index", "index.list_size", "index.probes", "ratio", "on"}
+	if got := SchemaKeys(reflect.TypeFor[schema]()); !slices.Equal(got, want) {
+		t.Fatalf("SchemaKeys = %q, want %q", got, want)
+	}
+	got, err := DocKeys([]byte("listen: x\nnodes:\n  - {name: a}\n  - {name: b, models: [m]}\nindex: {probes: 2}\n"))
+	if err != nil || !slices.Equal(got, []string{"listen", "nodes", "nodes[].name", "nodes[].models", "index", "index.probes"}) {
+		t.Fatalf("DocKeys = %q, %v", got, err)
 	}
 }
