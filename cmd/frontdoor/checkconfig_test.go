@@ -73,6 +73,7 @@ var badConfigs = []struct{ name, body, want string }{
 	{"cache.ttl", "cache: {ttl: 0s}\n", "cache.ttl: must be > 0"},
 	{"cache.local_index", "cache: {local_index: {list_size: 2}}\n", "cache.local_index.list_size must be within"},
 	{"cache.semantic.threshold", "cache: {semantic: {threshold: 1.5}}\n", "cache.semantic.threshold: must be in (0, 1]"},
+	{"cache.semantic.guards.max_length_ratio", "cache: {semantic: {guards: {max_length_ratio: 0.5}}}\n", "cache.semantic.guards.max_length_ratio: must be >= 1"},
 	{"cache.semantic.verify", "cache: {semantic: {verify: {audit_rate: 2}}}\n", "cache.semantic.verify.audit_rate: must be between 0 and 1"},
 	{"cache.embedder", "cache: {semantic: {enabled: true}, embedder: {kind: word2vec}}\n", "cache.embedder.kind:"},
 	{"cache.eligibility", "cache: {eligibility: {max_temperature: 3}}\n", "cache.eligibility.max_temperature: must be between 0 and 2"},
