@@ -2,6 +2,7 @@ package gpusim
 
 import (
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 )
@@ -41,6 +42,23 @@ type simAnswer struct {
 	} `json:"usage"`
 }
 
+// streamChunks decodes every chunk of an SSE body up to [DONE].
+func streamChunks(t *testing.T, r io.Reader) []simAnswer {
+	t.Helper()
+	var out []simAnswer
+	for _, ev := range sseEvents(t, r) {
+		if ev == "[DONE]" {
+			break
+		}
+		var chunk simAnswer
+		if err := json.Unmarshal([]byte(ev), &chunk); err != nil {
+			t.Fatalf("chunk %q: %v", ev, err)
+		}
+		out = append(out, chunk)
+	}
+	return out
+}
+
 const toolsJSON = `"tools":[{"type":"function","function":{"name":"search","parameters":{"type":"object"}}},{"type":"function","function":{"name":"weather","parameters":{"type":"object"}}}]`
 
 // n asks for n choices, streamed and not: choice 0 is what n 1 says, the
@@ -72,14 +90,7 @@ func TestNChoices(t *testing.T) {
 	defer cancel()
 	texts := make([]string, 3)
 	finishes, usage := 0, 0
-	for _, ev := range sseEvents(t, resp.Body) {
-		if ev == "[DONE]" {
-			continue
-		}
-		var chunk simAnswer
-		if err := json.Unmarshal([]byte(ev), &chunk); err != nil {
-			t.Fatalf("chunk %q: %v", ev, err)
-		}
+	for _, chunk := range streamChunks(t, resp.Body) {
 		if chunk.Usage != nil {
 			usage = chunk.Usage.Completion
 		}
@@ -127,14 +138,7 @@ func TestToolCalls(t *testing.T) {
 		// arguments; they assemble to the unary call.
 		resp, cancel := openStream(t, c, url, body+`,"stream":true}`)
 		var id, fn, argsStreamed, finish string
-		for _, ev := range sseEvents(t, resp.Body) {
-			if ev == "[DONE]" {
-				continue
-			}
-			var chunk simAnswer
-			if err := json.Unmarshal([]byte(ev), &chunk); err != nil {
-				t.Fatalf("chunk %q: %v", ev, err)
-			}
+		for _, chunk := range streamChunks(t, resp.Body) {
 			for _, ch := range chunk.Choices {
 				for _, tc := range ch.Delta.ToolCalls {
 					id += tc.ID
@@ -142,7 +146,7 @@ func TestToolCalls(t *testing.T) {
 					argsStreamed += tc.Function.Arguments
 				}
 				if ch.Delta.Content != "" {
-					t.Fatalf("content in a tool call stream: %q", ev)
+					t.Fatalf("content in a tool call stream: %+v", chunk)
 				}
 				if ch.Finish != nil {
 					finish = *ch.Finish
