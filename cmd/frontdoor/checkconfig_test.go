@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -166,6 +167,28 @@ func TestCheckConfigSyntaxErrorLine(t *testing.T) {
 		var out, errOut bytes.Buffer
 		if code := run([]string{"check-config", "--config", path}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), tc.want) {
 			t.Errorf("%q: exit %d, want %q in:\n%s", tc.doc, code, tc.want, errOut.String())
+		}
+	}
+}
+
+// Every key router/config_validate.go reports a problem under has a case
+// in badConfigs, so that a new check cannot skip the walk above.
+func TestBadConfigsCoverEveryCheck(t *testing.T) {
+	src, err := os.ReadFile("../../router/config_validate.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := regexp.MustCompile(`ps\.add\((?:fmt\.Sprintf\()?"([a-z0-9_]+)|add\("([a-z0-9_.]+):`).FindAllSubmatch(src, -1)
+	if len(keys) < 20 {
+		t.Fatalf("found %d checks: the pattern no longer matches the source", len(keys))
+	}
+	for _, k := range keys {
+		key := string(k[1]) + string(k[2])
+		named := regexp.MustCompile(`(^|\.)` + regexp.QuoteMeta(key) + `[:\[.]`) // the key itself, not a longer one ending in it
+		if !slices.ContainsFunc(badConfigs, func(c struct{ name, body, want string }) bool {
+			return named.MatchString(c.want)
+		}) {
+			t.Errorf("no bad config exercises the check of %q", key)
 		}
 	}
 }
