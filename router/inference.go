@@ -94,6 +94,8 @@ func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
 	}
 	as.End()
 	x.pass = pass
+	q, limited := pass.Quota()
+	setRateLimit(&ctx.Response.Header, "requests", q, limited)
 	if !isJSON(ctx.Request.Header.ContentType()) {
 		g.writeError(ctx, errUnsupportedMediaType(ctx.Request.Header.ContentType()))
 		return false
@@ -198,6 +200,8 @@ func (g *Gateway) admitMiss(ctx *fasthttp.RequestCtx, x *exchange) bool {
 	}
 	as.End()
 	x.charge = charge
+	q, limited := charge.Quota()
+	setRateLimit(&ctx.Response.Header, "tokens", q, limited)
 	return true
 }
 

@@ -24,18 +24,30 @@ import (
 // demoAPIKey is the simulated DashScope's key; it never leaves this process.
 const demoAPIKey = "sk-demo-dashscope"
 
+// demoFlags are frontdoor demo's flags; the top-level usage lists them.
+type demoFlags struct {
+	listen, adminListen, warmFile, embedder string
+	ttft, itl                               time.Duration
+}
+
+func newDemoFlags(stderr io.Writer) (*flag.FlagSet, *demoFlags) {
+	var f demoFlags
+	fs := newFlags("demo", "demo [flags]", stderr)
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "gateway listen address (loopback by default; :8080 listens on every interface)")
+	fs.StringVar(&f.adminListen, "admin-listen", "", "admin listener, trusted with no token (default: 127.0.0.1 and the port after --listen's)")
+	fs.DurationVar(&f.ttft, "ttft", 150*time.Millisecond, "simulated time to first token")
+	fs.DurationVar(&f.itl, "itl", 25*time.Millisecond, "simulated time between tokens")
+	fs.StringVar(&f.warmFile, "warm", "", "warm the cache from this file at start (any frontdoor warm format; plain text uses qwen3-8b)")
+	fs.StringVar(&f.embedder, "embedder", "local", "semantic cache embedder: local (in process) or remote (an OpenAI-compatible /v1/embeddings, simulated)")
+	return fs, &f
+}
+
 func cmdDemo(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	listen := fs.String("listen", ":8080", "gateway listen address")
-	adminListen := fs.String("admin-listen", "", "admin listener, trusted with no token (default: 127.0.0.1 and the port after --listen's)")
-	ttft := fs.Duration("ttft", 150*time.Millisecond, "simulated time to first token")
-	itl := fs.Duration("itl", 25*time.Millisecond, "simulated time between tokens")
-	warmFile := fs.String("warm", "", "warm the cache from this file at start (any frontdoor warm format; plain text uses qwen3-8b)")
-	embedder := fs.String("embedder", "local", "semantic cache embedder: local (in process) or remote (an OpenAI-compatible /v1/embeddings, simulated)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	fs, f := newDemoFlags(stderr)
+	if code, done := parseFlags(fs, stdout, func() error { return fs.Parse(args) }); done {
+		return code
 	}
+	listen, adminListen, ttft, itl, warmFile, embedder := &f.listen, &f.adminListen, &f.ttft, &f.itl, &f.warmFile, &f.embedder
 	if *embedder != "local" && *embedder != "remote" {
 		fmt.Fprintln(stderr, "frontdoor demo: --embedder must be local or remote")
 		return 2
@@ -192,8 +204,11 @@ func realPath(p string) string {
 
 func banner(addr, admin string, cfg router.Config, qwenURL, embedder string) string {
 	self := selfCommand()
-	_, port, _ := net.SplitHostPort(addr)
-	base := "http://127.0.0.1:" + port
+	host, port, _ := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1" // every interface: loopback is one of them
+	}
+	base := "http://" + net.JoinHostPort(host, port)
 	adminBase := "http://" + admin
 	return fmt.Sprintf(`
 frontdoor demo is running (Ctrl-C stops everything)

@@ -33,6 +33,8 @@ type job struct {
 	verdict      verdict // a judge request's answer (n is 1); verdictNone otherwise
 	model        string  // one of cfg.Models
 	n            int     // content tokens to generate
+	choices      int     // n of the request: choices to generate (1 on the fast path)
+	tool         string  // the function a chat answer calls ("": text); see readChoices
 	reasoning    int     // DashScope reasoning tokens (streams only)
 	promptTokens int
 	blocks       []uint64      // cumulative prompt block hashes (prefix cache on)
@@ -213,6 +215,10 @@ func (j *job) appendHead(dst []byte, object string) []byte {
 
 // runUnary generates a non-streaming response inside the handler.
 func (j *job) runUnary(ctx *fasthttp.RequestCtx) {
+	if !j.plain() {
+		j.runUnaryChoices(ctx)
+		return
+	}
 	s := j.s
 	err := j.acquire()
 	if err == nil && j.hang {
@@ -281,8 +287,10 @@ func (j *job) runStream(w *bufio.Writer) {
 	if err == nil && j.hang {
 		err = j.hangWait()
 	}
-	if err == nil {
+	if err == nil && j.plain() {
 		err = j.streamTokens(w)
+	} else if err == nil {
+		err = j.streamChoices(w)
 	}
 	j.end(err)
 }

@@ -159,6 +159,7 @@ func (s *Server) generate(ctx *fasthttp.RequestCtx, now time.Time, chat bool) {
 	if j.stream {
 		j.includeUsage = v.GetBool("stream_options", "include_usage")
 	}
+	j.readChoices(v)
 	if s.cfg.Kind == KindDashScope && chat {
 		et := v.Get("enable_thinking")
 		thinkingOff := et != nil && et.Type() == fastjson.TypeFalse
@@ -166,7 +167,7 @@ func (s *Server) generate(ctx *fasthttp.RequestCtx, now time.Time, chat bool) {
 			s.reject(ctx, errThinking, "")
 			return
 		}
-		if j.stream && !thinkingOff {
+		if j.stream && !thinkingOff && j.plain() {
 			j.reasoning = reasoningCount(j.hash)
 		}
 	}
