@@ -122,6 +122,19 @@ func (m *MemoryStore) Get(ctx context.Context, key string) (*Entry, error) {
 	return e, nil
 }
 
+// GetMany is Get for each key, nil where there is no live entry.
+func (m *MemoryStore) GetMany(ctx context.Context, keys []string) ([]*Entry, error) {
+	out := make([]*Entry, len(keys))
+	for i, k := range keys {
+		e, err := m.Get(ctx, k)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+		out[i] = e
+	}
+	return out, nil
+}
+
 // Put stores e under e.ExactKey (when not empty) and, when vec is not nil,
 // indexes it for Search in e.Scope; it replaces an entry with the same exact
 // key or id. A ttl <= 0 never expires. An empty e.ID is set to NewEntryID().
