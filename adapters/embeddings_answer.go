@@ -55,7 +55,10 @@ func ParseEmbeddingsAnswer(body []byte, n int) (*EmbeddingsAnswer, error) {
 	seen := make([]bool, n)
 	for _, item := range data {
 		idx := item.Get("index")
-		i, err := idx.Int() // a nil idx is an error too
+		if idx == nil {
+			return nil, fmt.Errorf("%w: an embedding without an index", ErrEmbeddingsAnswer)
+		}
+		i, err := idx.Int()
 		if err != nil || i < 0 || i >= n || seen[i] {
 			return nil, fmt.Errorf("%w: a missing, repeated or out of range index", ErrEmbeddingsAnswer)
 		}
