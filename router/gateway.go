@@ -83,6 +83,7 @@ type Gateway struct {
 	embedder      embed.Embedder
 	flights       flightGroup
 	cm            *cacheMetrics
+	emb           *embeddingMetrics
 	spillInflight atomic.Int64
 	adm           *admission.Admitter
 	ownAdm        bool
@@ -140,6 +141,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		}
 	}
 	g.cm = newCacheMetrics(set)
+	g.emb = newEmbeddingMetrics(set)
 	if err := g.buildCache(deps, set); err != nil {
 		return nil, err
 	}

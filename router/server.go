@@ -38,6 +38,8 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		g.serveInference(ctx, adapters.EndpointChat, id)
 	case "/v1/completions":
 		g.serveInference(ctx, adapters.EndpointCompletion, id)
+	case "/v1/embeddings":
+		g.serveEmbeddings(ctx, id)
 	case "/v1/models":
 		if g.onlyMethod(ctx, fasthttp.MethodGet) {
 			ctx.SetContentType("application/json")
