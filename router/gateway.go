@@ -54,7 +54,6 @@ type liveConfig struct {
 	admin       *admin.Guard
 	spill       *spillover
 	maxModelLen map[string]int // model -> smallest declared context window
-	models      []byte         // GET /v1/models body
 }
 
 // Gateway is the frontdoor server.
