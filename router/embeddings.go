@@ -47,8 +47,7 @@ func newEmbeddingMetrics(set *metrics.Set) *embeddingMetrics {
 }
 
 func (g *Gateway) serveEmbeddings(ctx *fasthttp.RequestCtx, id string) {
-	x := &exchange{start: time.Now(), id: id, endpoint: adapters.EndpointEmbeddings}
-	x.obs = g.tracer.StartRequest(&ctx.Request.Header, x.endpoint, id, ctx.Path(), x.start)
+	x := g.newExchange(ctx, adapters.EndpointEmbeddings, id)
 	defer func() { g.finish(ctx, x, recover()) }()
 	if !g.enter(ctx, x, true) {
 		return

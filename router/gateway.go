@@ -83,6 +83,7 @@ type Gateway struct {
 	flights       flightGroup
 	cm            *cacheMetrics
 	emb           *embeddingMetrics
+	passthroughs  passthroughCounters
 	spillInflight atomic.Int64
 	adm           *admission.Admitter
 	ownAdm        bool
@@ -141,6 +142,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	}
 	g.cm = newCacheMetrics(set)
 	g.emb = newEmbeddingMetrics(set)
+	g.passthroughs.set = set
 	if err := g.buildCache(deps, set); err != nil {
 		return nil, err
 	}

@@ -40,9 +40,16 @@ type exchange struct {
 	obs          *telemetry.Request       // the request's trace; nil (a no-op) when untraced
 }
 
-func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint, id string) {
+// newExchange starts a request's exchange with ep, traced when tracing is
+// on.
+func (g *Gateway) newExchange(ctx *fasthttp.RequestCtx, ep adapters.Endpoint, id string) *exchange {
 	x := &exchange{start: time.Now(), id: id, endpoint: ep}
 	x.obs = g.tracer.StartRequest(&ctx.Request.Header, ep, id, ctx.Path(), x.start)
+	return x
+}
+
+func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint, id string) {
+	x := g.newExchange(ctx, ep, id)
 	defer func() { g.finish(ctx, x, recover()) }()
 	ur, leader := g.prepare(ctx, x)
 	if leader != nil {

@@ -60,6 +60,10 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		if g.operator.Serve(ctx, g.rt.Load().admin) {
 			return
 		}
+		if p := g.passthroughPattern(string(ctx.Path())); p != "" {
+			g.servePassthrough(ctx, id, p)
+			return
+		}
 		g.writeError(ctx, errUnknownPath(string(ctx.Path())))
 	}
 }

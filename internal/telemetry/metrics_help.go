@@ -27,6 +27,7 @@ var metricHelp = map[string]string{
 	"frontdoor_transport_refusals_total":        "Requests refused at the HTTP layer with a close, by reason: framing (ambiguous length, Trailer header), trailers (fields after a chunked body), expect_too_large and expect_auth (answered instead of 100 Continue), admin_origin (the admin listener: a DNS name in Host, or a browser acting for another site).",
 	"frontdoor_tokens_total":                    "Tokens of answers, by tenant, kind (prompt, completion) and source (upstream, cache).",
 	"frontdoor_cache_requests_total":            "Cache outcomes of inference requests, by result (hit_exact, hit_semantic, miss, bypass, partial: an embeddings batch partly cached) and reason.",
+	"frontdoor_passthrough_requests_total":      "Requests to pass-through paths, by the passthrough.paths entry they fall under.",
 	"frontdoor_cache_embedding_inputs_total":    "Inputs of embeddings requests looked up in the cache, by result (hit, miss).",
 	"frontdoor_cache_errors_total":              "Cache store and embedder errors, by operation.",
 	"frontdoor_cache_guard_rejections_total":    "Semantic candidates refused by a guard (numbers, negation, order, entity).",
