@@ -253,14 +253,18 @@ func (g *Gateway) commitEmbeddings(ctx *fasthttp.RequestCtx, x *exchange, b *emb
 		g.writeError(ctx, a.backend.MapError(resp.Status, resp.Body))
 		return
 	}
-	ans, err := adapters.ParseEmbeddingsAnswer(resp.Body, len(b.send))
-	if err != nil {
-		g.badAnswer(x.id, x.upstream, fmt.Errorf("%w: %w", adapters.ErrMalformedAnswer, err))
-		if !b.whole { // the cached vectors have nothing to join
-			g.writeError(ctx, adapters.UpstreamError("upstream "+x.upstream+" failed: "+err.Error()))
-			return
+	var ans *adapters.EmbeddingsAnswer
+	if !b.whole || b.plan.store { // else nothing to store or join: the vectors need no reading
+		var err error
+		if ans, err = adapters.ParseEmbeddingsAnswer(resp.Body, len(b.send)); err != nil {
+			g.badAnswer(x.id, x.upstream, fmt.Errorf("%w: %w", adapters.ErrMalformedAnswer, err))
+			if !b.whole { // the cached vectors have nothing to join
+				g.writeError(ctx, adapters.UpstreamError("upstream "+x.upstream+" failed: "+err.Error()))
+				return
+			}
 		}
-		// The node's answer is the client's, as it is; it is not stored.
+	}
+	if ans == nil { // the node's answer is the client's, as it is, and is not stored
 		u, ok := adapters.ParseUsage(resp.Body)
 		g.settle(x, u, ok)
 		g.passOn(ctx, resp)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -254,7 +255,7 @@ func TestEmbeddingsBadInput(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		body, param string
-		status     int
+		status      int
 	}{
 		{`{"model":"bge-m3"}`, "input", 400},
 		{`{"input":"x"}`, "model", 400},
@@ -277,7 +278,7 @@ func TestEmbeddingsBadInput(t *testing.T) {
 		{`[1]`, "", 400},
 		{`{"model":`, "model", 400},
 		{embeddingsBody(many, ""), "input", 400},
-		{`{"model":"nope","input":"x"}`, "model", 404}, // globex may use any model
+		{`{"model":"nope","input":"x"}`, "model", 404},     // globex may use any model
 		{`{"model":"qwen3-8b","input":"x"}`, "model", 403}, // not in acme's allow-list
 	} {
 		key := "sk-acme"
@@ -368,5 +369,42 @@ func TestEmbeddingsTenantsHeadersAndRetries(t *testing.T) {
 		metricValue(t, m, `frontdoor_requests_total{endpoint="embeddings",code="200"}`) != 4 {
 		t.Errorf("metrics: retries %v, embeddings 200s %v", metricValue(t, m, `frontdoor_retries_total{reason="status_5xx"}`),
 			metricValue(t, m, `frontdoor_requests_total{endpoint="embeddings",code="200"}`))
+	}
+}
+
+// A node's embeddings answer that does not hold one vector per input sent
+// is counted and never stored: passed on as it is when it answers the
+// client's own body, a 502 when it should have filled a partly cached
+// batch.
+func TestEmbeddingsNodeAnswersBadly(t *testing.T) {
+	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		// One vector, whatever the batch.
+		_, _ = w.Write([]byte(`{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.5,0.25]}],"model":"m","usage":{"prompt_tokens":1,"total_tokens":1}}`))
+	}))
+	t.Cleanup(node.Close)
+	cfg := testConfig()
+	cfg.Nodes = []balancer.NodeConfig{{Name: "odd", URL: node.URL, Kind: "openai", Models: []string{"m"}, MaxConcurrency: 4, Weight: 1}}
+	cfg.Cache.Backend = "memory"
+	cfg.Balancer.Retries = 0
+	gw := startGateway(t, cfg)
+	if xc, _ := embedVia(t, gw.URL, `{"model":"m","input":"a"}`); xc != "miss" {
+		t.Fatalf("one input: %q", xc)
+	}
+	waitEntries(t, gw, 1)
+	resp, b := post(t, gw.URL+"/v1/embeddings", `{"model":"m","input":["a","b","c"]}`)
+	if resp.StatusCode != 502 || !strings.Contains(string(b), "upstream_error") {
+		t.Errorf("a partial batch the node answered short: %d %s, want 502", resp.StatusCode, b)
+	}
+	resp, b = post(t, gw.URL+"/v1/embeddings", `{"model":"m","input":["x","y"]}`)
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"embedding":[0.5,0.25]`) || resp.Header.Get("X-Cache") != "miss" {
+		t.Errorf("a whole batch the node answered short: %d %s, want its answer as it is", resp.StatusCode, b)
+	}
+	if v := metricValue(t, metricsText(t, gw), `frontdoor_upstream_bad_answers_total{reason="malformed"}`); v != 2 {
+		t.Errorf("bad answers counted: %v, want 2", v)
+	}
+	time.Sleep(100 * time.Millisecond) // a write-back would have landed by now
+	if st, _ := gw.store.Stats(context.Background()); st.Entries != 1 {
+		t.Errorf("%d entries stored, want 1: a bad answer was stored", st.Entries)
 	}
 }
