@@ -408,3 +408,36 @@ func TestEmbeddingsNodeAnswersBadly(t *testing.T) {
 		t.Errorf("%d entries stored, want 1: a bad answer was stored", st.Entries)
 	}
 }
+
+// The inputs sent to a node are charged against the tenant's token budget
+// (a batch larger than a minute's budget is refused at once); inputs
+// answered from the cache cost nothing. Requests show in the access log.
+func TestEmbeddingsAdmissionAndAccessLog(t *testing.T) {
+	gw, s := embeddingsGateway(t, "memory", func(c *Config) {
+		c.Tenants[0].TokensPerMinute, c.Tenants[0].RPS, c.Tenants[0].Burst = 40, 100, 100
+	})
+	acme := []string{"Authorization", "Bearer sk-acme"}
+	small := embeddingsBody([]string{"a short input"}, "")
+	if xc, _ := embedVia(t, gw.URL, small, acme...); xc != "miss" {
+		t.Fatalf("a small input: %q", xc)
+	}
+	long := embeddingsBody([]string{strings.Repeat("many words in a long input ", 20)}, "")
+	resp, b := post(t, gw.URL+"/v1/embeddings", long, acme...)
+	if resp.StatusCode != 429 || !strings.Contains(string(b), "tenant_tokens") {
+		t.Fatalf("an input over the budget: %d %s, want 429", resp.StatusCode, b)
+	}
+	waitEntries(t, gw, 1)
+	before := s.Stats().EmbeddingInputs
+	for range 20 { // hits: no tokens charged, none sent
+		if xc, _ := embedVia(t, gw.URL, small, acme...); xc != "hit-exact" {
+			t.Fatalf("the small input again: %q", xc)
+		}
+	}
+	if n := s.Stats().EmbeddingInputs - before; n != 0 {
+		t.Fatalf("hits sent %d inputs", n)
+	}
+	testenv.Eventually(t, 2*time.Second, func() bool {
+		return strings.Contains(gw.Logs.String(), `"path":"/v1/embeddings","status":200,"model":"bge-m3"`) &&
+			strings.Contains(gw.Logs.String(), `"cache":"hit-exact"`)
+	}, "no access log line for an embeddings request:\n%s", gw.Logs.String())
+}
