@@ -128,8 +128,13 @@ var (
 // checkAnswer checks a whole 2xx answer to a non-streaming request, and
 // converts an event stream to the JSON answer asked for.
 func (r *UpstreamResponse) checkAnswer(ep Endpoint) error {
-	if !bytes.HasPrefix(r.ContentType, textEventStream) {
-		return checkJSONAnswer(r.Body)
+	switch {
+	case ep == EndpointPassthrough:
+		return nil // the client's to read, as the node sent it
+	case ep == EndpointEmbeddings:
+		return checkJSONAnswer(r.Body, "data")
+	case !bytes.HasPrefix(r.ContentType, textEventStream):
+		return checkJSONAnswer(r.Body, "choices")
 	}
 	body, err := StreamToJSON(ep, r.Body)
 	if err != nil {
@@ -140,9 +145,9 @@ func (r *UpstreamResponse) checkAnswer(ep Endpoint) error {
 }
 
 // checkJSONAnswer reports ErrMalformedAnswer unless body is a JSON object
-// with choices and no error: a completion. The error never quotes the body
-// (it reaches logs).
-func checkJSONAnswer(body []byte) error {
+// with the member want (choices: a completion) and no error. The error
+// never quotes the body (it reaches logs).
+func checkJSONAnswer(body []byte, want string) error {
 	p := answerParsers.Get()
 	defer answerParsers.Put(p)
 	v, err := p.ParseBytes(body)
@@ -151,8 +156,8 @@ func checkJSONAnswer(body []byte) error {
 		return fmt.Errorf("%w: the body (%d bytes) is not valid JSON", ErrMalformedAnswer, len(body))
 	case v.Type() != fastjson.TypeObject:
 		return fmt.Errorf("%w: the body is JSON but not an object", ErrMalformedAnswer)
-	case v.Get("error") != nil || v.Get("choices") == nil:
-		return fmt.Errorf("%w: a 2xx answer with an error object or no choices", ErrMalformedAnswer)
+	case v.Get("error") != nil || v.Get(want) == nil:
+		return fmt.Errorf("%w: a 2xx answer with an error object or no %s", ErrMalformedAnswer, want)
 	}
 	return nil
 }

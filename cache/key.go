@@ -94,7 +94,7 @@ func canonicalHash(namespace, model, endpoint string, root *fastjson.Value, skip
 	b = appendStr(b, namespace)
 	b = appendStr(b, endpoint)
 	b = appendStr(b, model)
-	b = appendTopLevel(b, obj, skipMessage, opt)
+	b = appendTopLevel(b, obj, skipMessage, opt, nil)
 	sum := sha256.Sum256(b)
 	*bp = b
 	bufPool.Put(bp)
@@ -134,7 +134,10 @@ func lastUserTurn(root *fastjson.Value) (int, string, bool) {
 	return 0, "", false
 }
 
-func appendTopLevel(b []byte, obj *fastjson.Object, skipMessage int, opt KeyOptions) []byte {
+// appendTopLevel writes the canonical form of a request's top-level
+// fields, leaving out those that never change the output and those in
+// skip.
+func appendTopLevel(b []byte, obj *fastjson.Object, skipMessage int, opt KeyOptions, skip map[string]bool) []byte {
 	fields := make([]member, 0, 16)
 	maxTokens := int64(-1)
 	obj.Visit(func(key []byte, v *fastjson.Value) {
@@ -145,7 +148,7 @@ func appendTopLevel(b []byte, obj *fastjson.Object, skipMessage int, opt KeyOpti
 			}
 			return
 		}
-		if ignoredFields[k] || v.Type() == fastjson.TypeNull {
+		if ignoredFields[k] || skip[k] || v.Type() == fastjson.TypeNull {
 			return
 		}
 		if k == "max_tokens" || k == "max_completion_tokens" {

@@ -132,15 +132,7 @@ func (g *Gateway) plan(x *exchange, h planHints) *cachePlan {
 	if !p.store {
 		return p
 	}
-	if v := h.ttl; len(v) > 0 {
-		if secs, err := strconv.Atoi(string(v)); err == nil && secs > 0 {
-			maxTTL := c.MaxTTL.D()
-			if maxTTL <= 0 {
-				maxTTL = c.TTL.D()
-			}
-			p.ttl = min(time.Duration(secs)*time.Second, maxTTL)
-		}
-	}
+	p.ttl = planTTL(c, h)
 	p.keyOpt = c.KeyOptions()
 	p.keys.Exact = cache.ExactKey(p.namespace, p.model, p.endpoint, req.Root(), p.keyOpt)
 	p.semantic = c.Semantic.Enabled && g.embedder != nil && x.endpoint == adapters.EndpointChat
@@ -154,6 +146,21 @@ func (g *Gateway) plan(x *exchange, h planHints) *cachePlan {
 		p.threshold = float32(thr)
 	}
 	return p
+}
+
+// planTTL is the TTL of what a request stores: cache.ttl, or the client's
+// X-Cache-TTL capped by cache.max_ttl.
+func planTTL(c *cache.Config, h planHints) time.Duration {
+	if v := h.ttl; len(v) > 0 {
+		if secs, err := strconv.Atoi(string(v)); err == nil && secs > 0 {
+			maxTTL := c.MaxTTL.D()
+			if maxTTL <= 0 {
+				maxTTL = c.TTL.D()
+			}
+			return min(time.Duration(secs)*time.Second, maxTTL)
+		}
+	}
+	return c.TTL.D()
 }
 
 // semanticThreshold is the least similarity for a semantic hit, most

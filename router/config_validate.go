@@ -84,6 +84,7 @@ func (c *Config) Problems() []string {
 	}
 	section("warm", c.Warm.Validate())
 	section("tracing", c.Tracing.Validate())
+	section("passthrough", c.Passthrough.Validate())
 	out = append(out, c.modelProblems()...)
 	return out
 }

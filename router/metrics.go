@@ -1,6 +1,7 @@
 package router
 
 import (
+	"frontdoor/adapters"
 	"frontdoor/internal/telemetry"
 	"slices"
 	"strconv"
@@ -32,11 +33,11 @@ type gatewayMetrics struct {
 	tokens atomic.Pointer[map[string]*[4]*metrics.Counter]
 
 	mu        sync.Mutex
-	requests  [2][600]atomic.Pointer[metrics.Counter]
-	durations [2]*metrics.PrometheusHistogram
+	requests  [adapters.NumEndpoints][600]atomic.Pointer[metrics.Counter]
+	durations [adapters.NumEndpoints]*metrics.PrometheusHistogram
 }
 
-var endpointLabel = [2]string{"chat", "completions"}
+var endpointLabel = [adapters.NumEndpoints]string{"chat", "completions", "embeddings", "passthrough"}
 
 // retryReasons label frontdoor_retries_total: why the previous attempt failed.
 var retryReasons = []string{"connect", "timeout", "closed", "malformed", "status_429", "status_5xx", "other"}
