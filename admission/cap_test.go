@@ -273,7 +273,7 @@ func TestRedisCapHeldWhenRedisFails(t *testing.T) {
 	c := newClient(t, srv, time.Second)
 	h := &faultHook{}
 	c.AddHook(h)
-	var logs syncBuffer
+	var logs testenv.Buffer
 	cfg := redisConfig(nil) // replicas: 2, so the old local share was 1 slot
 	cfg.RedisRetry = time.Millisecond
 	cfg.Log = slog.New(slog.NewTextHandler(&logs, nil))
@@ -448,22 +448,4 @@ func TestRedisReleasedLeaseNotRestored(t *testing.T) {
 	if st := a.Status(); st.LeasesRestored != 0 {
 		t.Fatalf("Status = %+v: a released lease counted as restored", st)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
