@@ -251,7 +251,9 @@ func TestRedisEviction(t *testing.T) {
 		// No room reserved up front: it counts against maxmemory.
 		ix := DefaultConfig().RedisIndex
 		ix.InitialCap = 0
-		s := newTestRedisStore(t, c, RedisOptions{VectorSearch: m.vs, WriteTimeout: 5 * time.Second, Index: ix})
+		// Eviction is tested here, not timeouts: reads queue behind each
+		// other's searches on Redis's one thread.
+		s := newTestRedisStore(t, c, RedisOptions{VectorSearch: m.vs, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, Index: ix})
 		used, err := c.Info(ctx, "memory").Result()
 		if err != nil {
 			t.Fatal(err)
