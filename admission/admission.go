@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strconv"
 	"sync"
@@ -57,8 +58,10 @@ func (l Limits) burst() float64 {
 	return max(1, math.Ceil(l.RPS))
 }
 
-// divide returns the share of one of n replicas: rates divided, burst,
-// budget and concurrency divided rounding up (at least 1 where limited).
+// divide returns the share of one of n replicas for the Redis-down
+// fallback: rates divided, burst and budget divided rounding up (at least 1
+// where limited). MaxConcurrency has no share: a concurrency cap is never
+// enforced locally with Redis (see enterOnce).
 func (l Limits) divide(n int) Limits {
 	if n <= 1 {
 		return l
@@ -69,7 +72,7 @@ func (l Limits) divide(n int) Limits {
 		}
 		return max(1, (v+n-1)/n)
 	}
-	d := Limits{RPS: l.RPS / float64(n), TokensPerMinute: ceilDiv(l.TokensPerMinute), MaxConcurrency: ceilDiv(l.MaxConcurrency)}
+	d := Limits{RPS: l.RPS / float64(n), TokensPerMinute: ceilDiv(l.TokensPerMinute)}
 	if l.RPS > 0 {
 		d.Burst = max(1, int(math.Ceil(l.burst()/float64(n))))
 	}
@@ -83,7 +86,9 @@ type Config struct {
 	Global  Limits
 	MaxWait time.Duration // how long a request over a limit may wait for capacity
 	// Replicas is the known replica count: with Redis down, each replica
-	// enforces quota ÷ Replicas locally. < 1 means 1.
+	// enforces the rate and token quotas ÷ Replicas locally. Concurrency
+	// caps are never enforced locally with the redis backend: a capped
+	// tenant's requests are refused while Redis does not answer. < 1 means 1.
 	Replicas int
 	// KeyPrefix is redis.key_prefix (e.g. "fd:"); keys live under KeyPrefix+"a:".
 	KeyPrefix string
@@ -99,6 +104,10 @@ type Config struct {
 	// Clock replaces time.Now, for tests. With the redis backend it also
 	// replaces the Redis server's clock in the scripts.
 	Clock func() time.Time
+	// Log gets the degraded states as WARN lines, at most one per kind
+	// every 10s (Redis down, capped requests refused for it, leases
+	// restored). nil: slog.Default().
+	Log *slog.Logger
 }
 
 // Rejection says why a request may not go on. It is an error.
@@ -136,7 +145,8 @@ type Admitter struct {
 	// sleep waits for d or until ctx ends; replaced in tests.
 	sleep func(ctx context.Context, d time.Duration) error
 
-	m metricsState
+	m    metricsState
+	warn *rateWarn
 
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -197,6 +207,7 @@ func New(cfg Config, tenants map[string]Limits, client redis.UniversalClient) (*
 		global: Limits{RPS: cfg.Global.RPS, Burst: cfg.Global.Burst, TokensPerMinute: cfg.Global.TokensPerMinute},
 		stop:   make(chan struct{}),
 		sleep:  sleepCtx,
+		warn:   newRateWarn(cfg.Log, warnEvery),
 	}
 	if cfg.Clock != nil {
 		a.epoch = cfg.Clock()
@@ -210,6 +221,8 @@ func New(cfg Config, tenants map[string]Limits, client redis.UniversalClient) (*
 	}
 	if cfg.Backend == BackendRedis {
 		a.rs = newRedisBackend(client, cfg.KeyPrefix+"a:", cfg)
+		a.rs.failed = a.redisFailed
+		a.rs.restored = func(n int64) { a.m.leasesRestored(n, a.warn) }
 		a.rs.loadScripts()
 		a.wg.Add(1)
 		go a.renewLoop()
@@ -225,9 +238,12 @@ func (a *Admitter) divisor() int {
 }
 
 // SetTenants replaces the tenants' limits (a config reload). A tenant whose
-// limits are unchanged keeps its state; a changed one starts afresh, and
-// the requests it has in flight finish on the old limits. Nothing changes
-// if a limit is invalid.
+// limits are unchanged keeps its state; a changed one starts afresh (full
+// buckets), and the requests it has in flight finish on the old limits but
+// keep counting against its concurrency cap, old or new, until they end
+// (in-process slots are carried over; Redis leases are per tenant name).
+// Requests admitted while a tenant had no cap do not count against a cap
+// a reload adds. Nothing changes if a limit is invalid.
 func (a *Admitter) SetTenants(tenants map[string]Limits) error {
 	for name, lim := range tenants {
 		if err := checkLimits("tenant "+strconv.Quote(name), lim); err != nil {
@@ -243,8 +259,17 @@ func (a *Admitter) SetTenants(tenants map[string]Limits) error {
 			continue
 		}
 		ts := newTenantState(name, lim, prefix)
-		if ts.enterLimited || ts.missLimited {
-			ts.local = newLocalTenant(lim.divide(a.divisor()))
+		var held *slots
+		if prev, ok := old[name]; ok {
+			if prev.local != nil {
+				held = prev.local.slots
+			}
+			if prev.wake != nil && ts.wake != nil {
+				ts.wake = prev.wake // waiters on the old state are woken too
+			}
+		}
+		if ts.enterLimited || ts.missLimited || held != nil {
+			ts.local = newLocalTenant(lim.divide(a.divisor()), held)
 		}
 		next[name] = ts
 	}
@@ -326,20 +351,26 @@ func (a *Admitter) now() int64 {
 	return int64(time.Since(a.epoch))
 }
 
-// useRedis reports whether this decision should go to Redis.
-func (a *Admitter) useRedis() bool { return a.rs != nil && a.rs.health.allow() }
-
-// redisFailed records a failed Redis decision, which is then made locally.
-func (a *Admitter) redisFailed() {
-	a.rs.health.fail()
-	a.fellBack()
-}
-
-func (a *Admitter) fellBack() {
-	a.m.fallbacks.Add(1)
-	if c := a.m.fallback.Load(); c != nil {
-		c.Inc()
+// useRedis reports whether this decision should go to Redis: always while
+// Redis is up; while it is down, for one decision (the probe) every
+// RedisRetry. The probe first adds back this replica's live leases (see
+// redisBackend.renew), which Redis may have lost (a restart, a failover)
+// or dropped (renewals failed for LeaseTTL), so that they count before
+// anything more is admitted.
+func (a *Admitter) useRedis() bool {
+	if a.rs == nil {
+		return false
 	}
+	if !a.rs.health.down.Load() {
+		return true
+	}
+	if !a.rs.health.allow() {
+		return false
+	}
+	if a.rs.renew() != nil { // reported by renew
+		return false
+	}
+	return true
 }
 
 // Inflight is the number of the tenant's requests in flight in this
@@ -356,15 +387,24 @@ func (a *Admitter) Inflight(tenant string) int64 {
 
 // Status is a snapshot for /status.
 type Status struct {
-	Backend   string           `json:"backend"`
-	Redis     string           `json:"redis,omitempty"` // "up" or "down" (local fallback), redis backend only
-	Fallbacks uint64           `json:"fallback_decisions"`
-	Inflight  map[string]int64 `json:"inflight"`
+	Backend string `json:"backend"`
+	// Redis is "up", or "down": rates and tokens decided locally, capped
+	// tenants refused. Redis backend only.
+	Redis     string `json:"redis,omitempty"`
+	Fallbacks uint64 `json:"fallback_decisions"`
+	// CapRefusals counts requests refused because their tenant's
+	// max_concurrency lives in Redis and Redis did not answer.
+	CapRefusals uint64 `json:"cap_unavailable_refusals"`
+	// LeasesRestored counts this replica's live leases that were missing
+	// in Redis and were added back (Redis lost data, or renewals failed).
+	LeasesRestored uint64           `json:"leases_restored"`
+	Inflight       map[string]int64 `json:"inflight"`
 }
 
 // Status returns the backend state and every tenant's in-flight count.
 func (a *Admitter) Status() Status {
-	s := Status{Backend: a.cfg.Backend, Fallbacks: a.m.fallbacks.Load(), Inflight: map[string]int64{}}
+	s := Status{Backend: a.cfg.Backend, Fallbacks: a.m.fallbacks.Load(), CapRefusals: a.m.capRefusals.Load(),
+		LeasesRestored: a.m.restored.Load(), Inflight: map[string]int64{}}
 	if a.rs != nil {
 		s.Redis = "up"
 		if a.rs.health.down.Load() {

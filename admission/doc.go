@@ -25,8 +25,14 @@
 // round trip) using the server's clock. Concurrency slots are leases in a
 // sorted set scored by expiry: a replica renews its live leases in the
 // background, and a crashed replica's leases expire after Config.LeaseTTL.
-// When Redis fails, decisions fall back to local buckets sized at quota ÷
-// Config.Replicas and Redis is asked again after Config.RedisRetry.
+// When Redis fails, rate and token decisions fall back to local buckets
+// sized at quota ÷ Config.Replicas, and Redis is asked again after
+// Config.RedisRetry. A concurrency cap is never split: a tenant with
+// MaxConcurrency is refused while Redis does not answer (a local share
+// would come on top of the slots held in Redis; see enterOnce). Renewal
+// adds back held leases Redis lost (a restart, a failover), and the first
+// decision after a failure renews first. Each degraded state is a
+// rate-limited WARN on Config.Log, a metric and a Status field.
 //
 // Key layout under P = Config.KeyPrefix + "a:" (tenant names only, escaped;
 // never API keys). Hash tags keep every script's keys in one cluster slot:

@@ -12,9 +12,9 @@ import (
 type Pass struct {
 	a        *Admitter
 	ts       *tenantState
-	slot     *localTenant // holds a local concurrency slot
-	lease    string       // holds a Redis lease
-	quota    *Quota       // the tenant's request bucket; nil: unlimited
+	slot     *slots // holds a local concurrency slot
+	lease    string // holds a Redis lease
+	quota    *Quota // the tenant's request bucket; nil: unlimited
 	released atomic.Bool
 }
 
@@ -27,7 +27,7 @@ func (p *Pass) Release() {
 	}
 	p.ts.inflight.Add(-1)
 	if p.slot != nil {
-		p.slot.releaseSlot()
+		p.slot.release()
 		p.ts.signal()
 	}
 	if p.lease != "" {
@@ -73,6 +73,9 @@ func (a *Admitter) Enter(ctx context.Context, tenant string) (*Pass, *Rejection)
 		}
 		if !v.full || remaining <= 0 {
 			p.Release()
+			if v.unshared {
+				a.capUnavailable(ts)
+			}
 			return nil, a.reject(ts, start, a.rejection(ts, v))
 		}
 		// Wait for a slot: a local release signals; other replicas' are
@@ -101,29 +104,42 @@ type verdict struct {
 	wait     time.Duration // ok: reserved capacity is due after wait; else Retry-After
 	limit    string        // the limit that made it wait or refused it
 	full     bool          // refused by the concurrency cap
+	unshared bool          // full: the cap lives in Redis, which did not answer
 	oversize bool
-	redis    bool   // decided in Redis
+	redis    bool   // decided in Redis (or to be asked again there)
 	tokens   int    // AdmitMiss: the tokens asked for, for the message
 	quota    *Quota // admitted: the tenant's bucket (rps for Enter, tokens for AdmitMiss)
 }
 
 // enterOnce makes one Enter decision, in Redis or locally, and on success
 // records the slot on p.
+//
+// A concurrency cap shared in Redis is never enforced locally: while Redis
+// does not answer, a capped tenant's request is refused (waiting up to
+// MaxWait for Redis to answer again). A local share of the cap cannot keep
+// the promise: this replica does not know how many slots the others hold,
+// nor, during a partial outage, how many they still take in Redis, so
+// every local share would be on top of a full cap.
 func (a *Admitter) enterOnce(ts *tenantState, p *Pass, maxWait time.Duration) verdict {
+	capped := ts.lim.MaxConcurrency > 0
 	if a.useRedis() {
-		v, lease, err := a.rs.enter(a, ts, maxWait)
+		v, lease, err := a.rs.enter(ts, maxWait)
 		if err == nil {
-			a.rs.health.ok()
+			a.redisOK()
 			p.lease, p.quota = lease, v.quota
 			return v
 		}
-		a.redisFailed()
-	} else if a.rs != nil {
+		a.redisFailed(err)
+	}
+	if a.rs != nil {
+		if capped {
+			return verdict{full: true, unshared: true, redis: true, limit: LimitTenantConcurrency}
+		}
 		a.fellBack()
 	}
 	v := ts.local.enter(a.now(), maxWait)
-	if v.ok && ts.lim.MaxConcurrency > 0 {
-		p.slot = ts.local
+	if v.ok && capped {
+		p.slot = ts.local.slots
 	}
 	p.quota = v.quota
 	return v

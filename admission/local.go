@@ -11,11 +11,24 @@ type localTenant struct {
 	rps     *bucket // nil: unlimited
 	tpm     *bucket // nil: unlimited
 	maxConc int     // 0: unlimited
-	conc    int
+	slots   *slots  // the slots in use, shared with the tenant's earlier states
 }
 
-func newLocalTenant(l Limits) *localTenant {
-	lt := &localTenant{maxConc: l.MaxConcurrency}
+// slots counts a tenant's local concurrency slots in use. A reload that
+// changes the tenant's limits gives its new state the same slots, so that
+// the requests admitted under the old limits count against the new cap
+// until they end: a cap is never exceeded by reloading.
+type slots struct {
+	mu sync.Mutex
+	n  int
+}
+
+// newLocalTenant enforces l, counting slots in s (a fresh count when nil).
+func newLocalTenant(l Limits, s *slots) *localTenant {
+	if s == nil {
+		s = &slots{}
+	}
+	lt := &localTenant{maxConc: l.MaxConcurrency, slots: s}
 	if l.RPS > 0 {
 		lt.rps = newBucket(l.RPS, l.burst())
 	}
@@ -30,7 +43,9 @@ func newLocalTenant(l Limits) *localTenant {
 func (lt *localTenant) enter(now int64, maxWait time.Duration) verdict {
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
-	if lt.maxConc > 0 && lt.conc >= lt.maxConc {
+	lt.slots.mu.Lock() // lock order: tenant, then its slots
+	defer lt.slots.mu.Unlock()
+	if lt.maxConc > 0 && lt.slots.n >= lt.maxConc {
 		return verdict{full: true, limit: LimitTenantConcurrency}
 	}
 	var v verdict
@@ -46,16 +61,23 @@ func (lt *localTenant) enter(now int64, maxWait time.Duration) verdict {
 		v.quota = &q
 	}
 	if lt.maxConc > 0 {
-		lt.conc++
+		lt.slots.n++
 	}
 	v.ok = true
 	return v
 }
 
-func (lt *localTenant) releaseSlot() {
-	lt.mu.Lock()
-	lt.conc--
-	lt.mu.Unlock()
+func (s *slots) release() {
+	s.mu.Lock()
+	s.n--
+	s.mu.Unlock()
+}
+
+// inUse is the number of slots held.
+func (s *slots) inUse() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
 }
 
 func (lt *localTenant) refundRPS(now int64) {

@@ -15,8 +15,14 @@ type metricsState struct {
 	wait      atomic.Pointer[metrics.PrometheusHistogram]
 	fallback  atomic.Pointer[metrics.Counter]
 	fallbacks atomic.Uint64 // always counted, for Status
-	rejects   sync.Map      // limit + "\x00" + tenant -> *metrics.Counter
-	inflight  sync.Map      // tenant -> *atomic.Pointer[tenantState], what its gauge reads
+	// capRefused: capped requests refused because Redis did not answer.
+	capRefused  atomic.Pointer[metrics.Counter]
+	capRefusals atomic.Uint64
+	// restoredC: live leases found missing in Redis and added back.
+	restoredC atomic.Pointer[metrics.Counter]
+	restored  atomic.Uint64
+	rejects   sync.Map // limit + "\x00" + tenant -> *metrics.Counter
+	inflight  sync.Map // tenant -> *atomic.Pointer[tenantState], what its gauge reads
 }
 
 // RegisterMetrics exposes, in set:
@@ -26,6 +32,8 @@ type metricsState struct {
 //	frontdoor_tenant_inflight{tenant}                 this replica's requests in flight
 //	frontdoor_admission_fallback_total                decisions made locally because Redis failed
 //	frontdoor_admission_redis_up                      1 while decisions go to Redis (redis backend only)
+//	frontdoor_admission_cap_unavailable_total         capped requests refused because Redis did not answer
+//	frontdoor_admission_leases_restored_total         live leases found missing in Redis and added back
 func (a *Admitter) RegisterMetrics(set *metrics.Set) {
 	a.m.set.Store(set)
 	a.m.wait.Store(set.GetOrCreatePrometheusHistogram(`frontdoor_admission_wait_seconds`))
@@ -33,6 +41,12 @@ func (a *Admitter) RegisterMetrics(set *metrics.Set) {
 	fb.Set(a.m.fallbacks.Load())
 	a.m.fallback.Store(fb)
 	if a.rs != nil {
+		cr := set.GetOrCreateCounter(`frontdoor_admission_cap_unavailable_total`)
+		cr.Set(a.m.capRefusals.Load())
+		a.m.capRefused.Store(cr)
+		lr := set.GetOrCreateCounter(`frontdoor_admission_leases_restored_total`)
+		lr.Set(a.m.restored.Load())
+		a.m.restoredC.Store(lr)
 		h := &a.rs.health
 		set.GetOrCreateGauge(`frontdoor_admission_redis_up`, func() float64 {
 			if h.down.Load() {

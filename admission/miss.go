@@ -85,15 +85,16 @@ func (a *Admitter) AdmitMiss(ctx context.Context, tenant string, tokens int) (*C
 		var err error
 		v, err = a.rs.miss(a, ts, tokens, a.cfg.MaxWait)
 		if err == nil {
-			a.rs.health.ok()
+			a.redisOK()
 		} else {
-			a.redisFailed()
+			a.redisFailed(err)
 		}
 		c.redis = err == nil
-	} else if a.rs != nil {
-		a.fellBack()
 	}
 	if !c.redis {
+		if a.rs != nil {
+			a.fellBack()
+		}
 		v = a.local.miss(ts.local, a.now(), float64(tokens), a.cfg.MaxWait)
 	}
 	if !v.ok {

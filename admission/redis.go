@@ -111,8 +111,10 @@ end
 return 0
 `)
 
-// renewScript extends live leases (never re-adding one that expired or was
-// released) and drops expired ones.
+// renewScript extends the leases of requests still in flight, adding back
+// any that Redis no longer has (it lost them in a restart or a failover, or
+// dropped them as expired while renewals failed): a held slot must count.
+// It drops expired leases and returns the ids it added back.
 //
 //	KEYS[1]  lease ZSET
 //	ARGV     now_ms, ttl ms, lease ids...
@@ -123,14 +125,17 @@ if now <= 0 then
   now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 end
 local ttl = tonumber(ARGV[2])
-for i = 3, #ARGV do
-  redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[i])
-end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local added = {}
+for i = 3, #ARGV do
+  if redis.call('ZADD', KEYS[1], now + ttl, ARGV[i]) == 1 then
+    added[#added + 1] = ARGV[i]
+  end
+end
 if redis.call('ZCARD', KEYS[1]) > 0 then
   redis.call('PEXPIRE', KEYS[1], 2 * ttl)
 end
-return 0
+return added
 `)
 
 // redisBackend keeps the buckets and leases in Redis.
@@ -141,7 +146,13 @@ type redisBackend struct {
 	replica string // lease id prefix, unique per Admitter
 	seq     atomic.Uint64
 	leases  sync.Map // live lease id -> *tenantState, for renewal
+	// orphans are leases whose admission call failed: the script may have
+	// run and added one nobody holds. renew removes them.
+	orphans sync.Map // lease id -> *tenantState
 	health  health
+	// failed and restored report to the Admitter (WARN, metrics).
+	failed   func(error)
+	restored func(n int64)
 
 	gRPSKey, gRPSRate, gRPSCap string
 	gTPMKey, gTPMRate, gTPMCap string
@@ -151,13 +162,15 @@ func newRedisBackend(c redis.UniversalClient, prefix string, cfg Config) *redisB
 	var id [6]byte
 	_, _ = rand.Read(id[:])
 	r := &redisBackend{
-		c:       c,
-		clock:   cfg.Clock,
-		ttlMS:   strconv.FormatInt(cfg.LeaseTTL.Milliseconds(), 10),
-		replica: hex.EncodeToString(id[:]),
-		gRPSKey: prefix + "{g}:rps",
-		gTPMKey: prefix + "{g}:tpm",
-		health:  health{epoch: time.Now(), retry: cfg.RedisRetry},
+		c:        c,
+		clock:    cfg.Clock,
+		ttlMS:    strconv.FormatInt(cfg.LeaseTTL.Milliseconds(), 10),
+		replica:  hex.EncodeToString(id[:]),
+		gRPSKey:  prefix + "{g}:rps",
+		gTPMKey:  prefix + "{g}:tpm",
+		health:   health{epoch: time.Now(), retry: cfg.RedisRetry},
+		failed:   func(error) {},
+		restored: func(int64) {},
 	}
 	if g := cfg.Global; g.RPS > 0 {
 		r.gRPSRate, r.gRPSCap = fmtFloat(g.RPS/1000), fmtFloat(g.burst())
@@ -175,7 +188,7 @@ func (r *redisBackend) loadScripts() {
 	defer cancel()
 	for _, s := range []*redis.Script{admitScript, adjustScript, renewScript} {
 		if err := s.Load(ctx, r.c).Err(); err != nil {
-			r.health.fail()
+			r.failed(fmt.Errorf("admission: loading scripts: %w", err))
 			return
 		}
 	}
@@ -220,7 +233,7 @@ func decode(res []int64, limits []string) verdict {
 
 // enter is Enter's decision in Redis: the tenant's request bucket and a
 // concurrency lease. It returns the lease id when it took one.
-func (r *redisBackend) enter(_ *Admitter, ts *tenantState, maxWait time.Duration) (verdict, string, error) {
+func (r *redisBackend) enter(ts *tenantState, maxWait time.Duration) (verdict, string, error) {
 	var kb [2]string
 	var ab [9]any
 	keys, args := kb[:0], ab[:0]
@@ -238,6 +251,9 @@ func (r *redisBackend) enter(_ *Admitter, ts *tenantState, maxWait time.Duration
 	}
 	res, err := r.run(keys, args)
 	if err != nil {
+		if lease != "" {
+			r.orphans.Store(lease, ts)
+		}
 		return verdict{}, "", err
 	}
 	v := decode(res, []string{LimitTenantRPS})
@@ -310,8 +326,9 @@ func (r *redisBackend) adjust(adj []adjustment) error {
 	ctx, cancel := context.WithTimeout(context.Background(), redisOpTimeout)
 	defer cancel()
 	if err := adjustScript.Run(ctx, r.c, keys, args...).Err(); err != nil {
-		r.health.fail()
-		return fmt.Errorf("admission adjust: %w", err)
+		err = fmt.Errorf("admission adjust: %w", err)
+		r.failed(err)
+		return err
 	}
 	return nil
 }
@@ -322,11 +339,14 @@ func (r *redisBackend) release(ts *tenantState, lease string) {
 	ctx, cancel := context.WithTimeout(context.Background(), redisOpTimeout)
 	defer cancel()
 	if err := r.c.ZRem(ctx, ts.concKey, lease).Err(); err != nil {
-		r.health.fail()
+		r.failed(fmt.Errorf("admission lease release: %w", err))
 	}
 }
 
-// renew extends every live lease of this Admitter, one call per tenant.
+// renew extends every live lease of this Admitter, adding back the ones
+// Redis lost, one call per tenant, and removes the orphans. A lease
+// released while its renewal was on the way may have been added back:
+// it is removed again afterwards.
 func (r *redisBackend) renew() error {
 	byTenant := map[*tenantState][]any{}
 	r.leases.Range(func(k, v any) bool {
@@ -337,13 +357,46 @@ func (r *redisBackend) renew() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*redisOpTimeout)
 	defer cancel()
 	var first error
-	for ts, ids := range byTenant {
-		args := append([]any{r.now(), r.ttlMS}, ids...)
-		if err := renewScript.Run(ctx, r.c, []string{ts.concKey}, args...).Err(); err != nil && first == nil {
-			r.health.fail()
-			first = fmt.Errorf("admission lease renewal: %w", err)
+	fail := func(err error) {
+		if first == nil {
+			first = err
+			r.failed(err)
 		}
 	}
+	for ts, ids := range byTenant {
+		args := append([]any{r.now(), r.ttlMS}, ids...)
+		added, err := renewScript.Run(ctx, r.c, []string{ts.concKey}, args...).StringSlice()
+		if err != nil {
+			fail(fmt.Errorf("admission lease renewal: %w", err))
+			continue
+		}
+		var gone []any
+		for _, id := range ids {
+			if _, live := r.leases.Load(id); !live {
+				gone = append(gone, id)
+			}
+		}
+		if len(gone) > 0 {
+			if err := r.c.ZRem(ctx, ts.concKey, gone...).Err(); err != nil {
+				fail(fmt.Errorf("admission lease renewal: removing released leases: %w", err))
+			}
+		}
+		var restored int64
+		for _, id := range added {
+			if _, live := r.leases.Load(id); live {
+				restored++
+			}
+		}
+		r.restored(restored)
+	}
+	r.orphans.Range(func(k, v any) bool {
+		if err := r.c.ZRem(ctx, v.(*tenantState).concKey, k).Err(); err != nil {
+			fail(fmt.Errorf("admission: removing an orphaned lease: %w", err))
+			return false
+		}
+		r.orphans.Delete(k)
+		return true
+	})
 	return first
 }
 
@@ -389,8 +442,7 @@ func (h *health) fail() {
 	h.down.Store(true)
 }
 
-func (h *health) ok() {
-	if h.down.Load() {
-		h.down.Store(false)
-	}
+// ok records an answer; it reports whether Redis was down until now.
+func (h *health) ok() bool {
+	return h.down.Load() && h.down.CompareAndSwap(true, false)
 }

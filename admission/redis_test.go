@@ -201,23 +201,11 @@ func TestRedisHitsNeverTouchMissBudgets(t *testing.T) {
 
 func TestRedisConcurrencyStress(t *testing.T) {
 	srv := testenv.StartRedis(t)
-	c := newClient(t, srv, time.Second)
-	cfg := redisConfig(nil)
-	cfg.MaxWait = 20 * time.Millisecond
-	a := mustNew(t, cfg, map[string]Limits{"acme": {MaxConcurrency: 5}}, c)
-	adm, rej := stressConcurrency(t, a, 5)
-	t.Logf("admitted %d, rejected %d", adm, rej)
-	if f := a.Status().Fallbacks; f != 0 {
-		t.Fatalf("%d fallback decisions with Redis up", f)
-	}
-	if n := c.ZCard(context.Background(), (*a.tenants.Load())["acme"].concKey).Val(); n != 0 {
-		t.Fatalf("%d leases left in Redis, want 0", n)
-	}
-	n := 0
-	a.rs.leases.Range(func(_, _ any) bool { n++; return true })
-	if n != 0 {
-		t.Fatalf("%d leases still tracked for renewal", n)
-	}
+	stressRedis(t, func(t *testing.T, h *faultHook) redis.UniversalClient {
+		c := newClient(t, srv, time.Second)
+		c.AddHook(h)
+		return c
+	})
 }
 
 // TestRedisLeaseExpiresAfterCrash: a replica that dies holding a slot
@@ -268,8 +256,9 @@ func TestRedisLeaseExpiresAfterCrash(t *testing.T) {
 	q.Release()
 }
 
-// TestRedisOutageFallback: with Redis killed, decisions are made locally
-// at quota ÷ replicas and counted; after a restart they go back to Redis.
+// TestRedisOutageFallback: with Redis killed, rate and token decisions are
+// made locally at quota ÷ replicas and counted, and a capped tenant is
+// refused; after a restart they go back to Redis.
 func TestRedisOutageFallback(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	c := newClient(t, srv, 50*time.Millisecond)
@@ -277,7 +266,7 @@ func TestRedisOutageFallback(t *testing.T) {
 	cfg := redisConfig(clk) // replicas: 2
 	cfg.RedisRetry = 100 * time.Millisecond
 	cfg.Global = Limits{RPS: 100, Burst: 20, TokensPerMinute: 6000}
-	a := mustNew(t, cfg, map[string]Limits{"acme": {RPS: 10, Burst: 4, TokensPerMinute: 1000, MaxConcurrency: 4}}, c)
+	a := mustNew(t, cfg, map[string]Limits{"acme": {RPS: 10, Burst: 4, TokensPerMinute: 1000}, "capped": {MaxConcurrency: 4}}, c)
 	ctx := context.Background()
 	p, rej := a.Enter(ctx, "acme")
 	if rej != nil {
@@ -286,7 +275,7 @@ func TestRedisOutageFallback(t *testing.T) {
 	p.Release()
 
 	srv.Kill()
-	// Local share: burst 2 and 2 slots, 500 tokens a minute.
+	// Local share: burst 2, 500 tokens a minute; no slot for the capped.
 	admitted := 0
 	for i := 0; i < 5; i++ {
 		p, rej := a.Enter(ctx, "acme")
@@ -309,9 +298,8 @@ func TestRedisOutageFallback(t *testing.T) {
 		}
 		passes = append(passes, p)
 	}
-	if _, rej := a.Enter(ctx, "acme"); rej == nil || rej.Limit != LimitTenantConcurrency {
-		t.Fatalf("third held request on the fallback: %+v, want tenant_concurrency (4 ÷ 2)", rej)
-	}
+	_, rej = a.Enter(ctx, "capped")
+	wantUnshared(t, rej, "a capped tenant on the fallback")
 	if _, rej := a.AdmitMiss(ctx, "acme", 400); rej != nil {
 		t.Fatalf("miss on the fallback: %v", rej)
 	}
@@ -325,8 +313,8 @@ func TestRedisOutageFallback(t *testing.T) {
 		t.Fatalf("800 of 1000 tokens on a full fallback bucket of 500: %v", rej)
 	}
 	st := a.Status()
-	if st.Redis != "down" || st.Fallbacks < 11 {
-		t.Fatalf("Status = %+v, want redis down and >= 11 fallback decisions", st)
+	if st.Redis != "down" || st.Fallbacks < 10 || st.CapRefusals != 1 {
+		t.Fatalf("Status = %+v, want redis down, >= 10 fallback decisions and 1 capped request refused", st)
 	}
 	for _, p := range passes {
 		p.Release()
@@ -368,14 +356,16 @@ func TestRedisDownAtStart(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	c := newClient(t, srv, 50*time.Millisecond)
 	srv.Kill()
-	a := mustNew(t, redisConfig(nil), map[string]Limits{"acme": {RPS: 100, MaxConcurrency: 2}}, c)
+	a := mustNew(t, redisConfig(nil), map[string]Limits{"acme": {RPS: 100}, "capped": {RPS: 100, MaxConcurrency: 2}}, c)
 	p, rej := a.Enter(context.Background(), "acme")
 	if rej != nil {
 		t.Fatal(rej)
 	}
 	p.Release()
-	if st := a.Status(); st.Redis != "down" || st.Fallbacks != 1 {
-		t.Fatalf("Status = %+v, want down with 1 fallback decision", st)
+	_, rej = a.Enter(context.Background(), "capped")
+	wantUnshared(t, rej, "a capped tenant with Redis down")
+	if st := a.Status(); st.Redis != "down" || st.Fallbacks != 1 || st.CapRefusals != 1 {
+		t.Fatalf("Status = %+v, want down with 1 fallback decision and 1 capped request refused", st)
 	}
 }
 

@@ -15,6 +15,10 @@ func (a *Admitter) rejection(ts *tenantState, v verdict) *Rejection {
 		r.Message = fmt.Sprintf("tenant %s is over its request rate limit (%s requests/s, burst %s)", q, fmtFloat(ts.lim.RPS), fmtFloat(ts.lim.burst()))
 	case LimitTenantConcurrency:
 		r.Message = fmt.Sprintf("tenant %s has %d requests in flight, its max_concurrency", q, ts.lim.MaxConcurrency)
+		if v.unshared {
+			r.Message = fmt.Sprintf("tenant %s's max_concurrency (%d) is shared through Redis, which does not answer, so no request of it can be admitted safely", q, ts.lim.MaxConcurrency)
+			r.RetryAfter = a.cfg.RedisRetry
+		}
 		if r.RetryAfter <= 0 {
 			r.RetryAfter = time.Second // unknowable: when a request ends
 		}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -241,6 +242,7 @@ func TestRedisSearchOldModule(t *testing.T) {
 // and a search result whose entry is gone is skipped for the next one.
 func TestRedisEviction(t *testing.T) {
 	forEachRedisMode(t, func(t *testing.T, m redisMode) {
+		t.Parallel() // a server each; the modes run side by side
 		r, c := m.start(t)
 		ctx := context.Background()
 		if err := c.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
@@ -249,7 +251,9 @@ func TestRedisEviction(t *testing.T) {
 		// No room reserved up front: it counts against maxmemory.
 		ix := DefaultConfig().RedisIndex
 		ix.InitialCap = 0
-		s := newTestRedisStore(t, c, RedisOptions{VectorSearch: m.vs, WriteTimeout: 5 * time.Second, Index: ix})
+		// Eviction is tested here, not timeouts: reads queue behind each
+		// other's searches on Redis's one thread.
+		s := newTestRedisStore(t, c, RedisOptions{VectorSearch: m.vs, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, Index: ix})
 		used, err := c.Info(ctx, "memory").Result()
 		if err != nil {
 			t.Fatal(err)
@@ -273,20 +277,35 @@ func TestRedisEviction(t *testing.T) {
 		if infoInt(stats, "evicted_keys") == 0 {
 			t.Fatal("nothing was evicted: the test does not test eviction")
 		}
-		misses := 0
-		for i, k := range keys {
-			_, err := s.Get(ctx, k)
-			switch {
-			case errors.Is(err, ErrNotFound):
-				misses++
-			case err != nil:
-				t.Fatalf("Get of a possibly evicted entry: %v", err)
-			}
-			if _, err := s.Search(ctx, "s", vecs[i], 3); err != nil {
-				t.Fatalf("Search with evicted entries: %v", err)
-			}
+		// Every entry is read back, by 4 readers at once: the round trips
+		// overlap.
+		var misses atomic.Int64
+		var wg sync.WaitGroup
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < len(keys); i += 4 {
+					_, err := s.Get(ctx, keys[i])
+					switch {
+					case errors.Is(err, ErrNotFound):
+						misses.Add(1)
+					case err != nil:
+						t.Errorf("Get of a possibly evicted entry: %v", err)
+						return
+					}
+					if _, err := s.Search(ctx, "s", vecs[i], 3); err != nil {
+						t.Errorf("Search with evicted entries: %v", err)
+						return
+					}
+				}
+			}()
 		}
-		if misses == 0 {
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		if misses.Load() == 0 {
 			t.Fatal("no exact entry was evicted")
 		}
 		_ = r

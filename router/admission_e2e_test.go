@@ -275,17 +275,25 @@ func TestAdmissionConcurrencyUnderAborts(t *testing.T) {
 	}
 }
 
+// TestAdmissionSurvivesRedisOutage: with Redis down, a tenant with rates
+// only is served on its local share; a tenant with max_concurrency is
+// refused (its cap lives in Redis), loudly: WARN, metric, /status.
 func TestAdmissionSurvivesRedisOutage(t *testing.T) {
 	s := testenv.GPUSim(t, nil)
 	r := testenv.StartRedis(t)
 	cfg := testConfig(s)
 	cfg.Admission.Backend, cfg.Redis.URL = "redis", r.URL()
 	t.Setenv("TEST_OUT_KEYS", "sk-out")
-	cfg.Tenants = []Tenant{{Name: "out", APIKeysEnv: "TEST_OUT_KEYS", RPS: 1000, Burst: 100, MaxConcurrency: 10, TokensPerMinute: 1000000}}
+	t.Setenv("TEST_CAP_KEYS", "sk-cap")
+	cfg.Tenants = []Tenant{{Name: "out", APIKeysEnv: "TEST_OUT_KEYS", RPS: 1000, Burst: 100, TokensPerMinute: 1000000},
+		{Name: "cap", APIKeysEnv: "TEST_CAP_KEYS", MaxConcurrency: 10}}
 	gw := startGateway(t, cfg)
 	key := []string{"Authorization", "Bearer sk-out"}
-	if resp, _ := post(t, gw.URL+"/v1/chat/completions", chatBody("before", ""), key...); resp.StatusCode != 200 {
-		t.Fatal("before the outage")
+	capKey := []string{"Authorization", "Bearer sk-cap"}
+	for _, k := range [][]string{key, capKey} {
+		if resp, b := post(t, gw.URL+"/v1/chat/completions", chatBody("before", ""), k...); resp.StatusCode != 200 {
+			t.Fatalf("before the outage: %d %s", resp.StatusCode, b)
+		}
 	}
 	r.Kill()
 	for i := 0; i < 30; i++ {
@@ -293,13 +301,29 @@ func TestAdmissionSurvivesRedisOutage(t *testing.T) {
 			t.Fatalf("during the outage: %d %s", resp.StatusCode, b)
 		}
 	}
+	resp, b := post(t, gw.URL+"/v1/chat/completions", chatBody("capped during", ""), capKey...)
+	if resp.StatusCode != 429 || !strings.Contains(string(b), "tenant_concurrency") || !strings.Contains(string(b), "Redis") || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a capped tenant during the outage: %d %s, want 429 tenant_concurrency naming Redis", resp.StatusCode, b)
+	}
 	st := gw.adm.Status()
-	if st.Redis != "down" || st.Fallbacks == 0 {
-		t.Fatalf("fallback not used or not counted: %+v", st)
+	if st.Redis != "down" || st.Fallbacks == 0 || st.CapRefusals != 1 {
+		t.Fatalf("fallback or refusal not counted: %+v", st)
+	}
+	mresp, err := httpClient.Get(gw.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	if metricValue(t, string(mb), "frontdoor_admission_cap_unavailable_total") != 1 {
+		t.Fatal("/metrics: frontdoor_admission_cap_unavailable_total is not 1")
 	}
 	r.Start()
 	testenv.Eventually(t, 5*time.Second, func() bool {
 		post(t, gw.URL+"/v1/chat/completions", chatBody("after", ""), key...)
 		return gw.adm.Status().Redis == "up"
 	}, "admission did not go back to Redis")
+	if resp, b := post(t, gw.URL+"/v1/chat/completions", chatBody("capped after", ""), capKey...); resp.StatusCode != 200 {
+		t.Fatalf("a capped tenant after the outage: %d %s", resp.StatusCode, b)
+	}
 }

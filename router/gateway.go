@@ -445,7 +445,7 @@ func (g *Gateway) buildAdmission(deps Deps) error {
 		}
 	}
 	adm, err := admission.New(admission.Config{Backend: a.Backend, MaxWait: a.MaxWait.D(), Replicas: a.Replicas,
-		KeyPrefix: g.conf().Redis.KeyPrefix, DefaultMaxTokens: a.DefaultMaxTokens,
+		KeyPrefix: g.conf().Redis.KeyPrefix, DefaultMaxTokens: a.DefaultMaxTokens, Log: g.log,
 		Global: admission.Limits{RPS: a.Global.RPS, Burst: a.Global.Burst, TokensPerMinute: a.Global.TokensPerMinute}}, limits, client)
 	if err != nil {
 		return fmt.Errorf("admission: %w", err)

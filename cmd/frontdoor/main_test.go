@@ -228,7 +228,7 @@ func TestVersionFromTheBuild(t *testing.T) {
 	dir := t.TempDir()
 	build := func(name string, args ...string) string {
 		bin := filepath.Join(dir, name)
-		if b, err := exec.Command("go", append(append([]string{"build"}, args...), "-o", bin, ".")...).CombinedOutput(); err != nil {
+		if b, err := goBuild(append(args, "-o", bin, ".")...).CombinedOutput(); err != nil {
 			t.Fatalf("build %v: %v\n%s", args, err, b)
 		}
 		out, err := exec.Command(bin, "version").CombinedOutput()
@@ -430,7 +430,7 @@ func buildBinary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "frontdoor")
-		buildOut, buildErr = exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		buildOut, buildErr = goBuild("-o", binPath, ".").CombinedOutput()
 	})
 	if buildErr != nil {
 		t.Fatalf("build: %v\n%s", buildErr, buildOut)

@@ -58,6 +58,8 @@ var metricHelp = map[string]string{
 	"frontdoor_admission_wait_seconds":          "Time spent waiting in admission.",
 	"frontdoor_admission_fallback_total":        "Admission decisions made locally because Redis failed.",
 	"frontdoor_admission_redis_up":              "1 while admission decisions go to Redis.",
+	"frontdoor_admission_cap_unavailable_total": "Requests of tenants with max_concurrency refused because Redis, which holds the cap, did not answer.",
+	"frontdoor_admission_leases_restored_total": "Live concurrency leases found missing in Redis and added back (Redis lost data or renewals failed).",
 	"frontdoor_tenant_inflight":                 "Requests in flight on this replica, by tenant.",
 	"frontdoor_node_inflight":                   "Requests in flight on a node.",
 	"frontdoor_node_score":                      "The picker's score of a node (lower is better).",
