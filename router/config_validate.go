@@ -3,6 +3,7 @@ package router
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -242,10 +243,11 @@ func (t *Tenant) Validate() error {
 // Validate checks the section when it is enabled. Errors are prefixed
 // with their YAML key, ": " alone for the section as a whole.
 func (s *Spillover) Validate() error {
-	if !s.Enabled {
-		return nil
-	}
 	var ps problemList
+	s.Price.validate(&ps)
+	if !s.Enabled {
+		return ps.err()
+	}
 	switch s.Kind {
 	case "dashscope", "openai":
 	default:
@@ -263,6 +265,19 @@ func (s *Spillover) Validate() error {
 		ps.add("", "rpm and tpm must be >= 0")
 	}
 	return ps.err()
+}
+
+// validate checks spillover.price: finite prices >= 0, a currency of
+// at most 8 letters.
+func (p *SpillPrice) validate(ps *problemList) {
+	for key, v := range map[string]float64{"price.input_per_million": p.InputPerMillion, "price.output_per_million": p.OutputPerMillion} {
+		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+			ps.add(key, "must be a number >= 0, got %v", v)
+		}
+	}
+	if len(p.Currency) > 8 || strings.Trim(p.Currency, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz") != "" {
+		ps.add("price.currency", "%q is not a currency of at most 8 letters (USD, CNY, ...)", p.Currency)
+	}
 }
 
 // validateAlias checks one entry of models:; Problems checks that its
