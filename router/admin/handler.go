@@ -98,7 +98,7 @@ func (h *Handler) dashboardAllowed(ctx *fasthttp.RequestCtx, guard *Guard) bool 
 	}
 	if e.Code == "admin_forbidden" && len(guard.token) > 0 && (ctx.IsGet() || ctx.IsHead()) &&
 		strings.Contains(string(ctx.Request.Header.Peek("Accept")), "text/html") {
-		ctx.Redirect("/admin/login?next=/dashboard", fasthttp.StatusSeeOther)
+		seeOther(ctx, "/admin/login?next=/dashboard")
 		return false
 	}
 	reply.Error(ctx, e)

@@ -174,7 +174,7 @@ func (h *Handler) serveLogin(ctx *fasthttp.RequestCtx, guard *Guard) {
 	ctx.Response.Header.SetCookie(c)
 	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-store")
 	h.log.Info("admin login", "remote", ctx.RemoteIP().String(), "expires_in", SessionTTL.String())
-	ctx.Redirect(next, fasthttp.StatusSeeOther)
+	seeOther(ctx, next)
 }
 
 // serveLogout answers POST /admin/logout: the cookie is cleared. A session
@@ -198,7 +198,7 @@ func (h *Handler) serveLogout(ctx *fasthttp.RequestCtx) {
 		ctx.Response.Header.SetCookie(c)
 		fasthttp.ReleaseCookie(c)
 	}
-	ctx.Redirect("/admin/login", fasthttp.StatusSeeOther)
+	seeOther(ctx, "/admin/login")
 }
 
 func loginPage(ctx *fasthttp.RequestCtx, status int, next, msg string) {
@@ -208,4 +208,11 @@ func loginPage(ctx *fasthttp.RequestCtx, status int, next, msg string) {
 	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-store")
 	ctx.Response.Header.Set("X-Frame-Options", "DENY")
 	ctx.SetBodyString(page)
+}
+
+// seeOther redirects to a path of this gateway, as given: a relative
+// Location, so that a proxy's rewritten Host never leaks into it.
+func seeOther(ctx *fasthttp.RequestCtx, path string) {
+	ctx.Response.Header.Set(fasthttp.HeaderLocation, path)
+	ctx.SetStatusCode(fasthttp.StatusSeeOther)
 }
