@@ -12,7 +12,7 @@ import (
 
 // adminPaths are the admin surface: every one needs the token, the admin
 // listener or (when configured) a trusted peer.
-var adminPaths = []string{"/admin/nodes", "/admin/cache/stats", "/admin/cache/hot", "/status", "/dashboard", "/debug/pprof/", "/debug/pprof/goroutine?debug=1"}
+var adminPaths = []string{"/admin/nodes", "/admin/dashboard/history", "/admin/cache/stats", "/admin/cache/hot", "/status", "/dashboard", "/debug/pprof/", "/debug/pprof/goroutine?debug=1"}
 
 const testToken = "fd-test-admin-4f9c2a7e1b"
 
