@@ -270,9 +270,12 @@ func (s *Spillover) Validate() error {
 // validate checks spillover.price: finite prices >= 0, a currency of
 // at most 8 letters.
 func (p *SpillPrice) validate(ps *problemList) {
-	for key, v := range map[string]float64{"price.input_per_million": p.InputPerMillion, "price.output_per_million": p.OutputPerMillion} {
-		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
-			ps.add(key, "must be a number >= 0, got %v", v)
+	for _, k := range []struct {
+		key string
+		v   float64
+	}{{"price.input_per_million", p.InputPerMillion}, {"price.output_per_million", p.OutputPerMillion}} {
+		if k.v < 0 || math.IsNaN(k.v) || math.IsInf(k.v, 0) {
+			ps.add(k.key, "must be a number >= 0, got %v", k.v)
 		}
 	}
 	if len(p.Currency) > 8 || strings.Trim(p.Currency, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz") != "" {
