@@ -49,12 +49,7 @@ func login(t *testing.T, base, token string, headers ...string) *http.Response {
 // forged, expired or foreign cookie does not; a state-changing request
 // with the cookie needs its own Origin.
 func TestDashboardLogin(t *testing.T) {
-	t.Setenv("FRONTDOOR_ADMIN_TOKEN", testToken)
-	cfg := testConfig(testenv.GPUSim(t, nil))
-	cfg.Admin = DefaultConfig().Admin
-	cfg.Admin.ShowCachedQuestions = true // the hot list answers
-	cfg.Cache.Backend = "memory"
-	gw := startGateway(t, cfg)
+	gw := tokenGateway(t)
 
 	// Without credentials a browser is sent to the login page; a tool gets the 403.
 	if r := doReq(t, http.MethodGet, gw.URL+"/dashboard", "", "Accept", "text/html"); r.StatusCode != 303 || r.Header.Get("Location") != "/admin/login?next=/dashboard" {
