@@ -12,7 +12,7 @@ import (
 
 // adminPaths are the admin surface: every one needs the token, the admin
 // listener or (when configured) a trusted peer.
-var adminPaths = []string{"/admin/nodes", "/admin/cache/stats", "/admin/cache/hot", "/status", "/dashboard", "/debug/pprof/", "/debug/pprof/goroutine?debug=1"}
+var adminPaths = []string{"/admin/nodes", "/admin/dashboard/history", "/admin/cache/stats", "/admin/cache/hot", "/status", "/dashboard", "/debug/pprof/", "/debug/pprof/goroutine?debug=1"}
 
 const testToken = "fd-test-admin-4f9c2a7e1b"
 
@@ -27,17 +27,24 @@ func serveAdmin(t *testing.T, gw *testGateway) string {
 	return "http://" + ln.Addr().String()
 }
 
-// With nothing set under admin:, no request on the main listener reaches
-// the admin surface without the token, not even from loopback (where a
-// reverse proxy or a sidecar connects from), whatever it claims in
-// forwarding headers; with the token, every path answers.
-func TestAdminDefaultNeedsTheToken(t *testing.T) {
+// tokenGateway is a gateway with the default admin: section and the
+// admin token set, its cache on (so that every admin path answers 200).
+func tokenGateway(t *testing.T) *testGateway {
+	t.Helper()
 	t.Setenv("FRONTDOOR_ADMIN_TOKEN", testToken)
 	cfg := testConfig(testenv.GPUSim(t, nil))
 	cfg.Admin = DefaultConfig().Admin
 	cfg.Admin.ShowCachedQuestions = true // the hot list answers
 	cfg.Cache.Backend = "memory"
-	gw := startGateway(t, cfg)
+	return startGateway(t, cfg)
+}
+
+// With nothing set under admin:, no request on the main listener reaches
+// the admin surface without the token, not even from loopback (where a
+// reverse proxy or a sidecar connects from), whatever it claims in
+// forwarding headers; with the token, every path answers.
+func TestAdminDefaultNeedsTheToken(t *testing.T) {
+	gw := tokenGateway(t)
 	for _, p := range adminPaths {
 		for _, h := range [][]string{nil, {"X-Forwarded-For", "127.0.0.1"}, {"X-Real-Ip", "127.0.0.1"},
 			{"Authorization", "Bearer " + testToken + "x"}, {"Authorization", "Basic " + testToken}, {"Authorization", "Bearer"}} {

@@ -157,6 +157,16 @@ type Spillover struct {
 	On        []string          `yaml:"on"` // saturated | failed
 	RPM       int               `yaml:"rpm"`
 	TPM       int               `yaml:"tpm"`
+	// Price is the hosted API's price, for the dashboard's spill-over
+	// cost; zero: none shown.
+	Price SpillPrice `yaml:"price"`
+}
+
+// SpillPrice is spillover.price: per million tokens, in Currency.
+type SpillPrice struct {
+	InputPerMillion  float64 `yaml:"input_per_million"`
+	OutputPerMillion float64 `yaml:"output_per_million"`
+	Currency         string  `yaml:"currency"`
 }
 
 // Warm is the warm: section.
@@ -209,7 +219,7 @@ func DefaultConfig() Config {
 		Cache:     cache.DefaultConfig(),
 		Admission: Admission{Backend: "local", DefaultMaxTokens: 1024, Replicas: 1},
 		Balancer:  balancer.DefaultConfig(),
-		Spillover: Spillover{Kind: "dashscope", BaseURL: "https://dashscope.aliyuncs.com/compatible-mode/v1", APIKeyEnv: "DASHSCOPE_API_KEY", On: []string{"saturated", "failed"}},
+		Spillover: Spillover{Kind: "dashscope", BaseURL: "https://dashscope.aliyuncs.com/compatible-mode/v1", APIKeyEnv: "DASHSCOPE_API_KEY", On: []string{"saturated", "failed"}, Price: SpillPrice{Currency: "USD"}},
 		Warm:      Warm{Concurrency: 5, HotEntries: 10000},
 		Tracing:   Tracing{SampleRatio: 1, ServiceName: "frontdoor"},
 		Shutdown:  Shutdown{Grace: units.Duration(30e9)},

@@ -3,6 +3,7 @@ package router
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -249,10 +250,11 @@ func (t *Tenant) Validate() error {
 // Validate checks the section when it is enabled. Errors are prefixed
 // with their YAML key, ": " alone for the section as a whole.
 func (s *Spillover) Validate() error {
-	if !s.Enabled {
-		return nil
-	}
 	var ps problemList
+	s.Price.validate(&ps)
+	if !s.Enabled {
+		return ps.err()
+	}
 	switch s.Kind {
 	case "dashscope", "openai":
 	default:
@@ -289,6 +291,22 @@ func (s *Spillover) URL() (string, error) {
 		return "", fmt.Errorf("base_url: %w", err)
 	}
 	return base, nil
+}
+
+// validate checks spillover.price: finite prices >= 0, a currency of
+// at most 8 letters.
+func (p *SpillPrice) validate(ps *problemList) {
+	for _, k := range []struct {
+		key string
+		v   float64
+	}{{"price.input_per_million", p.InputPerMillion}, {"price.output_per_million", p.OutputPerMillion}} {
+		if k.v < 0 || math.IsNaN(k.v) || math.IsInf(k.v, 0) {
+			ps.add(k.key, "must be a number >= 0, got %v", k.v)
+		}
+	}
+	if len(p.Currency) > 8 || strings.Trim(p.Currency, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz") != "" {
+		ps.add("price.currency", "%q is not a currency of at most 8 letters (USD, CNY, ...)", p.Currency)
+	}
 }
 
 // validateAlias checks one entry of models:; Problems checks that its

@@ -294,6 +294,8 @@ func (g *Gateway) Start() {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); g.pool.Run(ctx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); g.operator.Run(ctx) }()
 	if g.store != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); g.refreshStats(ctx) }()

@@ -28,6 +28,7 @@ type gatewayMetrics struct {
 	classes2xx, classes4xx, classes5xx atomic.Int64
 	rejected                           atomic.Int64 // 429 and 503 answers: refused for lack of quota or capacity
 	ttft                               ttftWindow
+	dash                               dashCounts // for the dashboard's history
 
 	// tokens[tenant] = prompt/upstream, completion/upstream, prompt/cache, completion/cache
 	tokens atomic.Pointer[map[string]*[4]*metrics.Counter]
@@ -122,6 +123,9 @@ func (m *gatewayMetrics) countTokens(tenant, source string, prompt, completion i
 	}
 	cs[i].Add(prompt)
 	cs[i+1].Add(completion)
+	if i == 2 {
+		m.dash.saved(tenant, prompt+completion)
+	}
 }
 
 // classes returns the request counts by status class.

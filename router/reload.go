@@ -227,4 +227,5 @@ func (m *gatewayMetrics) setTenants(tenants []Tenant) {
 		tokens[name] = &cs
 	}
 	m.tokens.Store(&tokens)
+	m.dash.setTenants(names)
 }

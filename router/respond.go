@@ -98,6 +98,7 @@ func (g *Gateway) commitStream(ctx *fasthttp.RequestCtx, x *exchange, node *bala
 			if r.usageKnown && !r.broken {
 				usage = r.usage.TotalTokens
 				g.metrics.countTokens(tenantName, "upstream", r.usage.PromptTokens, r.usage.CompletionTokens)
+				g.metrics.dash.upstream(upstream, r.usage)
 				x.obs.Usage(r.usage)
 			}
 			done(usage)
@@ -214,6 +215,7 @@ func (g *Gateway) settle(x *exchange, u adapters.Usage, known bool) {
 		x.charge.Settle(u.TotalTokens)
 	}
 	g.metrics.countTokens(x.tenant.name, "upstream", u.PromptTokens, u.CompletionTokens)
+	g.metrics.dash.upstream(x.upstream, u)
 	x.obs.Usage(u)
 }
 
@@ -384,6 +386,7 @@ func (g *Gateway) finish(ctx *fasthttp.RequestCtx, x *exchange, panicked any) {
 	x.obs.Finished(telemetry.Outcome{Status: x.status, Attempts: x.attempts, Model: x.model, Upstream: x.upstream,
 		Cache: x.cache.result.header(), CacheReason: x.cache.reason.label()}, x.streamOwned)
 	g.cm.request(x.cache)
+	g.metrics.dash.observe(x)
 	if g.conf().Logging.AccessLog {
 		model := x.model
 		if model == "" && x.req != nil {

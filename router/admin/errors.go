@@ -10,7 +10,12 @@ import (
 
 func errForbidden() *adapters.APIError {
 	return &adapters.APIError{Status: 403, Type: adapters.TypePermission, Code: "admin_forbidden",
-		Message: "admin endpoints need the admin bearer token (Authorization: Bearer <admin.token_env>) or the admin listener (admin.listen)"}
+		Message: "admin endpoints need the admin bearer token (Authorization: Bearer <admin.token_env>), a session from POST /admin/login, or the admin listener (admin.listen)"}
+}
+
+func errLoginOff() *adapters.APIError {
+	return &adapters.APIError{Status: 403, Type: adapters.TypePermission, Code: "admin_login_off",
+		Message: "login needs an admin token (admin.token_env); none is set"}
 }
 
 func errHostForbidden(host string) *adapters.APIError {

@@ -15,6 +15,9 @@ import (
 type Gateway interface {
 	// Status is the /status document.
 	Status() Status
+	// Counters is what the gateway has counted since start, the latency
+	// quantiles over the requests answered since since.
+	Counters(since time.Time) Counters
 	// Reload reads the config file again and applies it.
 	Reload() ReloadResult
 	// Import stores an answered pair (POST /admin/cache/entries); an error

@@ -18,7 +18,8 @@ import (
 )
 
 // Guard protects /admin/*, /status, /dashboard and /debug/pprof/. A
-// request passes with the admin bearer token, on the admin listener
+// request passes with the admin bearer token or a session signed from it
+// (the cookie of POST /admin/login), on the admin listener
 // (admin.listen), or from a peer in admin.allow_cidrs; the last two are
 // trust by network position, so they also refuse what a browser sends on
 // behalf of another site (BrowserOrigin).
@@ -124,21 +125,32 @@ func (a *Guard) hasToken(ctx *fasthttp.RequestCtx) bool {
 // Allow reports whether the request may use admin endpoints, and writes the
 // error when it may not.
 func (a *Guard) Allow(ctx *fasthttp.RequestCtx) bool {
+	if e := a.check(ctx); e != nil {
+		reply.Error(ctx, e)
+		return false
+	}
+	return true
+}
+
+// check is Allow's verdict: nil when the request may pass. A session
+// cookie (POST /admin/login) passes like the token, behind sessionCSRF.
+func (a *Guard) check(ctx *fasthttp.RequestCtx) *adapters.APIError {
 	if a.hasToken(ctx) {
-		return true
+		return nil
 	}
 	if OnListener(ctx) {
-		return true // the listener checked Host and Origin
+		return nil // the listener checked Host and Origin
+	}
+	if a.hasSession(ctx) {
+		if !sessionCSRF(ctx) {
+			return errCrossOrigin(string(ctx.Request.Header.Peek("Origin")))
+		}
+		return nil
 	}
 	if a.peerAllowed(ctx) {
-		if e := BrowserOrigin(ctx); e != nil {
-			reply.Error(ctx, e)
-			return false
-		}
-		return true
+		return BrowserOrigin(ctx)
 	}
-	reply.Error(ctx, errForbidden())
-	return false
+	return errForbidden()
 }
 
 func (a *Guard) peerAllowed(ctx *fasthttp.RequestCtx) bool {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
@@ -20,16 +21,31 @@ import (
 )
 
 //go:embed dashboard.html
-var dashboardHTML []byte
+var dashboardHTML string
+
+// The dashboard page around its embedded history.
+var dashboardHead, dashboardTail, _ = strings.Cut(dashboardHTML, "{{history}}")
+
+// The history the dashboard shows: the last hour at 5 s.
+const (
+	HistoryStep   = 5 * time.Second
+	HistoryWindow = time.Hour
+)
 
 // Handler serves the operator routes.
 type Handler struct {
-	gw  Gateway
-	log *slog.Logger
+	gw      Gateway
+	log     *slog.Logger
+	history *History
 }
 
 // New makes the operator surface of gw.
-func New(gw Gateway, log *slog.Logger) *Handler { return &Handler{gw: gw, log: log} }
+func New(gw Gateway, log *slog.Logger) *Handler {
+	return &Handler{gw: gw, log: log, history: NewHistory(HistoryStep, HistoryWindow)}
+}
+
+// Run samples the dashboard's history until ctx ends.
+func (h *Handler) Run(ctx context.Context) { h.history.Run(ctx, h.gw) }
 
 // Serve answers the request when its path is an operator route, behind
 // guard, and reports whether it was one.
@@ -41,9 +57,23 @@ func (h *Handler) Serve(ctx *fasthttp.RequestCtx, guard *Guard) bool {
 			reply.JSON(ctx, 200, h.gw.Status())
 		}
 	case path == "/dashboard":
-		if guard.Allow(ctx) && reply.OnlyMethod(ctx, fasthttp.MethodGet) {
+		if h.dashboardAllowed(ctx, guard) && reply.OnlyMethod(ctx, fasthttp.MethodGet) {
+			b := append([]byte(dashboardHead), h.history.AppendJSON(nil, 0)...)
 			ctx.SetContentType("text/html; charset=utf-8")
-			ctx.SetBody(dashboardHTML)
+			ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-store")
+			ctx.Response.Header.Set("X-Frame-Options", "DENY")
+			ctx.SetBody(append(b, dashboardTail...))
+		}
+	case path == "/admin/login":
+		h.serveLogin(ctx, guard)
+	case path == "/admin/logout":
+		h.serveLogout(ctx)
+	case path == "/admin/dashboard/history":
+		if guard.Allow(ctx) && reply.OnlyMethod(ctx, fasthttp.MethodGet) {
+			after, _ := strconv.ParseInt(string(ctx.QueryArgs().Peek("after")), 10, 64)
+			ctx.SetContentType("application/json")
+			ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-store")
+			ctx.SetBody(h.history.AppendJSON(nil, after))
 		}
 	case strings.HasPrefix(path, "/admin/") || path == "/admin":
 		if guard.Allow(ctx) {
@@ -57,6 +87,22 @@ func (h *Handler) Serve(ctx *fasthttp.RequestCtx, guard *Guard) bool {
 		return false
 	}
 	return true
+}
+
+// dashboardAllowed is guard.Allow, except that a browser refused for want
+// of credentials is sent to the login page when a token is set.
+func (h *Handler) dashboardAllowed(ctx *fasthttp.RequestCtx, guard *Guard) bool {
+	e := guard.check(ctx)
+	if e == nil {
+		return true
+	}
+	if e.Code == "admin_forbidden" && len(guard.token) > 0 && (ctx.IsGet() || ctx.IsHead()) &&
+		strings.Contains(string(ctx.Request.Header.Peek("Accept")), "text/html") {
+		seeOther(ctx, "/admin/login?next=/dashboard")
+		return false
+	}
+	reply.Error(ctx, e)
+	return false
 }
 
 // route is an admin route: path exactly, or every path below it when path
