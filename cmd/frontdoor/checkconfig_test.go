@@ -49,6 +49,8 @@ var badConfigs = []struct{ name, body, want string }{
 	{"spillover.kind", "spillover: {enabled: true, kind: bedrock}\n", `spillover.kind: "bedrock" is not one of dashscope, openai`},
 	{"spillover.base_url", "spillover: {enabled: true, base_url: \"\"}\n", "spillover.base_url: is required"},
 	{"spillover.region", "spillover: {enabled: true, region: tokyo}\n", `spillover.region: "tokyo" is not one of beijing, singapore, us`},
+	{"spillover.price", "spillover: {enabled: true, price: {input_per_million: -1}}\n", `spillover.price.input_per_million: must be a number >= 0, got -1`},
+	{"spillover.price.currency", "spillover: {enabled: true, price: {currency: \"US$\"}}\n", `spillover.price.currency: "US$" is not a currency of at most 8 letters (USD, CNY, ...)`},
 	{"spillover.base_url scheme", "spillover: {enabled: true, kind: openai, base_url: \"api.example.com/v1\"}\n", "spillover.base_url:"},
 	{"spillover.on", "spillover: {enabled: true, on: [sometimes]}\n", `spillover.on[0]: "sometimes" is not one of saturated, failed`},
 	{"spillover.rpm", "spillover: {enabled: true, rpm: -1}\n", "spillover: rpm and tpm must be >= 0"},
