@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"time"
 
@@ -66,8 +67,8 @@ type HTTPBackend struct {
 	target Target
 	cfg    Config
 	client *fasthttp.HostClient
-	uris   [2]string // absolute request URI by Endpoint
-	auth   string    // "Bearer <key>" or ""
+	uris   [NumEndpoints]string // absolute request URI by Endpoint
+	auth   string               // "Bearer <key>" or ""
 }
 
 // NewHTTPBackend builds a backend with its own keep-alive pool.
@@ -88,10 +89,17 @@ func NewHTTPBackend(t Target, cfg Config) (*HTTPBackend, error) {
 		}
 	}
 	b := &HTTPBackend{target: t, cfg: cfg}
-	for _, ep := range []Endpoint{EndpointChat, EndpointCompletion} {
+	for ep := range Endpoint(NumEndpoints) {
 		// Absolute, so the scheme (https upstreams) and the Host header
 		// (as written, without a default port) come from the URL.
 		b.uris[ep] = u.Scheme + "://" + u.Host + u.Path + ep.Path()
+	}
+	if t.ResponsesURL != "" {
+		r, err := url.Parse(t.ResponsesURL)
+		if err != nil || r.Host != u.Host || r.Scheme != u.Scheme {
+			return nil, fmt.Errorf("%s: the Responses URL must be on the base URL's scheme and host", t.Name)
+		}
+		b.uris[EndpointResponses] = r.String()
 	}
 	if t.APIKey != "" {
 		b.auth = "Bearer " + t.APIKey
@@ -289,7 +297,7 @@ func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamR
 				out.Close()
 				return nil, b.tooLarge()
 			}
-			if err := checkJSONAnswer(body); err != nil {
+			if err := checkAnswerJSON(ur.Endpoint, body); err != nil {
 				out.Close()
 				return nil, err
 			}

@@ -129,7 +129,7 @@ var (
 // converts an event stream to the JSON answer asked for.
 func (r *UpstreamResponse) checkAnswer(ep Endpoint) error {
 	if !bytes.HasPrefix(r.ContentType, textEventStream) {
-		return checkJSONAnswer(r.Body)
+		return checkAnswerJSON(ep, r.Body)
 	}
 	body, err := StreamToJSON(ep, r.Body)
 	if err != nil {
@@ -139,10 +139,29 @@ func (r *UpstreamResponse) checkAnswer(ep Endpoint) error {
 	return nil
 }
 
+// checkAnswerJSON checks a whole 2xx JSON answer to a request for ep.
+func checkAnswerJSON(ep Endpoint, body []byte) error {
+	if ep == EndpointResponses {
+		return checkResponseObject(body)
+	}
+	return checkJSONAnswer(body)
+}
+
 // checkJSONAnswer reports ErrMalformedAnswer unless body is a JSON object
 // with choices and no error: a completion. The error never quotes the body
 // (it reaches logs).
 func checkJSONAnswer(body []byte) error {
+	return checkAnswerObject(body, func(v *fastjson.Value) error {
+		if v.Get("error") != nil || v.Get("choices") == nil {
+			return fmt.Errorf("%w: a 2xx answer with an error object or no choices", ErrMalformedAnswer)
+		}
+		return nil
+	})
+}
+
+// checkAnswerObject reports ErrMalformedAnswer unless body is a JSON object
+// that check accepts.
+func checkAnswerObject(body []byte, check func(v *fastjson.Value) error) error {
 	p := answerParsers.Get()
 	defer answerParsers.Put(p)
 	v, err := p.ParseBytes(body)
@@ -151,8 +170,6 @@ func checkJSONAnswer(body []byte) error {
 		return fmt.Errorf("%w: the body (%d bytes) is not valid JSON", ErrMalformedAnswer, len(body))
 	case v.Type() != fastjson.TypeObject:
 		return fmt.Errorf("%w: the body is JSON but not an object", ErrMalformedAnswer)
-	case v.Get("error") != nil || v.Get("choices") == nil:
-		return fmt.Errorf("%w: a 2xx answer with an error object or no choices", ErrMalformedAnswer)
 	}
-	return nil
+	return check(v)
 }
