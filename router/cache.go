@@ -97,16 +97,16 @@ func (g *Gateway) plan(x *exchange, h planHints) *cachePlan {
 	c := &g.conf().Cache
 	req := x.req
 	p := &cachePlan{namespace: x.tenant.namespace, model: x.model, ttl: c.TTL.D(), only: h.only, tag: h.tag}
-	p.endpoint = "chat"
-	if x.endpoint == adapters.EndpointCompletion {
-		p.endpoint = "completion"
-	}
+	p.endpoint = cacheEndpoint[x.endpoint]
 	noStore, noCache := h.noStore, h.noCache
+	stateful := responsesBypass(x)
 	switch {
 	case g.store == nil:
 		p.reason = reasonOff
 	case noStore:
 		p.reason = reasonNoStore
+	case stateful != reasonNone:
+		p.reason = stateful
 	case req.Multimodal && !c.Eligibility.CacheMultimodal:
 		p.reason = reasonMultimodal
 	case req.N > 1:
@@ -138,7 +138,7 @@ func (g *Gateway) plan(x *exchange, h planHints) *cachePlan {
 	}
 	p.keyOpt = c.KeyOptions()
 	p.keys.Exact = cache.ExactKey(p.namespace, p.model, p.endpoint, req.Root(), p.keyOpt)
-	p.semantic = c.Semantic.Enabled && g.embedder != nil && x.endpoint == adapters.EndpointChat
+	p.semantic = c.Semantic.Enabled && g.embedder != nil && x.endpoint != adapters.EndpointCompletion
 	if p.semantic {
 		thr := g.verify.threshold(x.tenant.name, x.model, semanticThreshold(c.Semantic, x.tenant.cfg, x.model))
 		if v := h.threshold; len(v) > 0 && x.tenant.allowThreshold {
@@ -150,6 +150,9 @@ func (g *Gateway) plan(x *exchange, h planHints) *cachePlan {
 	}
 	return p
 }
+
+// cacheEndpoint names an endpoint in the cache's keys and entries.
+var cacheEndpoint = [...]string{adapters.EndpointChat: "chat", adapters.EndpointCompletion: "completion", adapters.EndpointResponses: "responses"}
 
 // semanticThreshold is the least similarity for a semantic hit, most
 // specific first: the tenant's for the model, the tenant's, the cache's
@@ -297,8 +300,11 @@ func newCompletionID(ep adapters.Endpoint) string {
 			b[i+j] = byte(v >> (8 * j))
 		}
 	}
-	if ep == adapters.EndpointCompletion {
+	switch ep {
+	case adapters.EndpointCompletion:
 		return "cmpl-" + hex.EncodeToString(b[:])
+	case adapters.EndpointResponses:
+		return "resp_" + hex.EncodeToString(b[:])
 	}
 	return "chatcmpl-" + hex.EncodeToString(b[:])
 }
@@ -333,6 +339,7 @@ func (g *Gateway) serveFlightAnswer(ctx *fasthttp.RequestCtx, x *exchange, f *fl
 // replay renders an assembled answer to the client.
 func (g *Gateway) replay(ctx *fasthttp.RequestCtx, x *exchange, a *adapters.Answer) {
 	id, now := newCompletionID(x.endpoint), time.Now().Unix()
+	g.noteReplayed(x, id, now, a.Model)
 	if !x.req.Stream {
 		ctx.SetContentType("application/json")
 		ctx.Response.SetBodyRaw(adapters.AppendCompletionJSON(make([]byte, 0, 256+len(a.Content)), x.endpoint, id, now, a))

@@ -42,6 +42,7 @@ func (g *Gateway) candidates(x *exchange) *attempts {
 		x.prefix, x.prefixDone = requestPrefix(g.pool.PrefixHasher(), x.req), true
 	}
 	cands, _ := g.pool.PickWith(x.model, balancer.Hints{Affinity: x.req.SystemPromptHash(), Prefix: x.prefix})
+	cands = g.pinResponse(x, cands)
 	x.tries = attempts{cands: cands, lastReason: "other"}
 	return &x.tries
 }
@@ -166,6 +167,8 @@ func (g *Gateway) noAnswer(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.U
 	switch {
 	case x.spillRefused:
 		lastErr = adapters.Unavailable("no local capacity for "+x.model+", and this tenant's traffic may not leave for the hosted API; retry shortly", 1)
+	case x.spillSkipped:
+		lastErr = adapters.Unavailable("no local capacity for "+x.model+", and /v1/responses is not spilled to the hosted API (spillover.responses: false); retry shortly", 1)
 	case lastErr == nil && !g.pool.AnyUsable(x.model):
 		lastErr = adapters.Unavailable("no healthy node serves "+x.model+" right now; retry shortly", 1)
 	case lastErr == nil:

@@ -102,6 +102,8 @@ type Gateway struct {
 	runDone   chan struct{}
 
 	self selfAddrs // every listener serving, so that discovery never makes a node of the gateway
+
+	responseIDs *responseIDs // who holds each Responses API response passed on
 }
 
 // New wires a gateway from cfg and deps.
@@ -158,6 +160,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		return nil, err
 	}
 	g.metrics = newGatewayMetrics(set, g)
+	g.responseIDs = newResponseIDs(cfg.Responses, set)
 	g.bodies = newBodyRefusals(set, g.log)
 	g.adm.RegisterMetrics(set)
 	g.reload.register(set)

@@ -32,11 +32,12 @@ type gatewayMetrics struct {
 	tokens atomic.Pointer[map[string]*[4]*metrics.Counter]
 
 	mu        sync.Mutex
-	requests  [2][600]atomic.Pointer[metrics.Counter]
-	durations [2]*metrics.PrometheusHistogram
+	requests  [len(endpointLabel)][600]atomic.Pointer[metrics.Counter]
+	durations [len(endpointLabel)]*metrics.PrometheusHistogram
 }
 
-var endpointLabel = [2]string{"chat", "completions"}
+// endpointLabel is the endpoint label, by adapters.Endpoint.
+var endpointLabel = [...]string{"chat", "completions", "responses"}
 
 // retryReasons label frontdoor_retries_total: why the previous attempt failed.
 var retryReasons = []string{"connect", "timeout", "closed", "malformed", "status_429", "status_5xx", "other"}

@@ -16,7 +16,7 @@ import (
 // The span names and attributes follow the OpenTelemetry GenAI semantic
 // conventions where they apply (gen_ai.*), the HTTP ones for statuses,
 // and frontdoor.* for the rest.
-var genAIOperation = [2]string{"chat", "text_completion"}
+var genAIOperation = [...]string{"chat", "text_completion", "generate_content"}
 
 // Request observes one request: its span and the spans under it. A nil
 // *Request is an untraced request's: every method does nothing and
