@@ -124,7 +124,9 @@ func (r *Request) walkInput(message func(role []byte), text func([]byte)) {
 			text(c.GetStringBytes())
 		} else {
 			for _, part := range c.GetArray() {
-				text(part.GetStringBytes("text"))
+				if t := part.GetStringBytes("text"); len(t) > 0 {
+					text(t)
+				}
 			}
 		}
 		for _, field := range [...]string{"arguments", "output"} {
@@ -169,7 +171,7 @@ func (r *Request) UpstreamBody(model string) []byte {
 	// A Responses stream ends with response.completed, which carries the
 	// usage: nothing to ask for.
 	wantUsage := r.Stream && !r.IncludeUsage && r.Endpoint != EndpointResponses
-	if !wantUsage && model == r.Model {
+	if !wantUsage && model == r.Model && !r.rewritten {
 		return r.Body
 	}
 	var arena fastjson.Arena

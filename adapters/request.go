@@ -54,6 +54,9 @@ type Request struct {
 	Background         bool
 	ServerState        bool // a conversation, a stored prompt template or an item_reference
 
+	rewritten bool             // the tree differs from Body: UpstreamBody encodes it
+	held      *fastjson.Parser // holds values grafted into the tree (Continue)
+
 	root   *fastjson.Value
 	parser *fastjson.Parser
 }

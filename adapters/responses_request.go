@@ -1,6 +1,7 @@
 package adapters
 
 import (
+	"fmt"
 	"strconv"
 
 	"github.com/valyala/fastjson"
@@ -220,4 +221,58 @@ func (r *Request) validateResponsesTools(v *fastjson.Value) *APIError {
 	}
 	r.HasTools = len(tools) > 0
 	return nil
+}
+
+// Continue makes a follow-up whose predecessor no node holds (the
+// gateway's cache served it) a request of its own: its input becomes the
+// predecessor's input (prevInput, a string or an array of items, as JSON),
+// the predecessor's answer as an assistant message, then its own input;
+// previous_response_id goes. It is what the Responses API does with a
+// previous_response_id (the predecessor's instructions do not carry over).
+// PreviousResponseID keeps its value: the request is still a follow-up.
+func (r *Request) Continue(prevInput []byte, prevOutput string) error {
+	p := new(fastjson.Parser)
+	prev, err := p.ParseBytes(prevInput)
+	if err != nil {
+		return fmt.Errorf("continue: the previous input: %w", err)
+	}
+	var a fastjson.Arena
+	items := a.NewArray()
+	n := 0
+	add := func(v *fastjson.Value) {
+		items.SetArrayItem(n, v)
+		n++
+	}
+	message := func(role string, content *fastjson.Value) *fastjson.Value {
+		m := a.NewObject()
+		m.Set("role", a.NewString(role))
+		m.Set("content", content)
+		return m
+	}
+	addInput := func(in *fastjson.Value) {
+		if in.Type() == fastjson.TypeString {
+			add(message("user", in))
+			return
+		}
+		for _, it := range in.GetArray() {
+			add(it)
+		}
+	}
+	addInput(prev)
+	add(message("assistant", a.NewString(prevOutput)))
+	addInput(r.root.Get("input"))
+	r.root.Set("input", items)
+	r.root.Del("previous_response_id")
+	r.rewritten, r.held = true, p
+	return nil
+}
+
+// InputJSON is a Responses request's input as JSON (for a follow-up's
+// Continue).
+func (r *Request) InputJSON() []byte {
+	in := r.root.Get("input")
+	if in == nil {
+		return nil
+	}
+	return AppendJSONValue(nil, in)
 }
