@@ -339,7 +339,7 @@ func (g *Gateway) serveFlightAnswer(ctx *fasthttp.RequestCtx, x *exchange, f *fl
 // replay renders an assembled answer to the client.
 func (g *Gateway) replay(ctx *fasthttp.RequestCtx, x *exchange, a *adapters.Answer) {
 	id, now := newCompletionID(x.endpoint), time.Now().Unix()
-	g.noteReplayed(x, id, now, a.Model)
+	g.noteReplayed(x, id, now, a)
 	if !x.req.Stream {
 		ctx.SetContentType("application/json")
 		ctx.Response.SetBodyRaw(adapters.AppendCompletionJSON(make([]byte, 0, 256+len(a.Content)), x.endpoint, id, now, a))

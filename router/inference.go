@@ -122,6 +122,9 @@ func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
 		return false
 	}
 	x.model = model
+	if !g.continueReplayed(ctx, x) {
+		return false
+	}
 	p := g.planCache(ctx, x)
 	x.plan = p
 	x.setCache(&ctx.Response.Header, cacheOutcome{resultBypass, p.reason}, "")

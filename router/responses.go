@@ -53,7 +53,19 @@ type respRecord struct {
 	model    string
 	created  int64
 	expires  time.Time
+	// A replayed response's request input and answer, for a follow-up
+	// (see continueReplayed); nil once the budget needed the room.
+	input  []byte
+	output string
 }
+
+// A replayed response keeps its request's input and its answer for a
+// follow-up when they fit in replayedMax, and at most replayedBudget bytes
+// of them are kept (the oldest go first).
+const (
+	replayedMax    = 64 << 10
+	replayedBudget = 32 << 20
+)
 
 // responseIDs remembers, for responses.remember_for and at most
 // responses.remember_ids of them (the oldest go first), which upstream
@@ -65,6 +77,9 @@ type responseIDs struct {
 	ring []*respRecord // in the order remembered; a full ring forgets its oldest
 	next int
 	ttl  time.Duration
+
+	kept      []*respRecord // records holding an input and output, oldest first
+	keptBytes int
 
 	found, gone, unknown *metrics.Counter
 }
@@ -100,6 +115,17 @@ func (r *responseIDs) remember(rec *respRecord) {
 	r.ring[r.next] = rec
 	r.next = (r.next + 1) % len(r.ring)
 	r.m[rec.id] = rec
+	if rec.input != nil {
+		r.kept = append(r.kept, rec)
+		r.keptBytes += len(rec.input) + len(rec.output)
+		for r.keptBytes > replayedBudget {
+			old := r.kept[0]
+			r.kept[0] = nil
+			r.kept = r.kept[1:]
+			r.keptBytes -= len(old.input) + len(old.output)
+			old.input, old.output = nil, ""
+		}
+	}
 }
 
 // lookup returns the live record of id for tenant, or nil: an id another
@@ -134,12 +160,44 @@ func (g *Gateway) noteCreated(x *exchange, id string) {
 	g.responseIDs.remember(&respRecord{id: id, tenant: x.tenant.name, upstream: x.upstream, model: x.model})
 }
 
-// noteReplayed remembers a response the cache served under a fresh id.
-func (g *Gateway) noteReplayed(x *exchange, id string, created int64, model string) {
+// noteReplayed remembers a response the cache served under a fresh id,
+// with its request's input and its answer for a follow-up.
+func (g *Gateway) noteReplayed(x *exchange, id string, created int64, a *adapters.Answer) {
 	if x.endpoint != adapters.EndpointResponses || x.req.StoreOff || x.entryID == "" {
 		return
 	}
-	g.responseIDs.remember(&respRecord{id: id, tenant: x.tenant.name, entry: x.entryID, model: model, created: created})
+	rec := &respRecord{id: id, tenant: x.tenant.name, entry: x.entryID, model: a.Model, created: created}
+	if in := x.req.InputJSON(); len(in)+len(a.Content) <= replayedMax {
+		rec.input, rec.output = in, a.Content
+	}
+	g.responseIDs.remember(rec)
+}
+
+// continueReplayed makes a follow-up of a response the cache served (no
+// node holds it) a request of its own: the predecessor's input and answer
+// go before its input, as the Responses API would have put them. It
+// answers 400 and returns false when they are no longer kept.
+func (g *Gateway) continueReplayed(ctx *fasthttp.RequestCtx, x *exchange) bool {
+	if x.endpoint != adapters.EndpointResponses || x.req.PreviousResponseID == "" {
+		return true
+	}
+	rec := g.responseIDs.lookup(x.req.PreviousResponseID, x.tenant.name)
+	if rec == nil || rec.upstream != "" {
+		return true // a node's, or unknown here: the node answers for it
+	}
+	g.responseIDs.mu.Lock()
+	input, output := rec.input, rec.output
+	g.responseIDs.mu.Unlock()
+	var err error
+	if input != nil {
+		err = x.req.Continue(input, output)
+	}
+	if input == nil || err != nil {
+		g.writeError(ctx, adapters.BadRequest("previous_response_id", "Previous response with id '"+rec.id+
+			"' was served from frontdoor's cache and its conversation is no longer kept; send the conversation as input instead."))
+		return false
+	}
+	return true
 }
 
 // respTap reads a Responses stream's events as the pump passes them on:

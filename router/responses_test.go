@@ -272,3 +272,298 @@ func compactDeltas(events []string) []string {
 func testNode(name, url string) balancer.NodeConfig {
 	return balancer.NodeConfig{Name: name, URL: url, Kind: "vllm", Models: []string{"qwen3-8b"}, MaxConcurrency: 10, Weight: 1}
 }
+
+// byID sends method to url with the tenant's key and decodes the
+// answer.
+func byID(t *testing.T, method, url, key string) (*http.Response, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, nil)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+		t.Fatalf("%s %s: status %d, not JSON: %v", method, url, resp.StatusCode, err)
+	}
+	return resp, m
+}
+
+// TestResponsesByID: GET and DELETE /v1/responses/{id} and a follow-up's
+// previous_response_id go to the node that created the response; ids of
+// another tenant, of responses not stored, or unknown, are a clean 404;
+// a response the cache served is rendered again from its entry.
+func TestResponsesByID(t *testing.T) {
+	a, b := testenv.GPUSim(t, nil), testenv.GPUSim(t, nil)
+	cfg := testConfig(a, b)
+	cfg.Cache.Backend = "memory"
+	cfg.Balancer.Policy = "round_robin" // each node creates some; a follow-up not pinned would reach the other one half the time
+	t.Setenv("TEST_ACME_KEYS", "sk-acme-1")
+	t.Setenv("TEST_GLOBEX_KEYS", "sk-globex")
+	cfg.Tenants = []Tenant{{Name: "acme", APIKeysEnv: "TEST_ACME_KEYS"}, {Name: "globex", APIKeysEnv: "TEST_GLOBEX_KEYS"}}
+	gw := startGateway(t, cfg)
+	nodeURL := map[string]string{"gpu-a": a.URL(), "gpu-b": b.URL()}
+	acme := []string{"Authorization", "Bearer sk-acme-1"}
+
+	created := map[string]string{} // id -> node
+	for i := range 8 {
+		extra := `"temperature":1.5` // above max_temperature: never a cache hit, so each goes to a node
+		if i%2 == 1 {
+			extra += `,"stream":true`
+		}
+		resp, raw := post(t, gw.URL+"/v1/responses", respBody("question number "+strings.Repeat("x", i), extra), acme...)
+		if resp.StatusCode != 200 {
+			t.Fatalf("create: %d %s", resp.StatusCode, raw)
+		}
+		id := ""
+		if i%2 == 1 {
+			_, after, _ := strings.Cut(string(raw), `"response":{"id":"`)
+			id, _, _ = strings.Cut(after, `"`)
+		} else {
+			var m struct{ ID string }
+			_ = json.Unmarshal(raw, &m)
+			id = m.ID
+		}
+		if id == "" {
+			t.Fatalf("no id in %s", raw)
+		}
+		created[id] = resp.Header.Get("X-Upstream")
+	}
+	nodes := map[string]bool{}
+	for id, node := range created {
+		nodes[node] = true
+		resp, got := byID(t, "GET", gw.URL+"/v1/responses/"+id, "sk-acme-1")
+		_, want := byID(t, "GET", nodeURL[node]+"/v1/responses/"+id, "")
+		if resp.StatusCode != 200 || resp.Header.Get("X-Upstream") != node || got["id"] != id || !equalJSON(got, want) {
+			t.Errorf("GET %s: %d from %q, want the node %s's answer", id, resp.StatusCode, resp.Header.Get("X-Upstream"), node)
+		}
+		// A follow-up goes to the node that holds its predecessor (the
+		// other node answers 404 to it).
+		fr, fm := postResponses(t, gw, respBody("and then?", `"previous_response_id":"`+id+`"`), acme...)
+		if fr.StatusCode != 200 || fr.Header.Get("X-Upstream") != node {
+			t.Errorf("follow-up of %s: %d from %q, want 200 from %s: %v", id, fr.StatusCode, fr.Header.Get("X-Upstream"), node, fm)
+		}
+		// Another tenant does not see it.
+		if resp, m := byID(t, "GET", gw.URL+"/v1/responses/"+id, "sk-globex"); resp.StatusCode != 404 || m["error"] == nil {
+			t.Errorf("another tenant's GET: %d %v", resp.StatusCode, m)
+		}
+	}
+	if len(nodes) != 2 {
+		t.Fatalf("all 8 responses came from %v: the test needs both nodes", nodes)
+	}
+	for id := range created {
+		if resp, m := byID(t, "DELETE", gw.URL+"/v1/responses/"+id, "sk-acme-1"); resp.StatusCode != 200 || m["deleted"] != true {
+			t.Errorf("DELETE %s: %d %v", id, resp.StatusCode, m)
+		}
+		if resp, _ := byID(t, "GET", gw.URL+"/v1/responses/"+id, "sk-acme-1"); resp.StatusCode != 404 {
+			t.Errorf("GET after DELETE: %d", resp.StatusCode)
+		}
+		break
+	}
+	resp, m := byID(t, "GET", gw.URL+"/v1/responses/resp_unknown", "sk-acme-1")
+	if e, _ := m["error"].(map[string]any); resp.StatusCode != 404 || e["type"] != "invalid_request_error" || !strings.Contains(e["message"].(string), "resp_unknown") {
+		t.Errorf("unknown id: %d %v", resp.StatusCode, m)
+	}
+	// store: false: kept by no one, so not remembered.
+	_, m = postResponses(t, gw, respBody("forget me", `"store":false,"temperature":1.5`), acme...)
+	if resp, _ := byID(t, "GET", gw.URL+"/v1/responses/"+m["id"].(string), "sk-acme-1"); resp.StatusCode != 404 {
+		t.Errorf("a store:false response: GET %d", resp.StatusCode)
+	}
+
+	// A response the cache served: GET renders it from its entry, DELETE
+	// forgets the id.
+	askResp := func() (*http.Response, map[string]any) {
+		return postResponses(t, gw, respBody("a cached question", ""), acme...)
+	}
+	askResp()
+	var hit map[string]any
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		r, m := askResp()
+		hit = m
+		return r.Header.Get("X-Cache") == "hit-exact"
+	}, "no hit")
+	hitID := hit["id"].(string)
+	resp, got := byID(t, "GET", gw.URL+"/v1/responses/"+hitID, "sk-acme-1")
+	if resp.StatusCode != 200 || !equalJSON(got, hit) || resp.Header.Get("X-Upstream") != "cache" {
+		t.Errorf("GET of a cache-served response: %d %v, want %v", resp.StatusCode, got, hit)
+	}
+	// A follow-up of it: no node holds it, so frontdoor sends the
+	// conversation (its input, its answer, then the new input) instead.
+	a.ResetRecorded()
+	b.ResetRecorded()
+	fr, fm := postResponses(t, gw, respBody("and then?", `"previous_response_id":"`+hitID+`"`), acme...)
+	if fr.StatusCode != 200 || fr.Header.Get("X-Cache") != "bypass" {
+		t.Errorf("follow-up of a cache-served response: %d %q %v", fr.StatusCode, fr.Header.Get("X-Cache"), fm)
+	}
+	sent := append(a.Requests(), b.Requests()...)
+	hitText := hit["output"].([]any)[0].(map[string]any)["content"].([]any)[0].(map[string]any)["text"].(string)
+	want := `{"model":"qwen3-8b","input":[{"role":"user","content":"a cached question"},{"role":"assistant","content":` + string(mustJSON(hitText)) + `},{"role":"user","content":"and then?"}]}`
+	if len(sent) != 1 || string(sent[0].Body) != want {
+		t.Errorf("the follow-up reached the nodes as %d requests: %s\nwant %s", len(sent), firstBody(sent), want)
+	}
+	if resp, m := byID(t, "DELETE", gw.URL+"/v1/responses/"+hitID, "sk-acme-1"); resp.StatusCode != 200 || m["deleted"] != true {
+		t.Errorf("DELETE of a cache-served response: %d %v", resp.StatusCode, m)
+	}
+	if resp, _ := byID(t, "GET", gw.URL+"/v1/responses/"+hitID, "sk-acme-1"); resp.StatusCode != 404 {
+		t.Errorf("GET after DELETE of a cache-served response: %d", resp.StatusCode)
+	}
+
+	// Paths and methods.
+	if resp, _ := byID(t, "PUT", gw.URL+"/v1/responses/resp_x", "sk-acme-1"); resp.StatusCode != 405 {
+		t.Errorf("PUT: %d", resp.StatusCode)
+	}
+	if resp, _ := byID(t, "GET", gw.URL+"/v1/responses/resp_x/other", "sk-acme-1"); resp.StatusCode != 404 {
+		t.Errorf("an unknown sub-path: %d", resp.StatusCode)
+	}
+	text := metricsText(t, gw)
+	for series, least := range map[string]float64{`frontdoor_responses_by_id_total{result="found"}`: 10, `frontdoor_responses_by_id_total{result="unknown"}`: 10} {
+		if v := metricValue(t, text, series); v < least {
+			t.Errorf("%s = %v, want at least %v", series, v, least)
+		}
+	}
+}
+
+func equalJSON(a, b any) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+func firstBody(reqs []sim.RecordedRequest) string {
+	if len(reqs) == 0 {
+		return "(none)"
+	}
+	return string(reqs[0].Body)
+}
+
+// TestResponsesUsageAndErrors: the tokens of a Responses answer are
+// counted from its usage (a stream's from response.completed), and a bad
+// request is a 4xx in OpenAI's error shape before any node sees it.
+func TestResponsesUsageAndErrors(t *testing.T) {
+	gw, sims := simAndGateway(t, 1, nil)
+	c := sdkClient(gw.URL)
+	tokens := func(kind string) float64 {
+		return metricValue(t, metricsText(t, gw), `frontdoor_tokens_total{tenant="default",kind="`+kind+`",source="upstream"}`)
+	}
+	for _, stream := range []bool{false, true} {
+		in0, out0 := tokens("prompt"), tokens("completion")
+		p := respParams("qwen3-8b", "Count my tokens, please", "Be exact.")
+		var a sdkAnswer
+		if stream {
+			a = sdkStream(t, c, p)
+		} else {
+			a = sdkCreate(t, c, p)
+		}
+		if a.in == 0 || a.out == 0 {
+			t.Fatalf("no usage in the answer: %+v", a)
+		}
+		testenv.Eventually(t, 5*time.Second, func() bool {
+			return tokens("prompt")-in0 == float64(a.in) && tokens("completion")-out0 == float64(a.out)
+		}, "stream=%v: tokens counted %v/%v, the answer's usage %d/%d", stream, tokens("prompt")-in0, tokens("completion")-out0, a.in, a.out)
+	}
+
+	received := sims[0].Stats().Received
+	for name, c := range map[string]struct {
+		body, param, code string
+	}{
+		"no input":           {`{"model":"qwen3-8b"}`, "input", ""},
+		"empty input list":   {`{"model":"qwen3-8b","input":[]}`, "input", ""},
+		"input a number":     {`{"model":"qwen3-8b","input":3}`, "input", ""},
+		"item not an object": {`{"model":"qwen3-8b","input":["hi"]}`, "input[0]", ""},
+		"bad role":           {`{"model":"qwen3-8b","input":[{"role":"robot","content":"hi"}]}`, "input[0].role", ""},
+		"no content":         {`{"model":"qwen3-8b","input":[{"role":"user"}]}`, "input[0].content", ""},
+		"bad part":           {`{"model":"qwen3-8b","input":[{"role":"user","content":[{"type":"input_text","text":3}]}]}`, "input[0].content[0].text", ""},
+		"unknown part":       {`{"model":"qwen3-8b","input":[{"role":"user","content":[{"type":"mystery"}]}]}`, "input[0].content[0].type", ""},
+		"instructions":       {`{"model":"qwen3-8b","input":"hi","instructions":["x"]}`, "instructions", ""},
+		"max_output_tokens":  {`{"model":"qwen3-8b","input":"hi","max_output_tokens":0}`, "max_output_tokens", ""},
+		"store":              {`{"model":"qwen3-8b","input":"hi","store":"yes"}`, "store", ""},
+		"previous id":        {`{"model":"qwen3-8b","input":"hi","previous_response_id":""}`, "previous_response_id", ""},
+		"function tool":      {`{"model":"qwen3-8b","input":"hi","tools":[{"type":"function"}]}`, "tools[0].name", ""},
+		"duplicate key":      {`{"model":"qwen3-8b","input":"hi","input":"bye"}`, "input", "duplicate_key"},
+		"temperature":        {`{"model":"qwen3-8b","input":"hi","temperature":9}`, "temperature", ""},
+	} {
+		resp, b := post(t, gw.URL+"/v1/responses", c.body)
+		var env struct {
+			Error struct {
+				Message, Type string
+				Param, Code   *string
+			}
+		}
+		if err := json.Unmarshal(b, &env); err != nil || resp.StatusCode != 400 || env.Error.Type != "invalid_request_error" || env.Error.Message == "" {
+			t.Errorf("%s: %d %s", name, resp.StatusCode, b)
+			continue
+		}
+		if env.Error.Param == nil || *env.Error.Param != c.param || (c.code != "" && (env.Error.Code == nil || *env.Error.Code != c.code)) {
+			t.Errorf("%s: param/code of %s, want %q/%q", name, b, c.param, c.code)
+		}
+	}
+	if n := sims[0].Stats().Received; n != received {
+		t.Errorf("bad requests reached the node: %d, want %d", n, received)
+	}
+	if resp, b := post(t, gw.URL+"/v1/responses", `{"model":"nope","input":"hi"}`); resp.StatusCode != 404 || !strings.Contains(string(b), "model_not_found") {
+		t.Errorf("unknown model: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestResponsesSpill: a Responses request no node answers spills to the
+// hosted API (its model mapped there and back), streamed and not, and a
+// GET of its id goes there too; with spillover.responses off it is a 503,
+// counted.
+func TestResponsesSpill(t *testing.T) {
+	broken := testenv.GPUSim(t, func(c *sim.Config) { c.FailRate = 1 })
+	dash := dashSim(t, nil)
+	cfg := testConfig(broken)
+	spillConfig(t, &cfg, dash)
+	gw := startGateway(t, cfg)
+	c := sdkClient(gw.URL)
+	p := respParams("qwen3-8b", "Where do overflow requests go?", "")
+	for _, stream := range []bool{false, true} {
+		var a sdkAnswer
+		if stream {
+			a = sdkStream(t, c, p)
+		} else {
+			a = sdkCreate(t, c, p)
+		}
+		// The first tries the node, which fails; by the second it is marked
+		// unhealthy and the request goes to the hosted API at once.
+		if a.header.Get("X-Upstream") != "spillover:dashscope" || a.header.Get("X-Upstream-Attempts") == "" || a.text == "" {
+			t.Fatalf("stream=%v: X-Upstream %q after %q attempts: %+v", stream, a.header.Get("X-Upstream"), a.header.Get("X-Upstream-Attempts"), a)
+		}
+		resp, got := byID(t, "GET", gw.URL+"/v1/responses/"+a.id, "")
+		if resp.StatusCode != 200 || got["id"] != a.id || got["model"] != "qwen3-8b" && got["model"] != "qwen-plus" || resp.Header.Get("X-Upstream") != "spillover:dashscope" {
+			t.Errorf("GET of a spilled response: %d %v", resp.StatusCode, got)
+		}
+	}
+	paths := map[string]int{}
+	for _, r := range dash.Requests() {
+		paths[r.Path]++
+		if r.Path == "/compatible-mode/v1/responses" && !strings.Contains(string(r.Body), `"model":"qwen-plus"`) {
+			t.Errorf("the hosted API got %s", r.Body)
+		}
+	}
+	if paths["/compatible-mode/v1/responses"] != 2 {
+		t.Errorf("the hosted API was asked %v", paths)
+	}
+
+	cfg.Spillover.Responses = false
+	off := startGateway(t, cfg)
+	resp, b := post(t, off.URL+"/v1/responses", respBody("no spill for me", ""))
+	if resp.StatusCode != 503 || !strings.Contains(string(b), "spillover.responses") {
+		t.Errorf("spillover.responses false: %d %s", resp.StatusCode, b)
+	}
+	if v := metricValue(t, metricsText(t, off), `frontdoor_spillover_skipped_total{reason="endpoint"}`); v != 1 {
+		t.Errorf("frontdoor_spillover_skipped_total = %v, want 1", v)
+	}
+	if resp, b := post(t, off.URL+"/v1/chat/completions", chatBody("chat still spills", "")); resp.StatusCode != 200 || resp.Header.Get("X-Upstream") != "spillover:dashscope" {
+		t.Errorf("chat with spillover.responses false: %d %s", resp.StatusCode, b)
+	}
+}
