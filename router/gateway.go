@@ -161,6 +161,9 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	}
 	g.metrics = newGatewayMetrics(set, g)
 	g.responseIDs = newResponseIDs(cfg.Responses, set)
+	if g.verifyRedis != nil { // the cache's Redis: the replicas share the ids
+		g.responseIDs.shared = newSharedIDs(g.verifyRedis, cfg.Redis.KeyPrefix+"r:", cfg.Cache.Reads.Timeout.D(), g.upLog, set)
+	}
 	g.bodies = newBodyRefusals(set, g.log)
 	g.adm.RegisterMetrics(set)
 	g.reload.register(set)

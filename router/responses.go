@@ -81,6 +81,8 @@ type responseIDs struct {
 	kept      []*respRecord // records holding an input and output, oldest first
 	keptBytes int
 
+	shared *sharedIDs // nil: this replica's memory only
+
 	found, gone, unknown *metrics.Counter
 }
 
@@ -98,12 +100,23 @@ func newResponseIDs(cfg ResponsesConfig, set *metrics.Set) *responseIDs {
 }
 
 // remember records a response; an id already known keeps its first
-// record (a coalesced follower shares its leader's id).
+// record (a coalesced follower shares its leader's id). A node's record
+// is shared with the other replicas when they share a Redis.
 func (r *responseIDs) remember(rec *respRecord) {
 	if len(r.ring) == 0 || rec.id == "" {
 		return
 	}
 	rec.expires = time.Now().Add(r.ttl)
+	if r.shared != nil && rec.upstream != "" {
+		// Before the client has the id: its next request may reach
+		// another replica.
+		r.shared.put(rec, r.ttl)
+	}
+	r.local(rec)
+}
+
+// local records rec in this replica's memory.
+func (r *responseIDs) local(rec *respRecord) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.m[rec.id]; ok {
@@ -129,26 +142,35 @@ func (r *responseIDs) remember(rec *respRecord) {
 }
 
 // lookup returns the live record of id for tenant, or nil: an id another
-// tenant created is unknown to this one.
+// tenant created is unknown to this one. An id this replica does not know
+// is looked up in the shared Redis, when there is one.
 func (r *responseIDs) lookup(id, tenant string) *respRecord {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	rec := r.m[id]
-	if rec == nil || rec.tenant != tenant {
-		return nil
-	}
-	if time.Now().After(rec.expires) {
+	if rec != nil && time.Now().After(rec.expires) {
 		delete(r.m, id)
+		rec = nil
+	}
+	r.mu.Unlock()
+	if rec == nil && r.shared != nil && len(r.ring) > 0 {
+		if rec = r.shared.get(id); rec != nil {
+			r.local(rec)
+		}
+	}
+	if rec == nil || rec.tenant != tenant {
 		return nil
 	}
 	return rec
 }
 
-// forget drops id (its response was deleted).
+// forget drops id (its response was deleted), here and in the shared Redis.
 func (r *responseIDs) forget(id string) {
 	r.mu.Lock()
 	delete(r.m, id)
 	r.mu.Unlock()
+	if r.shared != nil {
+		go r.shared.del(id)
+	}
 }
 
 // noteCreated remembers a response a node (or the hosted API) created for

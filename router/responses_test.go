@@ -311,11 +311,11 @@ func TestResponsesByID(t *testing.T) {
 
 	created := map[string]string{} // id -> node
 	for i := range 8 {
-		extra := `"temperature":1.5` // above max_temperature: never a cache hit, so each goes to a node
+		extra := `"max_output_tokens":8` // no-store: each goes to a node
 		if i%2 == 1 {
 			extra += `,"stream":true`
 		}
-		resp, raw := post(t, gw.URL+"/v1/responses", respBody("question number "+strings.Repeat("x", i), extra), acme...)
+		resp, raw := post(t, gw.URL+"/v1/responses", respBody("question number "+strings.Repeat("x", i), extra), append(acme, "Cache-Control", "no-store")...)
 		if resp.StatusCode != 200 {
 			t.Fatalf("create: %d %s", resp.StatusCode, raw)
 		}
@@ -369,7 +369,7 @@ func TestResponsesByID(t *testing.T) {
 		t.Errorf("unknown id: %d %v", resp.StatusCode, m)
 	}
 	// store: false: kept by no one, so not remembered.
-	_, m = postResponses(t, gw, respBody("forget me", `"store":false,"temperature":1.5`), acme...)
+	_, m = postResponses(t, gw, respBody("forget me", `"store":false`), acme...)
 	if resp, _ := byID(t, "GET", gw.URL+"/v1/responses/"+m["id"].(string), "sk-acme-1"); resp.StatusCode != 404 {
 		t.Errorf("a store:false response: GET %d", resp.StatusCode)
 	}
@@ -565,5 +565,56 @@ func TestResponsesSpill(t *testing.T) {
 	}
 	if resp, b := post(t, off.URL+"/v1/chat/completions", chatBody("chat still spills", "")); resp.StatusCode != 200 || resp.Header.Get("X-Upstream") != "spillover:dashscope" {
 		t.Errorf("chat with spillover.responses false: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestResponsesSharedAcrossReplicas: with the cache on Redis, a response
+// passed on by one replica is found by another (GET, follow-up, DELETE);
+// with Redis down each replica knows its own, and says so.
+func TestResponsesSharedAcrossReplicas(t *testing.T) {
+	a, b := testenv.GPUSim(t, nil), testenv.GPUSim(t, nil)
+	cfg := testConfig(a, b)
+	r := testenv.StartRedis(t)
+	cfg.Cache.Backend, cfg.Cache.VectorSearch, cfg.Redis.URL = "redis", "local", r.URL()
+	cfg.Balancer.Policy = "round_robin"
+	one, two := startGateway(t, cfg), startGateway(t, cfg)
+	for i := range 4 {
+		resp, m := postResponses(t, one, respBody([]string{"Why is the sky blue?", "How do bees make honey?", "Who built the pyramids?", "What is a black hole?"}[i], ""))
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d: create: %d %v", i, resp.StatusCode, m)
+		}
+		id, node := m["id"].(string), resp.Header.Get("X-Upstream")
+		if g, got := byID(t, "GET", two.URL+"/v1/responses/"+id, ""); g.StatusCode != 200 || got["id"] != id || g.Header.Get("X-Upstream") != node {
+			t.Fatalf("%d: GET on the other replica: %d from %q, want %s", i, g.StatusCode, g.Header.Get("X-Upstream"), node)
+		}
+		if f, fm := postResponses(t, two, respBody("and then?", `"previous_response_id":"`+id+`"`)); f.StatusCode != 200 || f.Header.Get("X-Upstream") != node {
+			t.Fatalf("%d: follow-up on the other replica: %d from %q, want %s: %v", i, f.StatusCode, f.Header.Get("X-Upstream"), node, fm)
+		}
+		if i == 0 {
+			if d, _ := byID(t, "DELETE", two.URL+"/v1/responses/"+id, ""); d.StatusCode != 200 {
+				t.Fatalf("DELETE on the other replica: %d", d.StatusCode)
+			}
+			if g, _ := byID(t, "GET", one.URL+"/v1/responses/"+id, ""); g.StatusCode != 404 {
+				t.Fatalf("GET after DELETE elsewhere: %d", g.StatusCode)
+			}
+		}
+	}
+	r.Kill()
+	_, m := postResponses(t, one, respBody("while Redis is down", ""))
+	id := m["id"].(string)
+	if g, _ := byID(t, "GET", one.URL+"/v1/responses/"+id, ""); g.StatusCode != 200 {
+		t.Errorf("GET on the same replica with Redis down: %d", g.StatusCode)
+	}
+	if g, _ := byID(t, "GET", two.URL+"/v1/responses/"+id, ""); g.StatusCode != 404 {
+		t.Errorf("GET on the other replica with Redis down: %d", g.StatusCode)
+	}
+	if v := metricValue(t, metricsText(t, one), `frontdoor_responses_shared_errors_total{op="put"}`); v < 1 {
+		t.Errorf("put errors %v", v)
+	}
+	if v := metricValue(t, metricsText(t, two), `frontdoor_responses_shared_errors_total{op="get"}`); v < 1 {
+		t.Errorf("get errors %v", v)
+	}
+	if !strings.Contains(two.Logs.String(), "shared id records in Redis failed") {
+		t.Error("no WARN line for the failing Redis")
 	}
 }
