@@ -618,3 +618,33 @@ func TestResponsesSharedAcrossReplicas(t *testing.T) {
 		t.Error("no WARN line for the failing Redis")
 	}
 }
+
+// TestResponsesRetry: a node that fails before its first byte is retried
+// on another, streamed and not.
+func TestResponsesRetry(t *testing.T) {
+	broken, good := testenv.GPUSim(t, func(c *sim.Config) { c.FailRate = 1 }), testenv.GPUSim(t, nil)
+	cfg := testConfig(broken, good)
+	cfg.Balancer.Policy = "round_robin"
+	cfg.Balancer.Breaker.Failures = 100 // keep trying the broken node first half the time
+	gw := startGateway(t, cfg)
+	c := sdkClient(gw.URL)
+	retried := 0
+	for i := range 4 {
+		p := respParams("qwen3-8b", "retry me", "")
+		var a sdkAnswer
+		if i%2 == 0 {
+			a = sdkCreate(t, c, p)
+		} else {
+			a = sdkStream(t, c, p)
+		}
+		if a.header.Get("X-Upstream") != "gpu-b" || a.text == "" {
+			t.Fatalf("%d: answered by %q: %+v", i, a.header.Get("X-Upstream"), a)
+		}
+		if a.header.Get("X-Upstream-Attempts") == "2" {
+			retried++
+		}
+	}
+	if retried == 0 || broken.Stats().Failed == 0 {
+		t.Fatalf("no request was retried (%d failures on the broken node)", broken.Stats().Failed)
+	}
+}
