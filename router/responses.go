@@ -169,7 +169,7 @@ func (r *responseIDs) forget(id string) {
 	delete(r.m, id)
 	r.mu.Unlock()
 	if r.shared != nil {
-		go r.shared.del(id)
+		r.shared.del(id)
 	}
 }
 
