@@ -66,13 +66,18 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 	$(GO) run ./bench/overhead
 
-## fuzz: fuzz the request parser (chat and Responses), a node's Responses
-## stream, the agreement of the cache's and an engine's reading of a
-## request, and the warm-file parser for 60s each.
+## fuzz: fuzz the request parsers (chat and completions, Responses,
+## embeddings), a node's Responses stream, the reader of a node's embeddings
+## answer, the agreement of the cache's and an engine's reading of a
+## request, the pass-through's model reader and the warm-file parser for 60s
+## each.
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseRequest -fuzztime 60s ./adapters
 	$(GO) test -run '^$$' -fuzz FuzzParseResponsesRequest -fuzztime 60s ./adapters
 	$(GO) test -run '^$$' -fuzz FuzzResponseStream -fuzztime 60s ./adapters
+	$(GO) test -run '^$$' -fuzz FuzzParseEmbeddingsRequest -fuzztime 60s ./adapters
+	$(GO) test -run '^$$' -fuzz FuzzParseEmbeddingsAnswer -fuzztime 60s ./adapters
+	$(GO) test -run '^$$' -fuzz FuzzParsePassthrough -fuzztime 60s ./adapters
 	$(GO) test -run '^$$' -fuzz FuzzRequestViewsAgree -fuzztime 60s ./router
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./internal/warm
 

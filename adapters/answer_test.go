@@ -290,7 +290,7 @@ func BenchmarkCheckJSONAnswer(b *testing.B) {
 	body := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1796038047,"model":"qwen3-8b","choices":[{"index":0,"message":{"role":"assistant","content":"large little own days its other came as saw her days how mother me end others"},"logprobs":null,"finish_reason":"stop","stop_reason":null}],"usage":{"prompt_tokens":20,"total_tokens":36,"completion_tokens":16}}`)
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := checkJSONAnswer(body); err != nil {
+		if err := checkJSONAnswer(body, "choices"); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -34,6 +35,11 @@ type UpstreamRequest struct {
 	RequestID string
 	Model     string        // the model named in Body (after alias resolution)
 	Trace     *TraceContext // nil: no trace context to pass on
+	// Path and ContentType are EndpointPassthrough's: the client's path
+	// (with its query, if any) and content type, sent as they came; see
+	// PassthroughURI for where the path leads.
+	Path        string
+	ContentType []byte
 }
 
 // TraceContext is the W3C trace context of an attempt, sent upstream as
@@ -68,6 +74,7 @@ type HTTPBackend struct {
 	cfg    Config
 	client *fasthttp.HostClient
 	uris   [NumEndpoints]string // absolute request URI by Endpoint
+	root   string               // scheme://host plus the base path without its version segment
 	auth   string               // "Bearer <key>" or ""
 }
 
@@ -89,7 +96,7 @@ func NewHTTPBackend(t Target, cfg Config) (*HTTPBackend, error) {
 		}
 	}
 	b := &HTTPBackend{target: t, cfg: cfg}
-	for ep := range Endpoint(NumEndpoints) {
+	for ep := range NumEndpoints {
 		// Absolute, so the scheme (https upstreams) and the Host header
 		// (as written, without a default port) come from the URL.
 		b.uris[ep] = u.Scheme + "://" + u.Host + u.Path + ep.Path()
@@ -101,6 +108,7 @@ func NewHTTPBackend(t Target, cfg Config) (*HTTPBackend, error) {
 		}
 		b.uris[EndpointResponses] = r.String()
 	}
+	b.root = u.Scheme + "://" + u.Host + u.Path[:strings.LastIndexByte(u.Path, '/')]
 	if t.APIKey != "" {
 		b.auth = "Bearer " + t.APIKey
 	}
@@ -176,6 +184,17 @@ func printableASCII(s string) bool {
 	return true
 }
 
+// PassthroughURI is where a passed-through path goes on this node: a path
+// under /v1/ continues the node's OpenAI base (http://h:8000/v1 +
+// /rerank), any other path the server root's (http://h:8000 + /tokenize,
+// as vLLM serves it).
+func (b *HTTPBackend) PassthroughURI(path string) string {
+	if rest, ok := strings.CutPrefix(path, "/v1/"); ok {
+		return b.uris[EndpointChat][:len(b.uris[EndpointChat])-len(EndpointChat.Path())] + "/" + rest
+	}
+	return b.root + path
+}
+
 // Name returns the upstream's name.
 func (b *HTTPBackend) Name() string { return b.target.Name }
 
@@ -190,8 +209,13 @@ func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamR
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	req.Header.SetMethod(fasthttp.MethodPost)
-	req.SetRequestURI(b.uris[ur.Endpoint])
-	req.Header.SetContentType("application/json")
+	if ur.Endpoint == EndpointPassthrough {
+		req.SetRequestURI(b.PassthroughURI(ur.Path))
+		req.Header.SetContentTypeBytes(ur.ContentType)
+	} else {
+		req.SetRequestURI(b.uris[ur.Endpoint])
+		req.Header.SetContentType("application/json")
+	}
 	if b.auth != "" {
 		req.Header.Set(fasthttp.HeaderAuthorization, b.auth)
 	}

@@ -12,19 +12,26 @@ type Endpoint uint8
 
 // Endpoints served by the gateway.
 const (
-	EndpointChat       Endpoint = iota // POST /v1/chat/completions
-	EndpointCompletion                 // POST /v1/completions
-	EndpointResponses                  // POST /v1/responses
-	NumEndpoints                       // how many endpoints there are, for arrays indexed by Endpoint
+	EndpointChat        Endpoint = iota // POST /v1/chat/completions
+	EndpointCompletion                  // POST /v1/completions
+	EndpointResponses                   // POST /v1/responses
+	EndpointEmbeddings                  // POST /v1/embeddings
+	EndpointPassthrough                 // a path of passthrough.paths, forwarded as it came (UpstreamRequest.Path)
+	NumEndpoints                        // how many endpoints there are, for arrays indexed by Endpoint
 )
 
-// Path is the upstream path for the endpoint, relative to a /v1 base URL.
+// Path is the upstream path for the endpoint, relative to a /v1 base URL
+// ("" for EndpointPassthrough: the request carries its own).
 func (e Endpoint) Path() string {
 	switch e {
 	case EndpointCompletion:
 		return "/completions"
 	case EndpointResponses:
 		return "/responses"
+	case EndpointEmbeddings:
+		return "/embeddings"
+	case EndpointPassthrough:
+		return ""
 	}
 	return "/chat/completions"
 }
@@ -89,14 +96,9 @@ func ParseRequest(ep Endpoint, body []byte) (*Request, *APIError) {
 	// jsontext checks in one pass. It is also stricter than fastjson's
 	// parser, which accepts a lone "." as a number: nothing invalid is ever
 	// forwarded.
-	if !jsontext.Value(body).IsValid() {
-		return nil, invalidBody(body)
-	}
-	p := parserPool.Get()
-	root, err := p.ParseBytes(body)
-	if err != nil {
-		parserPool.Put(p)
-		return nil, BadRequest("", "invalid JSON body: "+err.Error())
+	p, root, apiErr := parseIJSON(body)
+	if apiErr != nil {
+		return nil, apiErr
 	}
 	r := &Request{Endpoint: ep, root: root, parser: p, N: 1}
 	if apiErr := r.validate(); apiErr != nil {
@@ -105,6 +107,21 @@ func ParseRequest(ep Endpoint, body []byte) (*Request, *APIError) {
 	}
 	r.Body = body
 	return r, nil
+}
+
+// parseIJSON checks that body is I-JSON (see ParseRequest) and parses it
+// with a pooled parser, which the caller returns to parserPool.
+func parseIJSON(body []byte) (*fastjson.Parser, *fastjson.Value, *APIError) {
+	if !jsontext.Value(body).IsValid() {
+		return nil, nil, invalidBody(body)
+	}
+	p := parserPool.Get()
+	root, err := p.ParseBytes(body)
+	if err != nil {
+		parserPool.Put(p)
+		return nil, nil, BadRequest("", "invalid JSON body: "+err.Error())
+	}
+	return p, root, nil
 }
 
 func (r *Request) validate() *APIError {
@@ -130,12 +147,7 @@ func (r *Request) validate() *APIError {
 		switch string(k) {
 		case "model":
 			sawModel = true
-			s, e := v.StringBytes()
-			if e != nil || len(s) == 0 {
-				apiErr = BadRequest("model", "model must be a non-empty string")
-				return
-			}
-			r.Model = string(s)
+			r.Model, apiErr = modelName(v)
 		case "messages":
 			if r.Endpoint != EndpointChat {
 				return // unknown to completions: forwarded untouched
@@ -233,6 +245,15 @@ func (r *Request) validate() *APIError {
 		return BadRequest("prompt", "prompt is required")
 	}
 	return nil
+}
+
+// modelName reads the model field: a non-empty string.
+func modelName(v *fastjson.Value) (string, *APIError) {
+	s, err := v.StringBytes()
+	if err != nil || len(s) == 0 {
+		return "", BadRequest("model", "model must be a non-empty string")
+	}
+	return string(s), nil
 }
 
 // pick returns the constant among names that equals k, without allocating.

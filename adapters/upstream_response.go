@@ -128,7 +128,10 @@ var (
 // checkAnswer checks a whole 2xx answer to a non-streaming request, and
 // converts an event stream to the JSON answer asked for.
 func (r *UpstreamResponse) checkAnswer(ep Endpoint) error {
-	if !bytes.HasPrefix(r.ContentType, textEventStream) {
+	switch {
+	case ep == EndpointPassthrough:
+		return nil // the client's to read, as the node sent it
+	case ep == EndpointEmbeddings, !bytes.HasPrefix(r.ContentType, textEventStream):
 		return checkAnswerJSON(ep, r.Body)
 	}
 	body, err := StreamToJSON(ep, r.Body)
@@ -141,26 +144,31 @@ func (r *UpstreamResponse) checkAnswer(ep Endpoint) error {
 
 // checkAnswerJSON checks a whole 2xx JSON answer to a request for ep.
 func checkAnswerJSON(ep Endpoint, body []byte) error {
-	if ep == EndpointResponses {
+	switch ep {
+	case EndpointPassthrough:
+		return nil // the client's to read, as the node sent it
+	case EndpointResponses:
 		return checkResponseObject(body)
+	case EndpointEmbeddings:
+		return checkJSONAnswer(body, "data")
 	}
-	return checkJSONAnswer(body)
+	return checkJSONAnswer(body, "choices")
 }
 
 // checkJSONAnswer reports ErrMalformedAnswer unless body is a JSON object
-// with choices and no error: a completion. The error never quotes the body
-// (it reaches logs).
-func checkJSONAnswer(body []byte) error {
+// with the member want (choices: a completion; data: embeddings) and no
+// error. The error never quotes the body (it reaches logs).
+func checkJSONAnswer(body []byte, want string) error {
 	return checkAnswerObject(body, func(v *fastjson.Value) error {
-		if v.Get("error") != nil || v.Get("choices") == nil {
-			return fmt.Errorf("%w: a 2xx answer with an error object or no choices", ErrMalformedAnswer)
+		if v.Get("error") != nil || v.Get(want) == nil {
+			return fmt.Errorf("%w: a 2xx answer with an error object or no %s", ErrMalformedAnswer, want)
 		}
 		return nil
 	})
 }
 
 // checkAnswerObject reports ErrMalformedAnswer unless body is a JSON object
-// that check accepts.
+// that check accepts. The error never quotes the body.
 func checkAnswerObject(body []byte, check func(v *fastjson.Value) error) error {
 	p := answerParsers.Get()
 	defer answerParsers.Put(p)

@@ -14,6 +14,7 @@ type Pass struct {
 	ts       *tenantState
 	slot     *localTenant // holds a local concurrency slot
 	lease    string       // holds a Redis lease
+	quota    *Quota       // the tenant's request bucket; nil: unlimited
 	released atomic.Bool
 }
 
@@ -101,8 +102,9 @@ type verdict struct {
 	limit    string        // the limit that made it wait or refused it
 	full     bool          // refused by the concurrency cap
 	oversize bool
-	redis    bool // decided in Redis
-	tokens   int  // AdmitMiss: the tokens asked for, for the message
+	redis    bool   // decided in Redis
+	tokens   int    // AdmitMiss: the tokens asked for, for the message
+	quota    *Quota // admitted: the tenant's bucket (rps for Enter, tokens for AdmitMiss)
 }
 
 // enterOnce makes one Enter decision, in Redis or locally, and on success
@@ -112,7 +114,7 @@ func (a *Admitter) enterOnce(ts *tenantState, p *Pass, maxWait time.Duration) ve
 		v, lease, err := a.rs.enter(a, ts, maxWait)
 		if err == nil {
 			a.rs.health.ok()
-			p.lease = lease
+			p.lease, p.quota = lease, v.quota
 			return v
 		}
 		a.redisFailed()
@@ -123,6 +125,7 @@ func (a *Admitter) enterOnce(ts *tenantState, p *Pass, maxWait time.Duration) ve
 	if v.ok && ts.lim.MaxConcurrency > 0 {
 		p.slot = ts.local
 	}
+	p.quota = v.quota
 	return v
 }
 

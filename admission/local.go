@@ -42,6 +42,8 @@ func (lt *localTenant) enter(now int64, maxWait time.Duration) verdict {
 		}
 		lt.rps.level--
 		v.wait, v.limit = w, LimitTenantRPS
+		q := quotaOf(lt.rps.level, lt.rps.cap, lt.rps.rate*1e9)
+		v.quota = &q
 	}
 	if lt.maxConc > 0 {
 		lt.conc++
@@ -129,18 +131,22 @@ func (s *localSet) miss(lt *localTenant, now int64, tokens float64, maxWait time
 		defer lt.mu.Unlock()
 		cs = append(cs, charge{lt.tpm, tokens, LimitTenantTokens})
 	}
-	if s.rps == nil && s.tpm == nil {
-		return reserve(now, maxWait, cs)
+	if s.rps != nil || s.tpm != nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.rps != nil {
+			cs = append(cs, charge{s.rps, 1, LimitGlobalRPS})
+		}
+		if s.tpm != nil {
+			cs = append(cs, charge{s.tpm, tokens, LimitGlobalTokens})
+		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.rps != nil {
-		cs = append(cs, charge{s.rps, 1, LimitGlobalRPS})
+	v := reserve(now, maxWait, cs)
+	if v.ok && lt != nil && lt.tpm != nil {
+		q := quotaOf(lt.tpm.level, lt.tpm.cap, lt.tpm.rate*1e9)
+		v.quota = &q
 	}
-	if s.tpm != nil {
-		cs = append(cs, charge{s.tpm, tokens, LimitGlobalTokens})
-	}
-	return reserve(now, maxWait, cs)
+	return v
 }
 
 // adjustTokens settles the global token bucket by delta.

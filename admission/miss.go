@@ -13,6 +13,7 @@ type Charge struct {
 	tokens  int
 	redis   bool // charged in Redis, else in the local buckets
 	free    bool // nothing was charged
+	quota   *Quota
 	settled atomic.Bool
 }
 
@@ -106,6 +107,7 @@ func (a *Admitter) AdmitMiss(ctx context.Context, tenant string, tokens int) (*C
 		}
 	}
 	a.m.observeWait(start, a.now())
+	c.quota = v.quota
 	return c, nil
 }
 

@@ -21,7 +21,8 @@ import (
 //	KEYS[1..nb]  buckets; KEYS[nb+1] lease ZSET (optional)
 //	ARGV         now_ms, max_wait_ms, nb, nb x (rate per ms, capacity, cost),
 //	             [max leases, lease id, lease ttl ms]
-//	returns      {0, i, ms}: admitted; reserved capacity is due in ms (bucket i the latest)
+//	returns      {0, i, ms, left}: admitted; reserved capacity is due in ms (bucket i
+//	             the latest); left is bucket 1's level after the charge, floored
 //	             {1, i, ms}: refused by bucket i, which has room in ms
 //	             {2, 0, 0}:  the lease set is full (checked first, buckets untouched)
 var admitScript = redis.NewScript(`
@@ -73,7 +74,9 @@ if lk then
   redis.call('ZADD', lk, now + ttl, ARGV[la + 1])
   redis.call('PEXPIRE', lk, 2 * ttl)
 end
-return {0, wi, math.ceil(worst)}
+local left = 0
+if nb >= 1 then left = math.floor(lv[1] - tonumber(ARGV[6])) end
+return {0, wi, math.ceil(worst), left}
 `)
 
 // adjustScript adds delta tokens to buckets (a refund, or a charge when
@@ -187,7 +190,7 @@ func (r *redisBackend) now() string {
 
 func msArg(d time.Duration) string { return fmtFloat(float64(d) / 1e6) }
 
-// run runs a decision script and decodes its {code, index, ms} answer.
+// run runs a decision script and decodes its {code, index, ms[, left]} answer.
 func (r *redisBackend) run(keys []string, args []any) ([]int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), redisOpTimeout)
 	defer cancel()
@@ -195,7 +198,7 @@ func (r *redisBackend) run(keys []string, args []any) ([]int64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admission script: %w", err)
 	}
-	if len(res) != 3 {
+	if len(res) != 3 && len(res) != 4 {
 		return nil, fmt.Errorf("admission script: unexpected answer %v", res)
 	}
 	return res, nil
@@ -241,6 +244,10 @@ func (r *redisBackend) enter(_ *Admitter, ts *tenantState, maxWait time.Duration
 	if !v.ok {
 		return v, "", nil
 	}
+	if ts.lim.RPS > 0 && len(res) > 3 {
+		q := quotaOf(float64(res[3]), ts.lim.burst(), ts.lim.RPS)
+		v.quota = &q
+	}
 	if lease != "" {
 		r.leases.Store(lease, ts)
 	}
@@ -272,7 +279,13 @@ func (r *redisBackend) miss(a *Admitter, ts *tenantState, tokens int, maxWait ti
 	if err != nil {
 		return verdict{}, err
 	}
-	return decode(res, limits), nil
+	v := decode(res, limits)
+	if v.ok && ts.missLimited && len(res) > 3 {
+		tpm := float64(ts.lim.TokensPerMinute)
+		q := quotaOf(float64(res[3]), tpm, tpm/60)
+		v.quota = &q
+	}
+	return v, nil
 }
 
 // adjustment is one bucket to settle or refund.

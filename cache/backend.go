@@ -142,6 +142,17 @@ func (b *Backend) Get(ctx context.Context, key string) (*Entry, error) {
 	return e, err
 }
 
+// GetMany looks several exact keys up in one read (one timeout, one
+// breaker call): the entry under each key, nil for a miss.
+func (b *Backend) GetMany(ctx context.Context, keys []string) ([]*Entry, error) {
+	var es []*Entry
+	err := b.read(ctx, "get", func(ctx context.Context) (err error) {
+		es, err = getAll(ctx, b.store, keys)
+		return err
+	})
+	return es, err
+}
+
 // Search returns up to k entries of scope, most similar first.
 func (b *Backend) Search(ctx context.Context, scope string, vec []float32, k int) ([]Match, error) {
 	var m []Match

@@ -212,6 +212,9 @@ func (c *Config) Validate() error {
 			add("semantic.model_thresholds.%s: must be in (0, 1]", m)
 		}
 	}
+	if r := c.Semantic.Guards.MaxLengthRatio; r != 0 && r < 1 {
+		add("semantic.guards.max_length_ratio: must be >= 1, or 0 for no length guard")
+	}
 	if err := c.Semantic.Verify.Validate(); err != nil {
 		errs = append(errs, prefixLines("semantic.verify.", err))
 	}

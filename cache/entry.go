@@ -32,12 +32,28 @@ type Entry struct {
 	Scope     string          `json:"scope,omitempty"` // semantic scope hash
 	ExactKey  string          `json:"key,omitempty"`   // exact key it is stored under
 	Tag       string          `json:"tag,omitempty"`   // set by a warm-up (X-Cache-Tag), for PurgeTag
+	// Curated: stored by an import or a warm-up, not by a client's
+	// request: a vetted answer that approved near-misses point at.
+	Curated bool `json:"curated,omitempty"`
+	// Via is the curated entry whose answer this one repeats for a
+	// question the judge approved (a promoted near-miss).
+	Via string `json:"via,omitempty"`
+	// Embedding is an embeddings entry's vector (Endpoint "embeddings"):
+	// little-endian float32s, 4 bytes a dimension, charged to the byte
+	// budget like the rest. EmbeddingWide says how a float answer writes
+	// its numbers (adapters.Embedding.Wide).
+	Embedding     []byte `json:"emb,omitempty"`
+	EmbeddingWide bool   `json:"emb_wide,omitempty"`
 }
+
+// EndpointEmbeddings is the Endpoint of an embeddings entry: one input's
+// vector.
+const EndpointEmbeddings = "embeddings"
 
 // Size is an estimate of the memory the entry holds, for the byte budget.
 func (e *Entry) Size() int64 {
 	return int64(256 + len(e.ID) + len(e.Namespace) + len(e.Model) + len(e.Content) + len(e.Reasoning) +
-		len(e.ToolCalls) + len(e.Query) + len(e.Scope) + len(e.ExactKey) + len(e.Tag))
+		len(e.ToolCalls) + len(e.Query) + len(e.Scope) + len(e.ExactKey) + len(e.Tag) + len(e.Via) + len(e.Embedding))
 }
 
 // NewEntryID returns a random 16-hex-digit id.

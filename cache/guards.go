@@ -25,11 +25,28 @@ type Guards struct {
 	// quoted strings, code identifiers, URLs, e-mail addresses, date words
 	// and units.
 	Entities bool `yaml:"entities"`
+	// MaxLengthRatio rejects a match whose longer text has more than
+	// MaxLengthRatio times the characters of the shorter plus
+	// lengthSlack: a prompt of one word said 50,000 times embeds like the
+	// same word said 10,000 times, yet asks something else. 0: off.
+	MaxLengthRatio float64 `yaml:"max_length_ratio"`
 }
+
+// lengthSlack is the characters the length guard allows beyond the ratio,
+// so that short rewordings ("Hi" and "Hi, who are you?") are not vetoed.
+const lengthSlack = 32
 
 // DefaultGuards turns every guard on.
 func DefaultGuards() Guards {
-	return Guards{Numbers: true, Negation: true, Order: true, Entities: true}
+	return Guards{Numbers: true, Negation: true, Order: true, Entities: true, MaxLengthRatio: 2}
+}
+
+// lengthAllows is the length guard: the longer of a and b has at most
+// ratio times the characters of the shorter, plus lengthSlack.
+func lengthAllows(ratio float64, a, b string) bool {
+	la, lb := utf8.RuneCountInString(a), utf8.RuneCountInString(b)
+	short, long := min(la, lb), max(la, lb)
+	return float64(long) <= ratio*float64(short)+lengthSlack
 }
 
 // Reasons GuardsAllow gives for a rejection.
@@ -38,10 +55,11 @@ const (
 	GuardNegation = "negation"
 	GuardEntity   = "entity"
 	GuardOrder    = "order"
+	GuardLength   = "length"
 )
 
 // GuardReasons lists every reason GuardsAllow can give, for metric labels.
-var GuardReasons = []string{GuardNumbers, GuardNegation, GuardEntity, GuardOrder}
+var GuardReasons = []string{GuardNumbers, GuardNegation, GuardEntity, GuardOrder, GuardLength}
 
 // GuardsAllow reports whether a semantic candidate may answer the query;
 // reason is "" when allowed, else one of GuardReasons. The entity and
@@ -65,7 +83,12 @@ var GuardReasons = []string{GuardNumbers, GuardNegation, GuardEntity, GuardOrder
 // 不仅 不管 差不多 了不起 非常 非洲 无论 无锡 未来 区别 特别 别人, 什么不同
 // ...), in A-not-A questions (是不是, 有没有, 可不可以) and as a clause-final
 // question particle (好玩不？), which ask rather than deny.
+//
+// Length: see Guards.MaxLengthRatio; checked first, as the cheapest.
 func GuardsAllow(g Guards, query, candidate string) (ok bool, reason string) {
+	if g.MaxLengthRatio > 0 && !lengthAllows(g.MaxLengthRatio, query, candidate) {
+		return false, GuardLength
+	}
 	if g.Numbers || g.Negation {
 		var q, c textMarks
 		q.scan(query, g)

@@ -109,7 +109,7 @@ func canonicalHash(namespace, model, endpoint string, root *fastjson.Value, skip
 	b = appendStr(b, namespace)
 	b = appendStr(b, endpoint)
 	b = appendStr(b, model)
-	b = appendTopLevel(b, obj, endpoint, skipMessage, opt)
+	b = appendTopLevel(b, obj, endpoint, skipMessage, opt, nil)
 	sum := sha256.Sum256(b)
 	*bp = b
 	bufPool.Put(bp)
@@ -152,7 +152,10 @@ func lastUserTurn(msgs []*fastjson.Value, textType string) (int, string, bool) {
 	return 0, "", false
 }
 
-func appendTopLevel(b []byte, obj *fastjson.Object, endpoint string, skipMessage int, opt KeyOptions) []byte {
+// appendTopLevel writes the canonical form of a request's top-level
+// fields for endpoint, leaving out those that never change the output and
+// those in skip.
+func appendTopLevel(b []byte, obj *fastjson.Object, endpoint string, skipMessage int, opt KeyOptions, skip map[string]bool) []byte {
 	fields := make([]member, 0, 16)
 	maxTokens := int64(-1)
 	turns := "messages"
@@ -170,7 +173,7 @@ func appendTopLevel(b []byte, obj *fastjson.Object, endpoint string, skipMessage
 			}
 			return
 		}
-		if ignoredFields[k] || v.Type() == fastjson.TypeNull {
+		if ignoredFields[k] || skip[k] || v.Type() == fastjson.TypeNull {
 			return
 		}
 		if k == "max_tokens" || k == "max_completion_tokens" {

@@ -86,6 +86,15 @@ func (l *LazyStore) Get(ctx context.Context, key string) (*Entry, error) {
 	return s.Get(ctx, key)
 }
 
+// GetMany implements MultiGetter.
+func (l *LazyStore) GetMany(ctx context.Context, keys []string) ([]*Entry, error) {
+	s, err := l.store()
+	if err != nil {
+		return nil, err
+	}
+	return getAll(ctx, s, keys)
+}
+
 // Put implements Store.
 func (l *LazyStore) Put(ctx context.Context, e *Entry, vec []float32, ttl time.Duration) error {
 	s, err := l.store()

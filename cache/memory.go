@@ -101,25 +101,46 @@ func (m *MemoryStore) Get(ctx context.Context, key string) (*Entry, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("cache: memory get: %w", err)
 	}
-	now := time.Now().UnixNano()
 	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e := m.getLocked(key, time.Now().UnixNano()); e != nil {
+		return e, nil
+	}
+	return nil, ErrNotFound
+}
+
+// getLocked returns the live entry under key (nil: none) and marks it
+// recently used; an expired one is removed.
+func (m *MemoryStore) getLocked(key string, now int64) *Entry {
 	it := m.byKey[key]
 	if it == nil {
-		m.mu.Unlock()
-		return nil, ErrNotFound
+		return nil
 	}
 	if it.expired(now) {
 		m.removeLocked(it)
-		m.mu.Unlock()
-		return nil, ErrNotFound
+		return nil
 	}
 	if m.lru.next != it {
 		unlink(it)
 		m.pushFront(it)
 	}
-	e := it.e
-	m.mu.Unlock()
-	return e, nil
+	return it.e
+}
+
+// GetMany is Get for each key, nil where there is no live entry, under
+// one hold of the lock.
+func (m *MemoryStore) GetMany(ctx context.Context, keys []string) ([]*Entry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("cache: memory get many: %w", err)
+	}
+	out := make([]*Entry, len(keys))
+	now := time.Now().UnixNano()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, k := range keys {
+		out[i] = m.getLocked(k, now)
+	}
+	return out, nil
 }
 
 // Put stores e under e.ExactKey (when not empty) and, when vec is not nil,

@@ -130,6 +130,18 @@ func TestRedisCluster(t *testing.T) {
 			}
 			rdsSameEntry(t, got, e)
 		}
+		// GetMany's pipeline runs on each master its keys live on.
+		keys := []string{"missing"}
+		for _, e := range exact {
+			keys = append(keys, e.ExactKey)
+		}
+		many, err := s.GetMany(ctx, keys)
+		if err != nil || len(many) != len(keys) || many[0] != nil {
+			t.Fatalf("GetMany: %v, %d entries for %d keys", err, len(many), len(keys))
+		}
+		for i, e := range exact {
+			rdsSameEntry(t, many[i+1], e)
+		}
 		if st := clusterStats(t, s); st.Entries != 150 || st.VectorEntries != 50 || st.Scopes != 1 || st.VectorSearchBy != "local" {
 			t.Fatalf("Stats = %+v, want 150 entries, 50 vectors in 1 scope, local", st)
 		}

@@ -28,6 +28,39 @@ func (r *RedisStore) Get(ctx context.Context, key string) (*Entry, error) {
 	return e, nil
 }
 
+// GetMany returns the entry under each key, nil where there is none, in
+// one pipeline (a cluster's runs on each master the keys live on). A
+// corrupt entry is a miss, as in Search.
+func (r *RedisStore) GetMany(ctx context.Context, keys []string) ([]*Entry, error) {
+	out := make([]*Entry, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	ctx, cancel := r.callCtx(ctx)
+	defer cancel()
+	pipe := r.c.Pipeline()
+	cmds := make([]*redis.StringCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.Get(ctx, r.exactKey(k))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("cache: redis get many: %w", err)
+	}
+	for i, c := range cmds {
+		b, err := c.Bytes()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("cache: redis get many: %w", err)
+		}
+		if e, err := decodePayload(b); err == nil {
+			out[i] = e
+		}
+	}
+	return out, nil
+}
+
 // Search returns up to k live entries of scope, most similar first.
 func (r *RedisStore) Search(ctx context.Context, scope string, vec []float32, k int) ([]Match, error) {
 	if k <= 0 {

@@ -57,6 +57,38 @@ type EntryGetter interface {
 	GetByID(ctx context.Context, id string) (*Entry, error)
 }
 
+// MultiGetter is a Store that looks several exact keys up at once (an
+// embeddings request's inputs): in one round trip, for a remote store.
+type MultiGetter interface {
+	// GetMany returns the live entry under each key, nil where there is
+	// none, in the order of keys.
+	GetMany(ctx context.Context, keys []string) ([]*Entry, error)
+}
+
+// getAll looks keys up in s: at once when s can, else one by one.
+func getAll(ctx context.Context, s Store, keys []string) ([]*Entry, error) {
+	if mg, ok := s.(MultiGetter); ok {
+		return mg.GetMany(ctx, keys)
+	}
+	out := make([]*Entry, len(keys))
+	for i, k := range keys {
+		e, err := s.Get(ctx, k)
+		switch {
+		case err == nil:
+			out[i] = e
+		case !errors.Is(err, ErrNotFound):
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+var (
+	_ MultiGetter = (*MemoryStore)(nil)
+	_ MultiGetter = (*RedisStore)(nil)
+	_ MultiGetter = (*LazyStore)(nil)
+)
+
 var (
 	_ EntryGetter = (*MemoryStore)(nil)
 	_ EntryGetter = (*RedisStore)(nil)

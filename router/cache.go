@@ -30,11 +30,13 @@ type cachePlan struct {
 	semantic     bool    // a semantic lookup/store applies
 	threshold    float32 // least similarity for a semantic hit
 	ttl          time.Duration
-	vec          []float32 // embedding of keys.Query, once computed
-	lookupFailed bool      // the lookup failed: a bypass, but the answer is still written back
-	only         byte      // X-Cache-Only: onlyAny or onlyExact; the request never goes upstream
-	tag          string    // X-Cache-Tag: the stored entry's tag
-	similarity   float32   // of the best semantic candidate, for the trace
+	vec          []float32  // embedding of keys.Query, once computed
+	lookupFailed bool       // the lookup failed: a bypass, but the answer is still written back
+	only         byte       // X-Cache-Only: onlyAny or onlyExact; the request never goes upstream
+	tag          string     // X-Cache-Tag: the stored entry's tag
+	curated      bool       // an import or warm-up: the entry is a vetted answer
+	similarity   float32    // of the best semantic candidate, for the trace
+	promote      *promotion // a near-miss on a curated entry, for the judge to approve
 }
 
 // Lookup-only requests (X-Cache-Only: 1, or exact for exact hits only) are
@@ -50,6 +52,7 @@ type planHints struct {
 	ttl, threshold   []byte
 	only             byte
 	tag              string
+	curated          bool
 }
 
 func hintsOf(ctx *fasthttp.RequestCtx) planHints {
@@ -89,14 +92,16 @@ func containsToken(list, tok string) bool {
 
 // planCache decides how the cache treats the request.
 func (g *Gateway) planCache(ctx *fasthttp.RequestCtx, x *exchange) *cachePlan {
-	return g.plan(x, hintsOf(ctx))
+	h := hintsOf(ctx)
+	h.curated = g.rt.Load().tenants.operator(ctx)
+	return g.plan(x, h)
 }
 
 // plan decides how the cache treats the request x with headers h.
 func (g *Gateway) plan(x *exchange, h planHints) *cachePlan {
 	c := &g.conf().Cache
 	req := x.req
-	p := &cachePlan{namespace: x.tenant.namespace, model: x.model, ttl: c.TTL.D(), only: h.only, tag: h.tag}
+	p := &cachePlan{namespace: x.tenant.namespace, model: x.model, ttl: c.TTL.D(), only: h.only, tag: h.tag, curated: h.curated}
 	p.endpoint = cacheEndpoint[x.endpoint]
 	noStore, noCache := h.noStore, h.noCache
 	stateful := responsesBypass(x)
@@ -127,15 +132,7 @@ func (g *Gateway) plan(x *exchange, h planHints) *cachePlan {
 	if !p.store {
 		return p
 	}
-	if v := h.ttl; len(v) > 0 {
-		if secs, err := strconv.Atoi(string(v)); err == nil && secs > 0 {
-			maxTTL := c.MaxTTL.D()
-			if maxTTL <= 0 {
-				maxTTL = c.TTL.D()
-			}
-			p.ttl = min(time.Duration(secs)*time.Second, maxTTL)
-		}
-	}
+	p.ttl = planTTL(c, h)
 	p.keyOpt = c.KeyOptions()
 	p.keys.Exact = cache.ExactKey(p.namespace, p.model, p.endpoint, req.Root(), p.keyOpt)
 	p.semantic = c.Semantic.Enabled && g.embedder != nil && x.endpoint != adapters.EndpointCompletion
@@ -151,8 +148,30 @@ func (g *Gateway) plan(x *exchange, h planHints) *cachePlan {
 	return p
 }
 
-// cacheEndpoint names an endpoint in the cache's keys and entries.
-var cacheEndpoint = [...]string{adapters.EndpointChat: "chat", adapters.EndpointCompletion: "completion", adapters.EndpointResponses: "responses"}
+// cacheEndpoint names an endpoint in the cache's keys and entries (plan's:
+// chat, completions and the Responses API; embeddings have their own plan,
+// pass-through paths no cache).
+var cacheEndpoint = [adapters.NumEndpoints]string{
+	adapters.EndpointChat:       "chat",
+	adapters.EndpointCompletion: "completion",
+	adapters.EndpointResponses:  "responses",
+	adapters.EndpointEmbeddings: cache.EndpointEmbeddings,
+}
+
+// planTTL is the TTL of what a request stores: cache.ttl, or the client's
+// X-Cache-TTL capped by cache.max_ttl.
+func planTTL(c *cache.Config, h planHints) time.Duration {
+	if v := h.ttl; len(v) > 0 {
+		if secs, err := strconv.Atoi(string(v)); err == nil && secs > 0 {
+			maxTTL := c.MaxTTL.D()
+			if maxTTL <= 0 {
+				maxTTL = c.TTL.D()
+			}
+			return min(time.Duration(secs)*time.Second, maxTTL)
+		}
+	}
+	return c.TTL.D()
+}
 
 // semanticThreshold is the least similarity for a semantic hit, most
 // specific first: the tenant's for the model, the tenant's, the cache's
@@ -259,6 +278,10 @@ func (g *Gateway) lookupSemantic(ctx *fasthttp.RequestCtx, x *exchange, p *cache
 			continue // judged wrong for a question at least this close
 		}
 		if m.Similarity < p.threshold {
+			if m.Entry.Curated && g.verify != nil {
+				a.promote = g.newPromotion(p)
+				p.promote = a.promote
+			}
 			g.verify.nearMiss(a) // after the miss goes upstream, the judge says whether it would have served
 			break
 		}
@@ -373,14 +396,23 @@ func (g *Gateway) replay(ctx *fasthttp.RequestCtx, x *exchange, a *adapters.Answ
 func (g *Gateway) writeBack(f *flight, p *cachePlan, a *adapters.Answer) {
 	if g.flights.stale(f) {
 		g.flights.leave(f)
+		g.writtenBack(p.promote, nil)
 		return
 	}
 	w, ok := g.cacheWrite(f, p, a)
 	if !ok {
 		g.flights.leave(f)
+		g.writtenBack(p.promote, nil)
 		return
 	}
-	g.backend.Enqueue(w, func(error) { g.flights.leave(f) })
+	g.backend.Enqueue(w, func(err error) {
+		g.flights.leave(f)
+		if err != nil {
+			g.writtenBack(p.promote, nil)
+		} else {
+			g.writtenBack(p.promote, &w)
+		}
+	})
 }
 
 // cacheWrite builds the write for an answer, embedding the query when the
@@ -396,7 +428,7 @@ func (g *Gateway) cacheWrite(f *flight, p *cachePlan, a *adapters.Answer) (w cac
 	e := &cache.Entry{ID: f.entryID, Namespace: p.namespace, Model: a.Model, Endpoint: p.endpoint,
 		Content: a.Content, Reasoning: a.Reasoning, ToolCalls: a.ToolCalls, Finish: a.Finish,
 		Usage:   cache.Usage{PromptTokens: a.Usage.PromptTokens, CompletionTokens: a.Usage.CompletionTokens, TotalTokens: a.Usage.TotalTokens},
-		Created: time.Now(), ExactKey: p.keys.Exact, Tag: p.tag}
+		Created: time.Now(), ExactKey: p.keys.Exact, Tag: p.tag, Curated: p.curated}
 	if e.Model == "" {
 		e.Model = p.model
 	}

@@ -76,10 +76,11 @@ func (m *cacheMetrics) totals() map[string]int64 {
 	return out
 }
 
-// hitRatio is hits over lookups (hits and misses) since start.
+// hitRatio is hits over lookups (hits, misses and the partial hits of
+// embeddings batches, which went upstream) since start.
 func (m *cacheMetrics) hitRatio() float64 {
 	hits := m.results[resultHitExact].Load() + m.results[resultHitSemantic].Load()
-	if total := hits + m.results[resultMiss].Load(); total > 0 {
+	if total := hits + m.results[resultMiss].Load() + m.results[resultPartial].Load(); total > 0 {
 		return float64(hits) / float64(total)
 	}
 	return 0

@@ -209,6 +209,9 @@ type Config struct {
 	Responses ResponsesConfig       `yaml:"responses"`
 	Tracing   Tracing               `yaml:"tracing"`
 	Shutdown  Shutdown              `yaml:"shutdown"`
+	// Passthrough lists the other paths nodes serve that are forwarded
+	// (none by default).
+	Passthrough Passthrough `yaml:"passthrough"`
 }
 
 // DefaultConfig returns the defaults of every key.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"frontdoor/adapters"
 	"frontdoor/balancer"
 	"frontdoor/cache"
 	"frontdoor/router/admin"
@@ -41,6 +42,11 @@ func (c *Config) Problems() []string {
 		add("timeouts.client: must be > 0")
 	}
 	section("admin", c.Admin.Validate(c.Listen))
+	// The token is read where serve, reload and check-config run: a
+	// placeholder or a short one is refused by all three.
+	if _, err := AdminToken(c.Admin); err != nil {
+		add("%v", err)
+	}
 	section("logging", c.Logging.Validate())
 	usesRedis := c.Cache.Backend == "redis" || c.Admission.Backend == "redis"
 	if usesRedis {
@@ -80,6 +86,7 @@ func (c *Config) Problems() []string {
 	section("warm", c.Warm.Validate())
 	section("responses", c.Responses.Validate())
 	section("tracing", c.Tracing.Validate())
+	section("passthrough", c.Passthrough.Validate())
 	out = append(out, c.modelProblems()...)
 	return out
 }
@@ -255,6 +262,8 @@ func (s *Spillover) Validate() error {
 	}
 	if s.BaseURL == "" && s.Region == "" {
 		ps.add("base_url", "is required")
+	} else if _, err := s.URL(); err != nil {
+		ps = append(ps, err)
 	}
 	for i, on := range s.On {
 		if on != "saturated" && on != "failed" {
@@ -286,6 +295,23 @@ func (r *ResponsesConfig) Validate() error {
 	return ps.err()
 }
 
+// URL is the base URL requests spill to: base_url, or region's when
+// base_url is empty or the default. The error names its key.
+func (s *Spillover) URL() (string, error) {
+	base := s.BaseURL
+	if s.Region != "" && (base == "" || base == DefaultConfig().Spillover.BaseURL) {
+		var ok bool
+		if base, ok = adapters.DashScopeRegions[s.Region]; !ok {
+			return "", fmt.Errorf("region: %q is not one of beijing, singapore, us", s.Region)
+		}
+		return base, nil
+	}
+	if _, err := adapters.BaseURL(base); err != nil {
+		return "", fmt.Errorf("base_url: %w", err)
+	}
+	return base, nil
+}
+
 // validateAlias checks one entry of models:; Problems checks that its
 // targets are served. Errors are prefixed with their YAML key.
 func validateAlias(m balancer.ModelAlias) error {
@@ -296,10 +322,15 @@ func validateAlias(m balancer.ModelAlias) error {
 	if len(m.Targets) == 0 {
 		ps.add("targets", "list at least one target")
 	}
+	var sum float64
 	for j, t := range m.Targets {
 		if t.Model == "" || t.Weight < 0 {
 			ps.add(fmt.Sprintf("targets[%d]", j), "needs a model and a weight >= 0")
 		}
+		sum += max(t.Weight, 0)
+	}
+	if len(m.Targets) > 0 && sum <= 0 {
+		ps.add("targets", "at least one weight must be > 0")
 	}
 	return ps.err()
 }

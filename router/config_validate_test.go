@@ -36,6 +36,7 @@ models:
   - {name: chat, targets: [{model: "", weight: -1}, {model: nope, weight: 1}]}
 warm: {hot_entries: -1, tag: "bad tag!", concurrency: 0}
 tracing: {sample_ratio: 2}
+passthrough: {paths: [/v1/rerank, v1/score, "/v1/a b", /v1/audio/*, /v1/x*, /v1/rerank, /v1/*, /admin/x, /v1/../admin, /tokenize]}
 `
 	want := []string{
 		"server.engine: removed in this version: frontdoor has one HTTP server (fasthttp); delete the key",
@@ -82,6 +83,13 @@ tracing: {sample_ratio: 2}
 		"warm.tag: 1 to 128 letters, digits or ._:/@+-",
 		"warm.concurrency: must be >= 1",
 		"tracing.sample_ratio: must be between 0 and 1",
+		`passthrough.paths[1]: "v1/score" must be a path of letters, digits and /_.- such as /v1/rerank, or a prefix such as /v1/audio/*`,
+		`passthrough.paths[2]: "/v1/a b" must be a path of letters, digits and /_.- such as /v1/rerank, or a prefix such as /v1/audio/*`,
+		`passthrough.paths[4]: "/v1/x*": a prefix ends in /*`,
+		`passthrough.paths[5]: "/v1/rerank" is listed twice`,
+		`passthrough.paths[6]: "/v1/*" would take /v1/chat/completions, which the gateway answers itself`,
+		`passthrough.paths[7]: "/admin/x" would take /admin, which the gateway answers itself`,
+		`passthrough.paths[8]: "/v1/../admin" must be a path of letters, digits and /_.- such as /v1/rerank, or a prefix such as /v1/audio/*`,
 		`models[1].targets[1].model: "nope" is served by no node and is not in spillover.model_map; served: m`,
 		`tenants[1].models[0]: "zz" is neither a served model nor an alias; served: m`,
 	}

@@ -22,6 +22,12 @@ type attempts struct {
 // forward tries the candidate nodes in order until one answers. Failures
 // before the first byte move on to the next (different) node.
 func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.UpstreamRequest) {
+	g.forwardFrom(ctx, x, ur, g.waitCandidates(x))
+}
+
+// waitCandidates is candidates, after waiting up to balancer.queue.max_wait
+// for a slot when every node is full.
+func (g *Gateway) waitCandidates(x *exchange) *attempts {
 	st := g.candidates(x)
 	if maxWait := g.conf().Balancer.Queue.MaxWait.D(); maxWait > 0 && !anyFree(st.cands) && g.pool.AnyUsable(x.model) {
 		// Every node is full: wait for a slot before spilling over or
@@ -34,14 +40,21 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.Up
 			st = g.candidates(x)
 		}
 	}
-	g.forwardFrom(ctx, x, ur, st)
+	return st
 }
 
+// candidates are the nodes serving x.model, best first. Chat and
+// completions hint the prompt's prefix and system prompt; other requests
+// (x.req nil) are ranked on load alone.
 func (g *Gateway) candidates(x *exchange) *attempts {
-	if !x.prefixDone {
-		x.prefix, x.prefixDone = requestPrefix(g.pool.PrefixHasher(), x.req), true
+	var h balancer.Hints
+	if x.req != nil {
+		if !x.prefixDone {
+			x.prefix, x.prefixDone = requestPrefix(g.pool.PrefixHasher(), x.req), true
+		}
+		h = balancer.Hints{Affinity: x.req.SystemPromptHash(), Prefix: x.prefix}
 	}
-	cands, _ := g.pool.PickWith(x.model, balancer.Hints{Affinity: x.req.SystemPromptHash(), Prefix: x.prefix})
+	cands, _ := g.pool.PickWith(x.model, h)
 	cands = g.pinResponse(x, cands)
 	x.tries = attempts{cands: cands, lastReason: "other"}
 	return &x.tries
@@ -49,29 +62,42 @@ func (g *Gateway) candidates(x *exchange) *attempts {
 
 // forwardFrom is forward from where st stands.
 func (g *Gateway) forwardFrom(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.UpstreamRequest, st *attempts) {
+	if a, ok := g.tryNodes(x, ur, st); ok {
+		g.commit(ctx, x, a.node, a.backend, a.resp)
+		return
+	}
+	if st.final {
+		g.failFlight(x)
+		g.writeError(ctx, st.lastErr)
+		return
+	}
+	g.noAnswer(ctx, x, ur, st)
+}
+
+// tryNodes sends ur to the candidates in order until one answers, moving
+// on to the next (different) node after a failure before the first byte.
+// It returns the answer (ok), or no answer when the candidates or the
+// attempts ran out or st.final says to stop; st.lastErr then says why.
+func (g *Gateway) tryNodes(x *exchange, ur *adapters.UpstreamRequest, st *attempts) (a attempt, ok bool) {
 	for {
 		n := g.nextNode(x, st)
 		if n == nil {
-			break
+			return a, false
 		}
 		if x.attempts > 0 {
 			g.metrics.retries[st.lastReason].Inc()
 			time.Sleep(g.backoff(x.attempts))
 		}
-		a := g.send(x, ur, n)
+		a = g.send(x, ur, n)
 		if a.err == nil && !adapters.RetryableStatus(a.resp.Status) {
 			g.answeredBy(x, a)
-			g.commit(ctx, x, n, a.backend, a.resp)
-			return
+			return a, true
 		}
 		g.attemptFailed(x, st, a)
 		if st.final {
-			g.failFlight(x)
-			g.writeError(ctx, st.lastErr)
-			return
+			return a, false
 		}
 	}
-	g.noAnswer(ctx, x, ur, st)
 }
 
 // nextNode takes a slot on the next candidate that has one free, or
@@ -163,6 +189,13 @@ func (g *Gateway) noAnswer(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.U
 	if g.trySpill(ctx, x, ur, reason) {
 		return
 	}
+	g.failFlight(x)
+	g.writeError(ctx, g.noNodeError(x, st))
+}
+
+// noNodeError is the answer to a request no node answered: the last
+// attempt's error, or why there was none.
+func (g *Gateway) noNodeError(x *exchange, st *attempts) *adapters.APIError {
 	lastErr := st.lastErr
 	switch {
 	case x.spillRefused:
@@ -174,8 +207,7 @@ func (g *Gateway) noAnswer(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.U
 	case lastErr == nil:
 		lastErr = adapters.Unavailable("all nodes serving "+x.model+" are at capacity; retry shortly", 1)
 	}
-	g.failFlight(x)
-	g.writeError(ctx, lastErr)
+	return lastErr
 }
 
 // anyFree reports whether some candidate has a free slot.

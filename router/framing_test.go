@@ -465,6 +465,7 @@ func TestFramingExpect(t *testing.T) {
 	cfg.Auth.Required = true
 	t.Setenv("TEST_EXPECT_KEYS", "sk-expect-key")
 	cfg.Tenants = []Tenant{{Name: "acme", APIKeysEnv: "TEST_EXPECT_KEYS"}}
+	cfg.Passthrough.Paths = []string{"/v1/audio/*"}
 	gw := startGateway(t, cfg)
 	addr := strings.TrimPrefix(gw.URL, "http://")
 	valid := chatBody("expect", `"max_tokens":2`)
@@ -480,6 +481,8 @@ func TestFramingExpect(t *testing.T) {
 		{"over twice max_body_bytes elsewhere", "POST /admin/cache/warm HTTP/1.1\r\nHost: x\r\n" + expect + cl(128<<10+1) + "\r\n", 413, "request_too_large", "", nil},
 		{"no API key", rawPost(expect+cl(len(valid)), ""), 401, "missing_api_key", "", nil},
 		{"bad API key", rawPost(expect+"Authorization: Bearer sk-nope\r\n"+cl(len(valid)), ""), 401, "invalid_api_key", "", nil},
+		{"embeddings without a key", "POST /v1/embeddings HTTP/1.1\r\nHost: x\r\n" + expect + cl(40) + "\r\n", 401, "missing_api_key", "", nil},
+		{"pass-through over max_body_bytes", "POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\n" + expect + key + cl(64<<10+1) + "\r\n", 413, "request_too_large", "", nil},
 		{"both lengths", rawPost(expect+key+cl(len(valid))+te, ""), 400, "", "", nil},
 		{"Transfer-Encoding: identity", rawPost(expect+key+"Transfer-Encoding: identity\r\n", ""), 400, "", "", nil},
 		{"Trailer header", rawPost(expect+key+te+"Trailer: X-Cache-Only\r\n", ""), 400, "", "", nil},
@@ -502,7 +505,7 @@ func TestFramingExpect(t *testing.T) {
 			}
 		})
 	}
-	checkRefusals(t, gw.URL, map[string]float64{"expect_too_large": 3, "expect_auth": 2})
+	checkRefusals(t, gw.URL, map[string]float64{"expect_too_large": 4, "expect_auth": 3})
 }
 
 // expectCase is a request sent with Expect: 100-continue.

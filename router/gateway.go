@@ -54,7 +54,6 @@ type liveConfig struct {
 	admin       *admin.Guard
 	spill       *spillover
 	maxModelLen map[string]int // model -> smallest declared context window
-	models      []byte         // GET /v1/models body
 }
 
 // Gateway is the frontdoor server.
@@ -83,6 +82,8 @@ type Gateway struct {
 	embedder      embed.Embedder
 	flights       flightGroup
 	cm            *cacheMetrics
+	emb           *embeddingMetrics
+	passthroughs  passthroughCounters
 	spillInflight atomic.Int64
 	adm           *admission.Admitter
 	ownAdm        bool
@@ -142,6 +143,8 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		}
 	}
 	g.cm = newCacheMetrics(set)
+	g.emb = newEmbeddingMetrics(set)
+	g.passthroughs.set = set
 	if err := g.buildCache(deps, set); err != nil {
 		return nil, err
 	}

@@ -54,7 +54,7 @@ func (g *Gateway) ImportAnswer(ctx context.Context, in warm.ImportRequest) (warm
 		return warm.ImportResponse{}, fmt.Errorf("%w: unknown model %q", warm.ErrImportRefused, req.Model)
 	}
 	x := &exchange{endpoint: adapters.EndpointChat, req: req, tenant: t, model: model}
-	p := g.plan(x, planHints{tag: cache.ValidTag([]byte(in.Tag))})
+	p := g.plan(x, planHints{tag: cache.ValidTag([]byte(in.Tag)), curated: true})
 	if !p.store {
 		return warm.ImportResponse{}, fmt.Errorf("%w: the request is not cacheable (%s)", warm.ErrImportRefused, p.reason.label())
 	}

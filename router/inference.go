@@ -42,9 +42,16 @@ type exchange struct {
 	obs          *telemetry.Request       // the request's trace; nil (a no-op) when untraced
 }
 
-func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint, id string) {
+// newExchange starts a request's exchange with ep, traced when tracing is
+// on.
+func (g *Gateway) newExchange(ctx *fasthttp.RequestCtx, ep adapters.Endpoint, id string) *exchange {
 	x := &exchange{start: time.Now(), id: id, endpoint: ep}
 	x.obs = g.tracer.StartRequest(&ctx.Request.Header, ep, id, ctx.Path(), x.start)
+	return x
+}
+
+func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint, id string) {
+	x := g.newExchange(ctx, ep, id)
 	defer func() { g.finish(ctx, x, recover()) }()
 	ur, leader := g.prepare(ctx, x)
 	if leader != nil {
@@ -77,6 +84,34 @@ func (g *Gateway) prepare(ctx *fasthttp.RequestCtx, x *exchange) (*adapters.Upst
 // admitAndPlan validates and admits the request and plans its cache use
 // (x.plan). It returns false when the client has its answer (an error).
 func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
+	if !g.enter(ctx, x, true) {
+		return false
+	}
+	req, apiErr := adapters.ParseRequest(x.endpoint, ctx.PostBody())
+	if apiErr != nil {
+		g.bodies.note(x, apiErr)
+		g.writeError(ctx, apiErr)
+		return false
+	}
+	x.req = req // finish releases it
+	x.obs.Parsed(x.endpoint, req, x.tenant.name)
+	if !g.resolveModel(ctx, x, req.Model) {
+		return false
+	}
+	if !g.continueReplayed(ctx, x) {
+		return false
+	}
+	p := g.planCache(ctx, x)
+	x.plan = p
+	x.setCache(&ctx.Response.Header, cacheOutcome{resultBypass, p.reason}, "")
+	return true
+}
+
+// enter takes a POST request in: it names its tenant (x.tenant), admits
+// it by the tenant's rate and concurrency (x.pass), and checks the body's
+// size and, when json, its content type. It writes the error and returns
+// false when the request may not go on.
+func (g *Gateway) enter(ctx *fasthttp.RequestCtx, x *exchange, json bool) bool {
 	if !ctx.IsPost() {
 		g.onlyMethod(ctx, fasthttp.MethodPost)
 		return false
@@ -96,7 +131,9 @@ func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
 	}
 	as.End()
 	x.pass = pass
-	if !isJSON(ctx.Request.Header.ContentType()) {
+	q, limited := pass.Quota()
+	setRateLimit(&ctx.Response.Header, "requests", q, limited)
+	if json && !isJSON(ctx.Request.Header.ContentType()) {
 		g.writeError(ctx, errUnsupportedMediaType(ctx.Request.Header.ContentType()))
 		return false
 	}
@@ -104,30 +141,23 @@ func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
 		g.writeError(ctx, g.tooLarge())
 		return false
 	}
-	req, apiErr := adapters.ParseRequest(x.endpoint, ctx.PostBody())
-	if apiErr != nil {
-		g.bodies.note(x, apiErr)
-		g.writeError(ctx, apiErr)
+	return true
+}
+
+// resolveModel checks that x's tenant may use model and maps it to the
+// model served (x.model): an alias picks its target. It writes the error
+// and returns false otherwise.
+func (g *Gateway) resolveModel(ctx *fasthttp.RequestCtx, x *exchange, model string) bool {
+	if !x.tenant.allows(model) {
+		g.writeError(ctx, errModelNotAllowed(x.tenant.name, model))
 		return false
 	}
-	x.req = req // finish releases it
-	x.obs.Parsed(x.endpoint, req, t.name)
-	if !t.allows(req.Model) {
-		g.writeError(ctx, errModelNotAllowed(t.name, req.Model))
-		return false
-	}
-	model, ok := g.pool.Resolve(req.Model, x.id)
+	served, ok := g.pool.Resolve(model, x.id)
 	if !ok {
-		g.writeError(ctx, adapters.NotFound("model", "The model `"+req.Model+"` does not exist"))
+		g.writeError(ctx, adapters.NotFound("model", "The model `"+model+"` does not exist"))
 		return false
 	}
-	x.model = model
-	if !g.continueReplayed(ctx, x) {
-		return false
-	}
-	p := g.planCache(ctx, x)
-	x.plan = p
-	x.setCache(&ctx.Response.Header, cacheOutcome{resultBypass, p.reason}, "")
+	x.model = served
 	return true
 }
 
@@ -194,8 +224,16 @@ func (g *Gateway) admitMiss(ctx *fasthttp.RequestCtx, x *exchange) bool {
 			maxLen, promptTokens+req.MaxTokens, promptTokens, req.MaxTokens)))
 		return false
 	}
+	return g.chargeTokens(ctx, x, g.adm.UpfrontTokens(promptTokens, req.MaxTokens, req.N))
+}
+
+// chargeTokens admits a request going upstream against the global request
+// rate and the token budgets, charging tokens up front (x.charge, settled
+// when the answer ends). It writes the error and returns false when the
+// request may not go on.
+func (g *Gateway) chargeTokens(ctx *fasthttp.RequestCtx, x *exchange, tokens int) bool {
 	as := x.obs.Admission("admission tokens")
-	charge, rej := g.adm.AdmitMiss(context.Background(), x.tenant.name, g.adm.UpfrontTokens(promptTokens, req.MaxTokens, req.N))
+	charge, rej := g.adm.AdmitMiss(context.Background(), x.tenant.name, tokens)
 	if rej != nil {
 		as.Rejected(rej.Limit)
 		g.writeError(ctx, errRejected(rej))
@@ -203,6 +241,8 @@ func (g *Gateway) admitMiss(ctx *fasthttp.RequestCtx, x *exchange) bool {
 	}
 	as.End()
 	x.charge = charge
+	q, limited := charge.Quota()
+	setRateLimit(&ctx.Response.Header, "tokens", q, limited)
 	return true
 }
 

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"frontdoor/adapters"
 	"frontdoor/internal/telemetry"
 	"slices"
 	"strconv"
@@ -32,12 +33,18 @@ type gatewayMetrics struct {
 	tokens atomic.Pointer[map[string]*[4]*metrics.Counter]
 
 	mu        sync.Mutex
-	requests  [len(endpointLabel)][600]atomic.Pointer[metrics.Counter]
-	durations [len(endpointLabel)]*metrics.PrometheusHistogram
+	requests  [adapters.NumEndpoints][600]atomic.Pointer[metrics.Counter]
+	durations [adapters.NumEndpoints]*metrics.PrometheusHistogram
 }
 
 // endpointLabel is the endpoint label, by adapters.Endpoint.
-var endpointLabel = [...]string{"chat", "completions", "responses"}
+var endpointLabel = [adapters.NumEndpoints]string{
+	adapters.EndpointChat:        "chat",
+	adapters.EndpointCompletion:  "completions",
+	adapters.EndpointResponses:   "responses",
+	adapters.EndpointEmbeddings:  "embeddings",
+	adapters.EndpointPassthrough: "passthrough",
+}
 
 // retryReasons label frontdoor_retries_total: why the previous attempt failed.
 var retryReasons = []string{"connect", "timeout", "closed", "malformed", "status_429", "status_5xx", "other"}

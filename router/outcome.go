@@ -13,12 +13,13 @@ const (
 	resultHitSemantic                    // answered from a similar question's answer
 	resultMiss                           // looked up, not found; the answer is stored
 	resultBypass                         // not looked up (cacheReason says why)
+	resultPartial                        // embeddings: some inputs from the cache, the others from a node
 	numResults
 )
 
 var (
-	resultHeaders = [numResults]string{"", "hit-exact", "hit-semantic", "miss", "bypass"}
-	resultLabels  = [numResults]string{"", "hit_exact", "hit_semantic", "miss", "bypass"}
+	resultHeaders = [numResults]string{"", "hit-exact", "hit-semantic", "miss", "bypass", "partial"}
+	resultLabels  = [numResults]string{"", "hit_exact", "hit_semantic", "miss", "bypass", "partial"}
 )
 
 // resultHeaderBytes are resultHeaders as bytes, for SetCanonical.
@@ -104,6 +105,7 @@ var cacheOutcomes = []cacheOutcome{
 	{resultHitExact, reasonNone},
 	{resultHitSemantic, reasonNone},
 	{resultMiss, reasonNone},
+	{resultPartial, reasonNone},
 	{resultMiss, reasonNoCache},
 	{resultMiss, reasonCoalesced},
 	{resultMiss, reasonLookupOnly},

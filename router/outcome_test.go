@@ -61,6 +61,13 @@ func TestCacheOutcomes(t *testing.T) {
 
 	const stored = "What is the capital of France?"
 	askStored(t, gw, cbody(stored, ""))
+	// An embeddings input stored, for the partial hit of a batch.
+	entries, _ := store.Stats(context.Background())
+	if xc, _ := embedVia(t, gw.URL, `{"model":"qwen3-8b","input":"An input embedded before"}`); xc != "miss" {
+		t.Fatalf("embedding an input: X-Cache %q", xc)
+	}
+	waitEntries(t, gw, entries.Entries+1)
+	// A response a node holds, for a follow-up's bypass.
 	_, created := post(t, gw.URL+"/v1/responses", `{"model":"qwen3-8b","input":"a first turn"}`)
 	var first struct{ ID string }
 	if err := json.Unmarshal(created, &first); err != nil || first.ID == "" {
@@ -83,6 +90,7 @@ func TestCacheOutcomes(t *testing.T) {
 		{resultHitExact, reasonNone}:      {gw: gw, body: cbody(stored, "")},
 		{resultHitSemantic, reasonNone}:   {gw: gw, body: cbody("what is the capital of france", "")},
 		{resultMiss, reasonNone}:          {gw: gw, body: cbody("A question never asked before", "")},
+		{resultPartial, reasonNone}:       {gw: gw, path: "/v1/embeddings", body: `{"model":"qwen3-8b","input":["An input embedded before","An input never embedded"]}`},
 		{resultMiss, reasonNoCache}:       {gw: gw, body: cbody(stored, ""), header: []string{"Cache-Control", "no-cache"}},
 		{resultMiss, reasonLookupOnly}:    {gw: gw, body: cbody("Not in the cache", ""), header: []string{"X-Cache-Only", "1"}},
 		{resultMiss, reasonCoalesced}:     {gw: slow, body: cbody("Asked twice at once", `"stream":true`)}, // the follower; see below

@@ -40,7 +40,6 @@ func (g *Gateway) newRuntime(cfg Config, prev *liveConfig) (*liveConfig, error) 
 	if len(rt.maxModelLen) > 0 {
 		admission.WarmTokenizer() // context windows are checked in tokens
 	}
-	rt.models = modelsBody(&cfg)
 	return rt, nil
 }
 

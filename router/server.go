@@ -10,9 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"runtime/debug"
-	"sort"
 	"strconv"
-	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -40,10 +38,11 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		g.serveInference(ctx, adapters.EndpointCompletion, id)
 	case "/v1/responses":
 		g.serveInference(ctx, adapters.EndpointResponses, id)
+	case "/v1/embeddings":
+		g.serveEmbeddings(ctx, id)
 	case "/v1/models":
 		if g.onlyMethod(ctx, fasthttp.MethodGet) {
-			ctx.SetContentType("application/json")
-			ctx.SetBody(g.rt.Load().models)
+			g.serveModels(ctx)
 		}
 	case "/healthz":
 		if g.onlyMethod(ctx, fasthttp.MethodGet) {
@@ -65,6 +64,10 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		if g.operator.Serve(ctx, g.rt.Load().admin) {
+			return
+		}
+		if p := g.passthroughPattern(string(ctx.Path())); p != "" {
+			g.servePassthrough(ctx, id, p)
 			return
 		}
 		g.writeError(ctx, errUnknownPath(string(ctx.Path())))
@@ -173,34 +176,32 @@ func isJSON(ct []byte) bool {
 	return bytes.EqualFold(ct, []byte("application/json"))
 }
 
-// modelsBody lists the models the node entries serve (discovered or not)
-// and the aliases.
-func modelsBody(cfg *Config) []byte {
-	seen := map[string]bool{}
-	var served, aliases []string
-	for _, n := range cfg.Nodes {
-		for _, m := range n.Models {
-			if !seen[m] {
-				seen[m] = true
-				served = append(served, m)
-			}
+// serveModels lists the models the nodes serve (chat, completion and
+// embedding models alike, discovered nodes' included) and the aliases,
+// those the request's tenant may use: its allow-list applies here as on
+// every other route.
+func (g *Gateway) serveModels(ctx *fasthttp.RequestCtx) {
+	t, apiErr := g.rt.Load().tenants.resolve(ctx)
+	if apiErr != nil {
+		g.writeError(ctx, apiErr)
+		return
+	}
+	served, aliases := g.pool.Models()
+	list := adapters.ModelList{Object: "list", Data: []adapters.Model{}}
+	created := startTime.Unix()
+	for _, m := range served {
+		if t.allows(m) {
+			list.Data = append(list.Data, adapters.Model{ID: m, Object: "model", Created: created, OwnedBy: "frontdoor"})
 		}
 	}
-	for _, a := range cfg.Models {
-		aliases = append(aliases, a.Name)
-	}
-	sort.Strings(served)
-	sort.Strings(aliases)
-	list := adapters.ModelList{Object: "list", Data: []adapters.Model{}}
-	now := time.Now().Unix()
-	for _, m := range served {
-		list.Data = append(list.Data, adapters.Model{ID: m, Object: "model", Created: now, OwnedBy: "frontdoor"})
-	}
 	for _, a := range aliases {
-		list.Data = append(list.Data, adapters.Model{ID: a, Object: "model", Created: now, OwnedBy: "frontdoor-alias"})
+		if t.allows(a) {
+			list.Data = append(list.Data, adapters.Model{ID: a, Object: "model", Created: created, OwnedBy: "frontdoor-alias"})
+		}
 	}
 	b, _ := json.Marshal(list)
-	return b
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
 }
 
 // setUpstream says who answered (a node, or spill-over) after how many

@@ -42,12 +42,9 @@ func newSpillover(cfg Config, set *metrics.Set, inflight *atomic.Int64) (*spillo
 	if !sc.Enabled {
 		return nil, nil
 	}
-	base := sc.BaseURL
-	if sc.Region != "" && (base == "" || base == DefaultConfig().Spillover.BaseURL) {
-		var ok bool
-		if base, ok = adapters.DashScopeRegions[sc.Region]; !ok {
-			return nil, fmt.Errorf("spillover.region: %q is not one of beijing, singapore, us", sc.Region)
-		}
+	base, err := sc.URL()
+	if err != nil {
+		return nil, fmt.Errorf("spillover.%w", err)
 	}
 	t := adapters.Target{Name: "spillover:" + sc.Kind, URL: base, Kind: adapters.Kind(sc.Kind), ResponsesURL: sc.ResponsesURL}
 	if t.ResponsesURL == "" && sc.Kind == string(adapters.KindDashScope) {

@@ -83,6 +83,20 @@ func newTenantSet(cfg Config, adminToken []byte) (*tenantSet, error) {
 	return ts, nil
 }
 
+// operator reports whether a request comes from the operator: the
+// gateway's own warm-up, the admin listener, or the admin token. What it
+// stores is curated.
+func (ts *tenantSet) operator(ctx *fasthttp.RequestCtx) bool {
+	if tok := ctx.Request.Header.Peek(headerWarm); len(tok) > 0 && subtle.ConstantTimeCompare(tok, []byte(warmToken)) == 1 {
+		return true
+	}
+	if admin.OnListener(ctx) {
+		return true
+	}
+	key := admin.Bearer(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
+	return len(ts.admin) > 0 && len(key) > 0 && subtle.ConstantTimeCompare(key, ts.admin) == 1
+}
+
 // resolve identifies the tenant of a request from its bearer key. The key
 // is compared by its SHA-256 digest, so the lookup's timing says nothing
 // about the key itself.

@@ -99,7 +99,7 @@ func (g *Gateway) answerExpect(ctx *fasthttp.RequestCtx, checkKey bool) int {
 	limit := g.server.MaxRequestBodySize
 	var apiErr *adapters.APIError
 	reason := refusedAuth
-	if p := string(ctx.Path()); p == "/v1/chat/completions" || p == "/v1/completions" {
+	if p := string(ctx.Path()); p == "/v1/chat/completions" || p == "/v1/completions" || p == "/v1/embeddings" || g.passthroughPattern(p) != "" {
 		limit = int(g.conf().Limits.MaxBodyBytes)
 		if checkKey && ctx.IsPost() {
 			_, apiErr = g.rt.Load().tenants.resolve(ctx)

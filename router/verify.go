@@ -28,6 +28,7 @@ type audit struct {
 	entry         string
 	similarity    float32
 	nearMiss      bool
+	promote       *promotion // a near-miss on a curated entry: stored with its answer when approved
 }
 
 // verifier re-checks a share of the semantic hits, and the near-misses,
@@ -40,14 +41,15 @@ type audit struct {
 // With the cache in Redis, the evidence, thresholds and entries judged
 // wrong are shared by the replicas (sharedEvidence).
 type verifier struct {
-	g       *Gateway
-	cfg     cache.VerifyConfig
-	queue   chan audit
-	rate    *admission.Bucket
-	evid    cache.FalseHits
-	log     *telemetry.RateLog
-	verdict map[[2]string]*metrics.Counter // kind, verdict
-	dropped *metrics.Counter
+	g        *Gateway
+	cfg      cache.VerifyConfig
+	queue    chan audit
+	rate     *admission.Bucket
+	evid     cache.FalseHits
+	log      *telemetry.RateLog
+	verdict  map[[2]string]*metrics.Counter // kind, verdict
+	dropped  *metrics.Counter
+	promoted *metrics.Counter
 
 	shared     *cache.SharedEvidence // nil: this replica learns alone
 	sharedErrs *metrics.Counter
@@ -73,6 +75,7 @@ func newVerifier(g *Gateway, cfg cache.VerifyConfig, set *metrics.Set, log *slog
 		}
 	}
 	v.dropped = set.NewCounter(`frontdoor_cache_verify_dropped_total`)
+	v.promoted = set.NewCounter(`frontdoor_cache_verify_promoted_total`)
 	v.sharedErrs = set.NewCounter(`frontdoor_cache_errors_total{op="verify_shared"}`)
 	set.NewGauge(`frontdoor_cache_false_hit_ratio`, func() float64 { return v.evid.Rate().Estimate })
 	return v
@@ -157,6 +160,9 @@ func (v *verifier) check(ctx context.Context, a audit) {
 		v.evid.Add(a.tenant, a.model, vd) // the false-hit rate is of served hits
 	}
 	v.learn(a, vd)
+	if vd == cache.VerdictYes && a.promote != nil {
+		v.approve(ctx, a.promote, a.entry)
+	}
 	if vd == cache.VerdictNo {
 		v.g.log.Debug("cache verify: a semantic hit was judged wrong", "entry", a.entry, "tenant", a.tenant,
 			"model", a.model, "similarity", a.similarity)
@@ -239,7 +245,7 @@ func (v *verifier) status() *admin.VerifyStatus {
 	}
 	st := &admin.VerifyStatus{JudgeModel: v.cfg.JudgeModel, AuditRate: v.cfg.AuditRate, FalseHitRate: v.evid.Rate(),
 		Scopes: v.evid.Scopes(), State: "ok", Calls: v.calls.Load(), Failures: v.failures.Load(),
-		Queued: len(v.queue), DroppedAudits: v.dropped.Get(), Thresholds: v.thresholds()}
+		Queued: len(v.queue), DroppedAudits: v.dropped.Get(), Promoted: v.promoted.Get(), Thresholds: v.thresholds()}
 	if t := v.lastFail.Load(); t != 0 && time.Since(time.Unix(0, t)) < 30*time.Second {
 		st.State = "failing"
 	}

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -15,14 +16,26 @@ import (
 // model when nil).
 func verifyGateway(t *testing.T, labels string, judgeNode func(*sim.Config), mutate func(*Config)) *testGateway {
 	t.Helper()
+	return verifyGatewayNodes(t, labels, nil, judgeNode, mutate)
+}
+
+// verifyGatewayNodes is verifyGateway with the chat node's simulator
+// shaped by chatNode.
+func verifyGatewayNodes(t *testing.T, labels string, chatNode, judgeNode func(*sim.Config), mutate func(*Config)) *testGateway {
+	t.Helper()
 	l, err := sim.ReadJudgeLabels(strings.NewReader(labels))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := testenv.GPUSim(t, func(c *sim.Config) { c.Models, c.JudgeLabels = []string{"qwen3-8b", "judge"}, l })
+	s := testenv.GPUSim(t, func(c *sim.Config) {
+		c.Models, c.JudgeLabels = []string{"qwen3-8b", "judge"}, l
+		if chatNode != nil {
+			chatNode(c)
+		}
+	})
 	cfg := testConfig(s)
 	if judgeNode != nil {
-		cfg = testConfig(s, testenv.GPUSim(t, func(c *sim.Config) { c.Models = []string{"judge"}; judgeNode(c) }))
+		cfg = testConfig(s, testenv.GPUSim(t, func(c *sim.Config) { c.Models, c.JudgeLabels = []string{"judge"}, l; judgeNode(c) }))
 		cfg.Nodes[1].Models = []string{"judge"}
 	} else {
 		cfg.Nodes[0].Models = []string{"qwen3-8b", "judge"}
@@ -151,6 +164,11 @@ func TestVerifyRemembersWrongEntriesAndJudgesNearMisses(t *testing.T) {
 	if st := gatewayStatus(t, near).Cache.Verify; st.FalseHitRate.Samples != 0 || len(st.Thresholds) != 1 || st.Thresholds[0].Samples != 1 {
 		t.Fatalf("a near-miss is evidence, not a served hit: %+v", st)
 	}
+	// The candidate was stored by a client's request, not curated: the
+	// question keeps its own answer (TestVerifyPromotes... for curated ones).
+	if st := gatewayStatus(t, near).Cache.Verify; st.Promoted != 0 {
+		t.Fatalf("a near-miss on a client's entry was promoted: %+v", st)
+	}
 }
 
 // Replicas on one Redis learn together: an entry one replica's judge
@@ -182,5 +200,105 @@ func TestVerifySharedThroughRedis(t *testing.T) {
 	}
 	if st := gatewayStatus(t, b).Cache.Verify; st.Calls != 0 {
 		t.Fatalf("b called the judge %d times; the verdict was a's", st.Calls)
+	}
+}
+
+// A near-miss the judge approves against a curated entry (imported) is
+// stored with the curated answer: the question is answered from the vetted
+// text from then on, whether its own answer was written back before the
+// verdict (slow judge), after it (slow node), or never (lookup-only). A
+// near-miss on an entry a client's request stored is only evidence
+// (TestVerifyRemembersWrongEntriesAndJudgesNearMisses).
+func TestVerifyPromotesApprovedNearMissesToCuratedAnswers(t *testing.T) {
+	// "what's the capital of france" is about 0.78 from the stored question
+	// with the local embedder: a miss at 0.85, within a grey zone of 0.2.
+	const stored, reworded = "What is the capital of France?", "what's the capital of france"
+	const vetted = "Paris (answer reviewed by the support team)."
+	slow := func(c *sim.Config) { c.TTFT = 400 * time.Millisecond }
+	near := func(c *Config) { c.Cache.Semantic.Threshold, c.Cache.Semantic.Verify.GreyZone = 0.85, 0.2 }
+	imp, _ := json.Marshal(map[string]any{"request": json.RawMessage(cbody(stored, "")), "answer": vetted, "tag": "faq"})
+	for name, tc := range map[string]struct {
+		chatNode, judgeNode func(*sim.Config)
+		headers             []string
+	}{
+		"judge after the write-back":  {judgeNode: slow},
+		"judge before the write-back": {chatNode: slow, judgeNode: func(*sim.Config) {}},
+		"lookup-only":                 {headers: []string{"X-Cache-Only", "1"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			forEachBackend(t, func(t *testing.T, backend string) {
+				gw := verifyGatewayNodes(t, stored+"\t"+reworded+"\t1\n", tc.chatNode, tc.judgeNode, func(c *Config) {
+					near(c)
+					switch backend {
+					case "redis":
+						c.Cache.Backend, c.Cache.VectorSearch, c.Redis.URL = "redis", "local", testenv.StartRedis(t).URL()
+					case "redisearch":
+						c.Cache.Backend, c.Cache.VectorSearch, c.Redis.URL = "redis", "redisearch", testenv.StartRediSearch(t).URL()
+					}
+				})
+				if code, b := adminDo(t, "POST", gw.URL+"/admin/cache/entries", string(imp)); code != 200 {
+					t.Fatalf("import: %d %s", code, b)
+				}
+				resp, _ := post(t, gw.URL+"/v1/chat/completions", cbody(reworded, ""), tc.headers...)
+				if xc := resp.Header.Get("X-Cache"); xc != "miss" && resp.StatusCode != 204 {
+					t.Fatalf("the near-miss: %d X-Cache %q", resp.StatusCode, xc)
+				}
+				testenv.Eventually(t, 10*time.Second, func() bool {
+					return gatewayStatus(t, gw).Cache.Verify.Promoted == 1
+				}, "the approved near-miss was never promoted: %+v", gatewayStatus(t, gw).Cache.Verify)
+				time.Sleep(100 * time.Millisecond) // a late write-back would land here
+				for _, h := range [][]string{nil, {"X-Cache-Only", "1"}} {
+					xc, resp, b := ask(t, gw, cbody(reworded, ""), h...)
+					if xc != "hit-exact" || chatContent(t, b) != vetted {
+						t.Fatalf("after the promotion: X-Cache %q, answer %q (entry %s)", xc, chatContent(t, b), resp.Header.Get("X-Cache-Entry"))
+					}
+				}
+				_, resp, _ = ask(t, gw, cbody(reworded, ""))
+				if code, b := adminDo(t, "GET", gw.URL+"/admin/cache/entries/"+resp.Header.Get("X-Cache-Entry"), ""); code != 200 ||
+					!strings.Contains(string(b), `"curated":true`) || !strings.Contains(string(b), `"via":"`) {
+					t.Fatalf("the promoted entry's view: %d %s", code, b)
+				}
+				if metricValue(t, metricsText(t, gw), `frontdoor_cache_verify_promoted_total`) != 1 {
+					t.Fatal("frontdoor_cache_verify_promoted_total is not 1")
+				}
+				// The promoted entry carries the curated entry's tag: purging the
+				// tag removes both.
+				if code, b := adminDo(t, "DELETE", gw.URL+"/admin/cache?tag=faq", ""); code != 200 || !strings.Contains(string(b), `"deleted":2`) {
+					t.Fatalf("purge of the curated tag: %d %s", code, b)
+				}
+			})
+		})
+	}
+}
+
+// When Redis fails, a replica learns alone: the verdict still counts here
+// (the false-hit rate, the entry judged wrong, the threshold), the failure
+// is counted and logged, and clients are answered (the cache bypassed).
+func TestVerifySharedRedisDown(t *testing.T) {
+	const stored, asked = "What is the capital of France?", "what is the capital of france"
+	r := testenv.StartRedis(t)
+	gw := verifyGateway(t, stored+"\t"+asked+"\t0\n", func(c *sim.Config) { c.TTFT = 500 * time.Millisecond }, func(c *Config) {
+		c.Cache.Backend, c.Cache.VectorSearch, c.Redis.URL = "redis", "local", r.URL()
+		c.Cache.Semantic.Verify.TargetFalseHitRate = 0.5
+	})
+	askStored(t, gw, cbody(stored, ""))
+	eventuallyHit(t, gw, cbody(asked, ""), "hit-semantic") // the judge takes 500 ms to say no
+	r.Kill()
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return gatewayStatus(t, gw).Cache.Verify.FalseHitRate.Samples == 1
+	}, "the verdict was lost with Redis: %+v", gatewayStatus(t, gw).Cache.Verify)
+	if st := gatewayStatus(t, gw).Cache.Verify; len(st.Thresholds) != 1 || st.Thresholds[0].Samples != 1 {
+		t.Fatalf("the local evidence lacks the verdict: %+v", st.Thresholds)
+	}
+	if metricValue(t, metricsText(t, gw), `frontdoor_cache_errors_total{op="verify_shared"}`) < 1 {
+		t.Fatal("the failed shared write is not counted")
+	}
+	if !strings.Contains(gw.Logs.String(), msgSharedDown) {
+		t.Fatalf("no WARN for the shared evidence:\n%s", gw.Logs.String())
+	}
+	for _, q := range []string{stored, asked} {
+		if resp, b := post(t, gw.URL+"/v1/chat/completions", cbody(q, "")); resp.StatusCode != 200 {
+			t.Fatalf("with Redis down: %d %s", resp.StatusCode, b)
+		}
 	}
 }

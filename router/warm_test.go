@@ -172,14 +172,24 @@ func TestAdminWarmJob(t *testing.T) {
 	if n := s.Stats().Received; n != 2 {
 		t.Fatalf("node saw %d requests, want 2 (the pair is imported)", n)
 	}
-	eventuallyHit(t, gw, cbody("What are the opening hours?", ""), "hit-exact")
+	resp, _ := eventuallyHit(t, gw, cbody("What are the opening hours?", ""), "hit-exact")
 	eventuallyHit(t, gw, cbody("Is there a student discount?", ""), "hit-exact", "Authorization", "Bearer sk-acme-1")
+	// What a warm-up stores is curated (approved near-misses may point at
+	// it, cache.semantic.verify); what a client stores, tagged or not, is not.
+	if code, b := adminDo(t, http.MethodGet, gw.URL+"/admin/cache/entries/"+resp.Header.Get("X-Cache-Entry"), ""); code != 200 || !strings.Contains(string(b), `"curated":true`) {
+		t.Fatalf("a warmed entry is not curated: %d %s", code, b)
+	}
+	askStored(t, gw, cbody("Where is the office?", ""), "X-Cache-Tag", "faq.jsonl")
+	resp, _ = eventuallyHit(t, gw, cbody("Where is the office?", ""), "hit-exact")
+	if code, b := adminDo(t, http.MethodGet, gw.URL+"/admin/cache/entries/"+resp.Header.Get("X-Cache-Entry"), ""); code != 200 || strings.Contains(string(b), `"curated"`) {
+		t.Fatalf("a client's tagged entry is curated: %d %s", code, b)
+	}
 	_, b = adminDo(t, http.MethodGet, gw.URL+"/status", "")
 	if !strings.Contains(string(b), `"id":"`+started.ID+`"`) || !strings.Contains(string(b), `"state":"done"`) {
 		t.Fatalf("/status lacks the job: %s", b)
 	}
 	// Tagged with the file name.
-	if code, b := adminDo(t, http.MethodDelete, gw.URL+"/admin/cache?tag=faq.jsonl", ""); code != 200 || !strings.Contains(string(b), `"deleted":3`) {
+	if code, b := adminDo(t, http.MethodDelete, gw.URL+"/admin/cache?tag=faq.jsonl", ""); code != 200 || !strings.Contains(string(b), `"deleted":4`) {
 		t.Fatalf("purge by the job's tag: %d %s", code, b)
 	}
 	if code, _ := adminDo(t, http.MethodGet, gw.URL+"/admin/cache/warm/warm-nope", ""); code != 404 {

@@ -15,7 +15,7 @@
 // time per request, read from /proc, which moves far less with noise from
 // other tenants than throughput does.
 //
-//	go run ./bench/overhead [-rounds 3] [-duration 3s] [-conc 32] [-stream] [-wrk] [-verify] [-responses] [-baseline REV]
+//	go run ./bench/overhead [-rounds 3] [-duration 3s] [-conc 32] [-stream] [-wrk] [-verify] [-responses] [-embeddings=false] [-baseline REV]
 //
 // -responses adds exact hits of the Responses API (POST /v1/responses,
 // the same question as instructions and input) on the default config:
@@ -31,6 +31,11 @@
 // pass-through and on the default config's miss path, to the same
 // alternating rounds: a change's cost measured side by side with what it
 // changed.
+//
+// -embeddings (on by default) adds /v1/embeddings batches of 8 inputs:
+// gpusim directly, the bare proxy, pass-through, and the default config
+// missing every input, hitting every input, and with 5 of the 8 cached
+// (X-Cache partial: 3 inputs go to gpusim).
 //
 // -wrk adds throughput runs of the pass-through targets driven by wrk
 // (Debian package wrk), one thread, -conc connections.
@@ -62,6 +67,7 @@ func main() {
 	flag.BoolVar(&o.verify, "verify", false, "also measure semantic hits with and without a judge auditing each (cache.semantic.verify)")
 	flag.BoolVar(&o.responses, "responses", false, "also measure exact hits of the Responses API (/v1/responses)")
 	flag.StringVar(&o.baseline, "baseline", "", "also run frontdoor built from this git revision (e.g. main~3), side by side")
+	flag.BoolVar(&o.embeddings, "embeddings", true, "also measure /v1/embeddings batches: missed, hit, and partly cached")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "overhead:", err)
@@ -75,6 +81,7 @@ type opts struct {
 	conc                   int
 	stream, wrk, accessLog bool
 	verify, responses      bool
+	embeddings             bool
 	baseline               string
 }
 
@@ -286,8 +293,8 @@ func run(o opts) error {
 		}
 	}
 
-	fmt.Printf("command: go run ./bench/overhead -rounds %d -duration %s -conc %d -stream=%v -wrk=%v -access-log=%v -verify=%v -responses=%v -baseline=%q\n",
-		o.rounds, o.dur, o.conc, o.stream, o.wrk, o.accessLog, o.verify, o.responses, o.baseline)
+	fmt.Printf("command: go run ./bench/overhead -rounds %d -duration %s -conc %d -stream=%v -wrk=%v -access-log=%v -verify=%v -responses=%v -embeddings=%v -baseline=%q\n",
+		o.rounds, o.dur, o.conc, o.stream, o.wrk, o.accessLog, o.verify, o.responses, o.embeddings, o.baseline)
 	fmt.Printf("setup: %d alternating rounds; gpusim --ttft 0 --itl 0 --output-tokens 16; separate processes on loopback; frontdoor with the default config but for `cache` (off for pass-through) and `logging.level: info`; medians over rounds\n\n", o.rounds)
 
 	type scenario struct {
@@ -301,8 +308,7 @@ func run(o opts) error {
 	}
 	fmt.Println("Go load generator (bench/internal/load):")
 	fmt.Println()
-	fmt.Println("| scenario | concurrency | target | p50 | p99 | added p50 | req/s | ratio to direct | ratio to bare proxy | gpusim CPU/req | proxy CPU/req | errors |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
+	printHeader()
 	for _, sc := range scenarios {
 		var ts []target
 		for _, t := range targets {
@@ -310,54 +316,20 @@ func run(o opts) error {
 				ts = append(ts, t)
 			}
 		}
-		samples := map[string][]sample{}
-		for r := 0; r < o.rounds; r++ {
-			for _, t := range ts {
-				watch := []int{sim.Process.Pid}
-				if t.pid != 0 {
-					watch = append(watch, t.pid)
-				}
-				lt := load.Target{URL: t.url, Body: bodyFor(t, t.promptOr(prompt), sc.stream), Check: checkFor(t, sc.stream), Watch: watch}
-				if t.unique {
-					lt.NextBody = uniqueBody(sc.stream)
-				}
-				if t.xcache != "" {
-					lt.Header = [2]string{"X-Cache", t.xcache}
-				}
-				res, err := load.Run(lt, sc.c, o.dur, 300*time.Millisecond)
-				if err != nil {
-					return fmt.Errorf("%s %d %s: %w", sc.name, sc.c, t.name, err)
-				}
-				s := sample{res: res, cpuNode: perReq(res.CPU[0], res.Requests)}
-				if t.pid != 0 {
-					s.cpuProx = perReq(res.CPU[1], res.Requests)
-				}
-				samples[t.name] = append(samples[t.name], s)
+		err := measure(o, sim.Process.Pid, sc.name, sc.c, ts, direct.name, bareT.name, func(t target) load.Target {
+			lt := load.Target{URL: t.url, Body: bodyFor(t, t.promptOr(prompt), sc.stream), Check: checkFor(t, sc.stream)}
+			if t.unique {
+				lt.NextBody = uniqueBody(sc.stream)
 			}
+			return lt
+		})
+		if err != nil {
+			return err
 		}
-		med := func(name string, f func(sample) float64) float64 { return load.Median(samples[name], f) }
-		rate := func(s sample) float64 { return s.res.Throughput() }
-		p50 := func(s sample) float64 { return load.Micros(s.res.Quantile(0.5)) }
-		dp50, dRate, bRate := med(direct.name, p50), med(direct.name, rate), med(bareT.name, rate)
-		for _, t := range ts {
-			r := med(t.name, rate)
-			prox, added, toBare := "–", "–", "–"
-			if t.pid != 0 {
-				prox = fmt.Sprintf("%.1f µs", med(t.name, func(s sample) float64 { return s.cpuProx }))
-			}
-			if t.name != direct.name {
-				added = fmt.Sprintf("**%+.0f µs**", med(t.name, p50)-dp50)
-			}
-			if bRate > 0 && t.name != direct.name {
-				toBare = fmt.Sprintf("**%.2f**", r/bRate)
-			}
-			errs := 0
-			for _, s := range samples[t.name] {
-				errs += s.res.Errors
-			}
-			fmt.Printf("| %s | %d | %s | %.0f µs | %.0f µs | %s | %.0f | **%.2f** | %s | %.1f µs | %s | %d |\n",
-				sc.name, sc.c, t.name, med(t.name, p50), med(t.name, func(s sample) float64 { return load.Micros(s.res.Quantile(0.99)) }),
-				added, r, r/dRate, toBare, med(t.name, func(s sample) float64 { return s.cpuNode }), prox, errs)
+	}
+	if o.embeddings {
+		if err := embeddingRuns(o, sim.Process.Pid, []target{direct, bareT, pass, def}); err != nil {
+			return err
 		}
 	}
 	if o.wrk {
@@ -366,6 +338,64 @@ func run(o opts) error {
 		}
 	}
 	fmt.Println("\n(added = target − direct; CPU/req = user+system CPU time of the process over the run ÷ requests)")
+	return nil
+}
+
+func printHeader() {
+	fmt.Println("| scenario | concurrency | target | p50 | p99 | added p50 | req/s | ratio to direct | ratio to bare proxy | gpusim CPU/req | proxy CPU/req | errors |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
+}
+
+// measure drives each of ts (lt makes its load) for o.dur at concurrency
+// c, in o.rounds alternating rounds, and prints a row each: medians over
+// the rounds, against the targets named direct and bare.
+func measure(o opts, simPid int, scenario string, c int, ts []target, direct, bare string, lt func(target) load.Target) error {
+	samples := map[string][]sample{}
+	for r := 0; r < o.rounds; r++ {
+		for _, t := range ts {
+			x := lt(t)
+			x.Watch = []int{simPid}
+			if t.pid != 0 {
+				x.Watch = append(x.Watch, t.pid)
+			}
+			if t.xcache != "" {
+				x.Header = [2]string{"X-Cache", t.xcache}
+			}
+			res, err := load.Run(x, c, o.dur, 300*time.Millisecond)
+			if err != nil {
+				return fmt.Errorf("%s %d %s: %w", scenario, c, t.name, err)
+			}
+			s := sample{res: res, cpuNode: perReq(res.CPU[0], res.Requests)}
+			if t.pid != 0 {
+				s.cpuProx = perReq(res.CPU[1], res.Requests)
+			}
+			samples[t.name] = append(samples[t.name], s)
+		}
+	}
+	med := func(name string, f func(sample) float64) float64 { return load.Median(samples[name], f) }
+	rate := func(s sample) float64 { return s.res.Throughput() }
+	p50 := func(s sample) float64 { return load.Micros(s.res.Quantile(0.5)) }
+	dp50, dRate, bRate := med(direct, p50), med(direct, rate), med(bare, rate)
+	for _, t := range ts {
+		r := med(t.name, rate)
+		prox, added, toBare := "–", "–", "–"
+		if t.pid != 0 {
+			prox = fmt.Sprintf("%.1f µs", med(t.name, func(s sample) float64 { return s.cpuProx }))
+		}
+		if t.name != direct {
+			added = fmt.Sprintf("**%+.0f µs**", med(t.name, p50)-dp50)
+		}
+		if bRate > 0 && t.name != direct {
+			toBare = fmt.Sprintf("**%.2f**", r/bRate)
+		}
+		errs := 0
+		for _, s := range samples[t.name] {
+			errs += s.res.Errors
+		}
+		fmt.Printf("| %s | %d | %s | %.0f µs | %.0f µs | %s | %.0f | **%.2f** | %s | %.1f µs | %s | %d |\n",
+			scenario, c, t.name, med(t.name, p50), med(t.name, func(s sample) float64 { return load.Micros(s.res.Quantile(0.99)) }),
+			added, r, r/dRate, toBare, med(t.name, func(s sample) float64 { return s.cpuNode }), prox, errs)
+	}
 	return nil
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -18,8 +17,7 @@ import (
 // pairs with the configured embedder and guards, and prints the threshold
 // table; the logic is in internal/semeval.
 func cmdCalibrate(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("calibrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("calibrate", "calibrate --pairs FILE [--config FILE] [--max-false 0.01]", stderr)
 	pairs := fs.String("pairs", "", "labelled pairs: sentence1<TAB>sentence2<TAB>0|1 lines, or a GPTCache-style JSON list of {origin, similar}")
 	config := fs.String("config", "", "gateway config whose cache.embedder and cache.semantic.guards to use (default: the built-in defaults)")
 	maxFalse := fs.Float64("max-false", 0.01, "false-hit rate the suggested threshold must not exceed")
@@ -28,8 +26,8 @@ func cmdCalibrate(args []string, stdout, stderr io.Writer) int {
 	step := fs.Float64("step", 0.01, "threshold step")
 	half := fs.String("half", "", "use only the even or odd pairs (by position), to check a threshold on pairs it was not chosen on")
 	workers := fs.Int("concurrency", 16, "concurrent embedding calls")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, done := parseFlags(fs, stdout, func() error { return fs.Parse(args) }); done {
+		return code
 	}
 	if *pairs == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "frontdoor calibrate: --pairs FILE is required")

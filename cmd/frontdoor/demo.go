@@ -7,7 +7,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,18 +24,30 @@ import (
 // demoAPIKey is the simulated DashScope's key; it never leaves this process.
 const demoAPIKey = "sk-demo-dashscope"
 
+// demoFlags are frontdoor demo's flags; the top-level usage lists them.
+type demoFlags struct {
+	listen, adminListen, warmFile, embedder string
+	ttft, itl                               time.Duration
+}
+
+func newDemoFlags(stderr io.Writer) (*flag.FlagSet, *demoFlags) {
+	var f demoFlags
+	fs := newFlags("demo", "demo [flags]", stderr)
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "gateway listen address (loopback by default; :8080 listens on every interface)")
+	fs.StringVar(&f.adminListen, "admin-listen", "", "admin listener, trusted with no token (default: 127.0.0.1 and the port after --listen's)")
+	fs.DurationVar(&f.ttft, "ttft", 150*time.Millisecond, "simulated time to first token")
+	fs.DurationVar(&f.itl, "itl", 25*time.Millisecond, "simulated time between tokens")
+	fs.StringVar(&f.warmFile, "warm", "", "warm the cache from this file at start (any frontdoor warm format; plain text uses qwen3-8b)")
+	fs.StringVar(&f.embedder, "embedder", "local", "semantic cache embedder: local (in process) or remote (an OpenAI-compatible /v1/embeddings, simulated)")
+	return fs, &f
+}
+
 func cmdDemo(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	listen := fs.String("listen", ":8080", "gateway listen address")
-	adminListen := fs.String("admin-listen", "", "admin listener, trusted with no token (default: 127.0.0.1 and the port after --listen's)")
-	ttft := fs.Duration("ttft", 150*time.Millisecond, "simulated time to first token")
-	itl := fs.Duration("itl", 25*time.Millisecond, "simulated time between tokens")
-	warmFile := fs.String("warm", "", "warm the cache from this file at start (any frontdoor warm format; plain text uses qwen3-8b)")
-	embedder := fs.String("embedder", "local", "semantic cache embedder: local (in process) or remote (an OpenAI-compatible /v1/embeddings, simulated)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	fs, f := newDemoFlags(stderr)
+	if code, done := parseFlags(fs, stdout, func() error { return fs.Parse(args) }); done {
+		return code
 	}
+	listen, adminListen, ttft, itl, warmFile, embedder := &f.listen, &f.adminListen, &f.ttft, &f.itl, &f.warmFile, &f.embedder
 	if *embedder != "local" && *embedder != "remote" {
 		fmt.Fprintln(stderr, "frontdoor demo: --embedder must be local or remote")
 		return 2
@@ -164,9 +178,37 @@ func demoAdminListen(listen string) string {
 	return "127.0.0.1:" + strconv.Itoa(p+1)
 }
 
+// selfCommand is how to run this program again from a shell: "go run
+// ./cmd/frontdoor" under go run (the binary is in a temporary build
+// folder), "frontdoor" when that is what PATH finds, else the path it was
+// started as.
+func selfCommand() string {
+	exe, err := os.Executable()
+	if err != nil || strings.Contains(exe, string(os.PathSeparator)+"go-build") {
+		return "go run ./cmd/frontdoor"
+	}
+	if p, err := exec.LookPath("frontdoor"); err == nil {
+		if a, b := realPath(p), realPath(exe); a == b {
+			return "frontdoor"
+		}
+	}
+	return os.Args[0]
+}
+
+func realPath(p string) string {
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	return p
+}
+
 func banner(addr, admin string, cfg router.Config, qwenURL, embedder string) string {
-	_, port, _ := net.SplitHostPort(addr)
-	base := "http://127.0.0.1:" + port
+	self := selfCommand()
+	host, port, _ := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1" // every interface: loopback is one of them
+	}
+	base := "http://" + net.JoinHostPort(host, port)
 	adminBase := "http://" + admin
 	return fmt.Sprintf(`
 frontdoor demo is running (Ctrl-C stops everything)
@@ -195,9 +237,9 @@ Try it (ask twice, or reworded, to see X-Cache: hit-exact / hit-semantic):
 Warm the cache (prompts go through the gateway; answered pairs are imported,
 which is an admin call):
 
-  frontdoor warm deploy/examples/hot-prompts.txt --target %[1]s --model qwen3-8b
-  frontdoor warm deploy/examples/faq.jsonl --target %[6]s
-  frontdoor cache export --target %[6]s --top 100 --out hot.jsonl
+  %[7]s warm deploy/examples/hot-prompts.txt --target %[1]s --model qwen3-8b
+  %[7]s warm deploy/examples/faq.jsonl --target %[6]s
+  %[7]s cache export --target %[6]s --top 100 --out hot.jsonl
 
-`, base, cfg.Nodes[0].URL, cfg.Nodes[1].URL, qwenURL, embedder, adminBase)
+`, base, cfg.Nodes[0].URL, cfg.Nodes[1].URL, qwenURL, embedder, adminBase, self)
 }

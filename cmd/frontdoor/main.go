@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -28,7 +27,14 @@ const usage = `frontdoor: an OpenAI-compatible front door for self-hosted LLM in
 
 Usage:
   frontdoor serve --config FILE         run the gateway
-  frontdoor demo [--listen :8080]       run gateway + simulated GPU nodes + simulated Qwen, no setup
+  frontdoor demo [flags]                run gateway + simulated GPU nodes + simulated Qwen, no setup:
+      --listen ADDR                     gateway address (default 127.0.0.1:8080: loopback only;
+                                        :8080 for every interface)
+      --admin-listen ADDR               admin listener, no token (default 127.0.0.1, port after --listen's)
+      --embedder local|remote           semantic cache embedder: in process, or a simulated
+                                        OpenAI-compatible /v1/embeddings
+      --warm FILE                       warm the cache from FILE at start
+      --ttft DURATION, --itl DURATION   simulated time to first token (150ms), between tokens (25ms)
   frontdoor check-config --config FILE [--strict]
                                         validate a config file and report every problem;
                                         --strict: an unset *_env variable is a problem too
@@ -39,6 +45,8 @@ Usage:
                                         on your own labelled pairs, with your embedder and guards
   frontdoor healthcheck [--url URL]     exit 0 if URL (default http://127.0.0.1:8080/healthz) answers 200
   frontdoor version                     print the version
+
+Every command's flags: frontdoor COMMAND --help.
 
 serve reloads FILE on SIGHUP (and POST /admin/reload); on SIGTERM it drains:
 /readyz answers 503 for shutdown.drain_delay, then streams get shutdown.grace.
@@ -61,7 +69,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "check-config":
 		return cmdCheckConfig(args[1:], stdout, stderr)
 	case "healthcheck":
-		return cmdHealthcheck(args[1:], stderr)
+		return cmdHealthcheck(args[1:], stdout, stderr)
 	case "warm":
 		return cmdWarm(args[1:], stdout, stderr)
 	case "cache":
@@ -69,6 +77,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "calibrate":
 		return cmdCalibrate(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
+		if isHelp(args[1:]) {
+			fmt.Fprint(stdout, "Usage: frontdoor version\n\nPrints the version, the revision it was built from and the Go version.\n")
+			return 0
+		}
 		fmt.Fprintln(stdout, "frontdoor", buildinfo.Get())
 		return 0
 	case "help", "--help", "-h":
@@ -80,34 +92,33 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-func configFlag(name string, args []string, stderr io.Writer) (string, bool) {
-	path, _, ok := configFlags(name, args, stderr, false)
-	return path, ok
-}
-
-// configFlags parses --config (and --strict, for check-config).
-func configFlags(name string, args []string, stderr io.Writer, withStrict bool) (path string, strict, ok bool) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// configFlags parses --config (and --strict, for check-config). done:
+// exit with code (--help, or a bad or missing flag).
+func configFlags(name string, args []string, stdout, stderr io.Writer, withStrict bool) (path string, strict bool, code int, done bool) {
+	synopsis := name + " --config FILE"
+	if withStrict {
+		synopsis += " [--strict]"
+	}
+	fs := newFlags(name, synopsis, stderr)
 	p := fs.String("config", "", "config file (YAML)")
 	var st *bool
 	if withStrict {
 		st = fs.Bool("strict", false, "treat warnings (an unset *_env variable) as problems")
 	}
-	if err := fs.Parse(args); err != nil {
-		return "", false, false
+	if code, done := parseFlags(fs, stdout, func() error { return fs.Parse(args) }); done {
+		return "", false, code, true
 	}
 	if *p == "" {
 		fmt.Fprintf(stderr, "frontdoor %s: --config FILE is required\n", name)
-		return "", false, false
+		return "", false, 2, true
 	}
-	return *p, st != nil && *st, true
+	return *p, st != nil && *st, 0, false
 }
 
 func cmdCheckConfig(args []string, stdout, stderr io.Writer) int {
-	path, strict, ok := configFlags("check-config", args, stderr, true)
-	if !ok {
-		return 2
+	path, strict, code, done := configFlags("check-config", args, stdout, stderr, true)
+	if done {
+		return code
 	}
 	cfg, err := router.Load(path)
 	var problems []string
@@ -132,9 +143,6 @@ func cmdCheckConfig(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
-	if _, err := router.AdminToken(cfg.Admin); err != nil {
-		problems = append(problems, err.Error())
-	}
 	for _, w := range warnings {
 		fmt.Fprintln(stderr, "warning: "+w)
 	}
@@ -151,17 +159,23 @@ func cmdCheckConfig(args []string, stdout, stderr io.Writer) int {
 }
 
 func cmdServe(args []string, stdout, stderr io.Writer) int {
-	path, ok := configFlag("serve", args, stderr)
-	if !ok {
-		return 2
+	path, _, code, done := configFlags("serve", args, stdout, stderr, false)
+	if done {
+		return code
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return serveFile(ctx, path, stderr)
+}
+
+// serveFile is serve --config path until ctx ends: the exit code, with
+// what refused the config or stopped the gateway on stderr.
+func serveFile(ctx context.Context, path string, stderr io.Writer) int {
 	cfg, err := router.Load(path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	if err := serve(ctx, cfg, path, stderr, nil); err != nil {
 		fmt.Fprintln(stderr, "frontdoor:", err)
 		return 1
@@ -195,12 +209,11 @@ func logAdminSurface(logger *slog.Logger, cfg router.Config, adminAddr string) {
 }
 
 // cmdHealthcheck is the container's health check (distroless has no curl).
-func cmdHealthcheck(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("healthcheck", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func cmdHealthcheck(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("healthcheck", "healthcheck [--url URL]", stderr)
 	url := fs.String("url", "http://127.0.0.1:8080/healthz", "URL that must answer 200")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, done := parseFlags(fs, stdout, func() error { return fs.Parse(args) }); done {
+		return code
 	}
 	status, _, err := fasthttp.GetTimeout(nil, *url, 2*time.Second)
 	if err != nil {

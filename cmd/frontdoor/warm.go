@@ -68,7 +68,7 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var f warmFlags
 	fs := flag.NewFlagSet("warm", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, warmUsage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(fs.Output(), warmUsage); fs.PrintDefaults() }
 	fs.StringVar(&f.target, "target", "", "gateway base URL, e.g. http://gateway:8080")
 	fs.StringVar(&f.config, "config", "", "config file: import answered pairs straight into its cache backend")
 	fs.StringVar(&f.apiKey, "api-key", os.Getenv("FRONTDOOR_API_KEY"), "tenant API key for the requests (default $FRONTDOOR_API_KEY)")
@@ -84,9 +84,9 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&f.rps, "rps", 0, "items started per second at most (0: no limit)")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "look up only: count what is cached and what would be warmed")
 	fs.DurationVar(&f.every, "progress-every", 2*time.Second, "period of the progress lines when not on a terminal")
-	files, err := parseInterleaved(fs, args)
-	if err != nil {
-		return 2
+	var files []string
+	if code, done := parseFlags(fs, stdout, func() (err error) { files, err = parseInterleaved(fs, args); return err }); done {
+		return code
 	}
 	switch {
 	case len(files) == 0:
@@ -202,19 +202,23 @@ func writeReport(path string, failures []warm.Failure) error {
 }
 
 func cmdCache(args []string, stdout, stderr io.Writer) int {
+	const synopsis = "cache export --target URL [--top 1000] [--out hot.jsonl] [--tenant NAME] [--admin-token T]"
+	if isHelp(args) {
+		fmt.Fprintln(stdout, "Usage: frontdoor "+synopsis+"\n\nfrontdoor cache export --help: its flags")
+		return 0
+	}
 	if len(args) == 0 || args[0] != "export" {
-		fmt.Fprintln(stderr, "Usage: frontdoor cache export --target URL [--top 1000] [--out hot.jsonl] [--tenant NAME] [--admin-token T]")
+		fmt.Fprintln(stderr, "Usage: frontdoor "+synopsis)
 		return 2
 	}
-	fs := flag.NewFlagSet("cache export", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("cache export", synopsis, stderr)
 	target := fs.String("target", "", "gateway base URL")
 	top := fs.Int("top", 1000, "how many of the most-hit entries")
 	out := fs.String("out", "-", "output file (- for stdout)")
 	token := fs.String("admin-token", os.Getenv("FRONTDOOR_ADMIN_TOKEN"), "admin token (default $FRONTDOOR_ADMIN_TOKEN)")
 	tenant := fs.String("tenant", "", "only this tenant's entries, without the tenant field (warm them with its API key)")
-	if err := fs.Parse(args[1:]); err != nil {
-		return 2
+	if code, done := parseFlags(fs, stdout, func() error { return fs.Parse(args[1:]) }); done {
+		return code
 	}
 	if *target == "" || *top < 1 {
 		fmt.Fprintln(stderr, "frontdoor cache export: --target URL is required and --top must be >= 1")

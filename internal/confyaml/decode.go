@@ -25,7 +25,7 @@ import (
 func Decode(data []byte, v any, removed map[string]string) (problems []string, complete bool) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return []string{err.Error()}, false
+		return []string{syntaxError(data, err)}, false
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -37,6 +37,36 @@ func Decode(data []byte, v any, removed map[string]string) (problems []string, c
 	var te *yaml.TypeError
 	return problems, errors.As(err, &te)
 }
+
+// syntaxError restates yaml.v3's syntax error err at the line of the
+// fault. yaml.v3 names the line where the enclosing block began (a list's
+// key for an item indented wrong three lines below it); the fault is on
+// the first line at which the document, cut there, fails the same way.
+func syntaxError(data []byte, err error) string {
+	msg := err.Error()
+	g := yamlLine.FindStringSubmatch(msg)
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	if g == nil || len(lines) > maxProbeLines {
+		return msg
+	}
+	var prefix []byte
+	var probe yaml.Node
+	for i, l := range lines {
+		prefix = append(prefix, l...)
+		perr := yaml.Unmarshal(prefix, &probe)
+		if perr == nil {
+			continue
+		}
+		if p := yamlLine.FindStringSubmatch(perr.Error()); p != nil && p[2] == g[2] {
+			return "yaml: line " + strconv.Itoa(i+1) + ": " + g[2]
+		}
+	}
+	return msg
+}
+
+// maxProbeLines bounds syntaxError's work (a parse per line): past it the
+// line yaml.v3 names is reported.
+const maxProbeLines = 5000
 
 var (
 	yamlLine   = regexp.MustCompile(`line (\d+): (.*)`)

@@ -1,6 +1,7 @@
 package confyaml
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 )
@@ -68,9 +69,11 @@ extra: 1
 	}
 }
 
+// A syntax error is incomplete, and named at the line of the fault (the
+// item's key indented wrong), not where its list began.
 func TestDecodeSyntaxErrorIsIncomplete(t *testing.T) {
 	problems, complete, _ := decode(t, "nodes:\n  - name: a\n   url: x\n")
-	if complete || len(problems) != 1 || problems[0] != "yaml: line 1: did not find expected '-' indicator" {
+	if complete || len(problems) != 1 || problems[0] != "yaml: line 3: did not find expected '-' indicator" {
 		t.Fatalf("complete %v, problems %q", complete, problems)
 	}
 }
@@ -122,5 +125,16 @@ func TestNearest(t *testing.T) {
 		if d := editDistance(tc.a, tc.b); d != tc.d {
 			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, d, tc.d)
 		}
+	}
+}
+
+func TestSchemaAndDocKeys(t *testing.T) {
+	want := []string{"listen", "nodes", "nodes[].name", "nodes[].models", "nodes[].max_concurrency", "index", "index.list_size", "index.probes", "ratio", "on"}
+	if got := SchemaKeys(reflect.TypeFor[schema]()); !slices.Equal(got, want) {
+		t.Fatalf("SchemaKeys = %q, want %q", got, want)
+	}
+	got, err := DocKeys([]byte("listen: x\nnodes:\n  - {name: a}\n  - {name: b, models: [m]}\nindex: {probes: 2}\n"))
+	if err != nil || !slices.Equal(got, []string{"listen", "nodes", "nodes[].name", "nodes[].models", "index", "index.probes"}) {
+		t.Fatalf("DocKeys = %q, %v", got, err)
 	}
 }

@@ -1,8 +1,11 @@
 package confyaml
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // knownKeys lists the keys allowed beside the last element of path (a
@@ -106,4 +109,92 @@ func editDistance(a, b string) int {
 		prev2, prev, cur = prev, cur, prev2
 	}
 	return prev[len(b)]
+}
+
+// SchemaKeys lists the YAML path of every key the yaml tags of schema (a
+// struct type) allow, a list's items as "[]" ("nodes[].url"). A map, or a
+// type that decodes itself (yaml.Unmarshaler), is one key: its contents
+// are not walked.
+func SchemaKeys(schema reflect.Type) []string {
+	var out []string
+	var walk func(t reflect.Type, prefix string)
+	walk = func(t reflect.Type, prefix string) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if opts == "inline" {
+				if ft, ok := structOf(f.Type); ok {
+					walk(ft, prefix)
+				}
+				continue
+			}
+			if name == "" || name == "-" {
+				continue
+			}
+			p := prefix + name
+			out = append(out, p)
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if decodesItself(ft) {
+				continue
+			}
+			if ft.Kind() == reflect.Slice || ft.Kind() == reflect.Array {
+				p += "[]"
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct && !decodesItself(ft) {
+				walk(ft, p+".")
+			}
+		}
+	}
+	if st, ok := structOf(schema); ok {
+		walk(st, "")
+	}
+	return out
+}
+
+var unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
+
+func decodesItself(t reflect.Type) bool {
+	return t.Implements(unmarshalerType) || reflect.PointerTo(t).Implements(unmarshalerType)
+}
+
+// DocKeys lists the YAML path of every key data holds, list items as "[]"
+// (as SchemaKeys writes them), each once.
+func DocKeys(data []byte) ([]string, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, fmt.Errorf("doc keys: %w", err)
+	}
+	seen := map[string]bool{}
+	var out []string
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(c, path)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				p := n.Content[i].Value
+				if path != "" {
+					p = path + "." + p
+				}
+				if !seen[p] {
+					seen[p] = true
+					out = append(out, p)
+				}
+				walk(n.Content[i+1], p)
+			}
+		case yaml.SequenceNode:
+			for _, c := range n.Content {
+				walk(c, path+"[]")
+			}
+		}
+	}
+	walk(&root, "")
+	return out, nil
 }

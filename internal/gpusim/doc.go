@@ -14,6 +14,16 @@
 // judge requests yes, no or unsure from labelled pairs (Config.JudgeLabels,
 // see judge.go).
 //
+// A request's n gives n choices (choice 0 is what n 1 says; usage counts
+// them all; streamed, each token is one chunk per choice, by index). A chat
+// request with tools whose tool_choice is "required" (the first tool) or
+// names a function answers with one call to it, arguments
+// {"text":"<the answer's words>"} and finish_reason "tool_calls"; streamed,
+// the first delta names the call and the next ones carry its arguments, as
+// OpenAI does. tool_choice "auto" (or none) answers with text: a simulator
+// has no ground for guessing when a model would call a tool. Those answers
+// carry no DashScope reasoning_content (see choices.go).
+//
 // The cmd/gpusim binary is a thin flag wrapper around this package; the
 // frontdoor demo and other packages' tests start it in-process:
 //

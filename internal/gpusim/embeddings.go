@@ -2,6 +2,9 @@ package gpusim
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -49,29 +52,18 @@ func (s *Server) embeddings(ctx *fasthttp.RequestCtx) {
 		s.reject(ctx, errBadRequest, "Request body must be a JSON object")
 		return
 	}
-	var inputs []string
-	switch in := v.Get("input"); {
-	case in == nil:
-		s.reject(ctx, errBadRequest, "input: field required")
+	inputs, tokenCounts, msg := embeddingInputs(v.Get("input"))
+	if msg != "" {
+		s.reject(ctx, errBadRequest, msg)
 		return
-	case in.Type() == fastjson.TypeString:
-		inputs = []string{string(in.GetStringBytes())}
-	case in.Type() == fastjson.TypeArray:
-		arr := in.GetArray()
-		if len(arr) == 0 || len(arr) > MaxEmbeddingInputs {
-			s.reject(ctx, errBadRequest, "input: must hold 1 to "+strconv.Itoa(MaxEmbeddingInputs)+" strings")
-			return
-		}
-		for _, x := range arr {
-			b, err := x.StringBytes()
-			if err != nil {
-				s.reject(ctx, errBadRequest, "input: must be a string or an array of strings")
-				return
-			}
-			inputs = append(inputs, string(b))
-		}
+	}
+	asBase64 := false
+	switch f := v.Get("encoding_format"); {
+	case f == nil || f.Type() == fastjson.TypeNull || string(f.GetStringBytes()) == "float":
+	case string(f.GetStringBytes()) == "base64":
+		asBase64 = true
 	default:
-		s.reject(ctx, errBadRequest, "input: must be a string or an array of strings")
+		s.reject(ctx, errBadRequest, `encoding_format: must be "float" or "base64"`)
 		return
 	}
 	dims := s.cfg.EmbeddingDims
@@ -101,15 +93,14 @@ func (s *Server) embeddings(ctx *fasthttp.RequestCtx) {
 		}
 		out = append(out, `{"object":"embedding","index":`...)
 		out = strconv.AppendInt(out, int64(i), 10)
-		out = append(out, `,"embedding":[`...)
-		for k, x := range vec {
-			if k > 0 {
-				out = append(out, ',')
-			}
-			out = strconv.AppendFloat(out, float64(x), 'g', 8, 32)
+		out = append(out, `,"embedding":`...)
+		out = appendVector(out, vec, asBase64)
+		out = append(out, '}')
+		if n := tokenCounts[i]; n > 0 {
+			tokens += n
+		} else {
+			tokens += estimateTokens(len(text))
 		}
-		out = append(out, "]}"...)
-		tokens += estimateTokens(len(text))
 	}
 	out = append(out, `],"model":`...)
 	out = appendJSONString(out, model)
@@ -119,7 +110,90 @@ func (s *Server) embeddings(ctx *fasthttp.RequestCtx) {
 	out = strconv.AppendInt(out, int64(tokens), 10)
 	out = append(out, "}}"...)
 	s.promptTokens.Add(int64(tokens))
+	s.embeddingInputs.Add(int64(len(inputs)))
+	s.embeddingRequests.Add(1)
 	s.completed.Add(1)
 	ctx.SetContentType("application/json")
 	ctx.Response.SetBodyRaw(out)
+}
+
+const inputShapes = "input: must be a non-empty string, an array of strings, an array of token ids or an array of token id arrays"
+
+// embeddingInputs reads input: a string, an array of strings, an array of
+// token ids (one input) or an array of token id arrays. A token input is
+// embedded as the text of its ids; tokenCounts holds its length (0 for a
+// string). msg says what is wrong, or is "".
+func embeddingInputs(in *fastjson.Value) (inputs []string, tokenCounts []int, msg string) {
+	tokenText := func(v *fastjson.Value) (string, int, bool) {
+		ids := v.GetArray()
+		var b []byte
+		for i, id := range ids {
+			n, err := id.Int()
+			if err != nil || n < 0 {
+				return "", 0, false
+			}
+			if i > 0 {
+				b = append(b, ' ')
+			}
+			b = strconv.AppendInt(b, int64(n), 10)
+		}
+		return string(b), len(ids), len(ids) > 0
+	}
+	switch {
+	case in == nil:
+		return nil, nil, "input: field required"
+	case in.Type() == fastjson.TypeString && len(in.GetStringBytes()) > 0:
+		return []string{string(in.GetStringBytes())}, []int{0}, ""
+	case in.Type() != fastjson.TypeArray:
+		return nil, nil, inputShapes
+	}
+	arr := in.GetArray()
+	if len(arr) == 0 || len(arr) > MaxEmbeddingInputs {
+		return nil, nil, "input: must hold 1 to " + strconv.Itoa(MaxEmbeddingInputs) + " inputs"
+	}
+	if arr[0].Type() == fastjson.TypeNumber {
+		text, n, ok := tokenText(in)
+		if !ok {
+			return nil, nil, inputShapes
+		}
+		return []string{text}, []int{n}, ""
+	}
+	for _, x := range arr {
+		switch x.Type() {
+		case fastjson.TypeString:
+			inputs, tokenCounts = append(inputs, string(x.GetStringBytes())), append(tokenCounts, 0)
+		case fastjson.TypeArray:
+			text, n, ok := tokenText(x)
+			if !ok {
+				return nil, nil, inputShapes
+			}
+			inputs, tokenCounts = append(inputs, text), append(tokenCounts, n)
+		default:
+			return nil, nil, inputShapes
+		}
+	}
+	return inputs, tokenCounts, ""
+}
+
+// appendVector writes a vector as JSON numbers, each the shortest decimal
+// that reads back as its float32 (as Go servers write them), or as base64
+// of its little-endian float32s.
+func appendVector(out []byte, vec []float32, asBase64 bool) []byte {
+	if asBase64 {
+		raw := make([]byte, 4*len(vec))
+		for k, x := range vec {
+			binary.LittleEndian.PutUint32(raw[4*k:], math.Float32bits(x))
+		}
+		out = append(out, '"')
+		out = base64.StdEncoding.AppendEncode(out, raw)
+		return append(out, '"')
+	}
+	out = append(out, '[')
+	for k, x := range vec {
+		if k > 0 {
+			out = append(out, ',')
+		}
+		out = strconv.AppendFloat(out, float64(x), 'g', -1, 32)
+	}
+	return append(out, ']')
 }

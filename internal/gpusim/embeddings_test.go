@@ -1,6 +1,8 @@
 package gpusim
 
 import (
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"math"
 	"net/http"
@@ -72,7 +74,32 @@ func TestEmbeddings(t *testing.T) {
 	if v := vec(again, 0); dot(v, a) < 0.9999 {
 		t.Errorf("the same text embedded twice differs: %.5f", dot(v, a))
 	}
-	for _, bad := range []string{`{}`, `{"input":[]}`, `{"input":[1]}`, `{"input":"x","dimensions":2}`, `[1]`} {
+	// Token ids are inputs too, and base64 carries the same float32s.
+	code, toks := post(`{"model":"m","input":[[1,2,3],[4,5]],"dimensions":16}`)
+	if code != 200 || len(vec(toks, 0)) != 16 || len(vec(toks, 1)) != 16 || toks["usage"].(map[string]any)["prompt_tokens"].(float64) != 5 {
+		t.Fatalf("token inputs: %d %v", code, toks)
+	}
+	_, one := post(`{"model":"m","input":[1,2,3],"dimensions":16}`)
+	if d := dot(vec(one, 0), vec(toks, 0)); math.Abs(d-1) > 1e-6 {
+		t.Errorf("[1,2,3] alone and in a batch differ: %.6f", d)
+	}
+	_, b64 := post(`{"model":"m","input":[1,2,3],"dimensions":16,"encoding_format":"base64"}`)
+	raw, err := base64.StdEncoding.DecodeString(b64["data"].([]any)[0].(map[string]any)["embedding"].(string))
+	if err != nil || len(raw) != 64 {
+		t.Fatalf("base64: %v, %d bytes", err, len(raw))
+	}
+	for k, f := range vec(one, 0) {
+		if got := math.Float32frombits(binary.LittleEndian.Uint32(raw[4*k:])); got != float32(f) {
+			t.Fatalf("base64 component %d is %v, the float answer says %v", k, got, f)
+		}
+	}
+	before := s.Stats()
+	post(`{"model":"m","input":["a","b","c"]}`)
+	if st := s.Stats(); st.EmbeddingInputs-before.EmbeddingInputs != 3 || st.EmbeddingRequests-before.EmbeddingRequests != 1 {
+		t.Errorf("counters rose by %d inputs in %d requests, want 3 in 1", st.EmbeddingInputs-before.EmbeddingInputs, st.EmbeddingRequests-before.EmbeddingRequests)
+	}
+	for _, bad := range []string{`{}`, `{"input":[]}`, `{"input":[true]}`, `{"input":[-1]}`, `{"input":[[]]}`, `{"input":""}`,
+		`{"input":"x","encoding_format":"hex"}`, `{"input":"x","dimensions":2}`, `[1]`} {
 		if code, _ := post(bad); code != 400 {
 			t.Errorf("%s: status %d, want 400", bad, code)
 		}

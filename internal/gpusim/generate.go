@@ -33,6 +33,8 @@ type job struct {
 	verdict      verdict // a judge request's answer (n is 1); verdictNone otherwise
 	model        string  // one of cfg.Models
 	n            int     // content tokens to generate
+	choices      int     // n of the request: choices to generate (1 on the fast path)
+	tool         string  // the function a chat answer calls ("": text); see readChoices
 	reasoning    int     // DashScope reasoning tokens (streams only)
 	promptTokens int
 	blocks       []uint64      // cumulative prompt block hashes (prefix cache on)
@@ -214,6 +216,10 @@ func (j *job) appendHead(dst []byte, object string) []byte {
 
 // runUnary generates a non-streaming response inside the handler.
 func (j *job) runUnary(ctx *fasthttp.RequestCtx) {
+	if !j.plain() {
+		j.runUnaryChoices(ctx)
+		return
+	}
 	s := j.s
 	err := j.acquire()
 	if err == nil && j.hang {
@@ -303,10 +309,13 @@ func (j *job) runStream(w *bufio.Writer) {
 		err = j.hangWait()
 	}
 	switch {
-	case err == nil && j.resp != nil:
+	case err != nil:
+	case j.resp != nil:
 		err = j.streamResponse(w)
-	case err == nil:
+	case j.plain():
 		err = j.streamTokens(w)
+	default:
+		err = j.streamChoices(w)
 	}
 	j.end(err)
 }

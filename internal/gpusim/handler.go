@@ -196,6 +196,9 @@ func (s *Server) generate(ctx *fasthttp.RequestCtx, now time.Time, kind api) {
 	if j.stream {
 		j.includeUsage = v.GetBool("stream_options", "include_usage")
 	}
+	if j.resp == nil {
+		j.readChoices(v) // n and tool calls are chat's and completions' (a response is one answer)
+	}
 	if s.cfg.Kind == KindDashScope && chat {
 		et := v.Get("enable_thinking")
 		thinkingOff := et != nil && et.Type() == fastjson.TypeFalse
@@ -203,7 +206,7 @@ func (s *Server) generate(ctx *fasthttp.RequestCtx, now time.Time, kind api) {
 			s.reject(ctx, errThinking, "")
 			return
 		}
-		if j.stream && !thinkingOff {
+		if j.stream && !thinkingOff && j.plain() {
 			j.reasoning = reasoningCount(j.hash)
 		}
 	}

@@ -174,6 +174,12 @@ func (s *Server) appendMetrics(dst []byte) []byte {
 		w.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", s.ttft)
 		w.histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", s.e2e)
 	}
+	w.labels = s.modelLabel
+	if s.cfg.Kind == KindTGI {
+		w.labels = ""
+	}
+	w.counter("gpusim_embedding_requests_total", "Embeddings requests answered (gpusim).", float64(s.embeddingRequests.Load()))
+	w.counter("gpusim_embedding_inputs_total", "Inputs embedded by the answered embeddings requests (gpusim).", float64(s.embeddingInputs.Load()))
 	if s.cfg.JudgeLabels != nil {
 		const name = "gpusim_judge_answers_total"
 		w.header(name, "counter", "Judge requests answered from the judge labels, by verdict.")

@@ -26,10 +26,13 @@ import (
 // or a hanging/aborted request ended by Shutdown), or is still Running or
 // Waiting. MaxRunning is the high-water mark of Running. JudgeYes, JudgeNo
 // and JudgeUnsure count the judge requests (see Config.JudgeLabels) that
-// Completed, by answer.
+// Completed, by answer. EmbeddingRequests counts the embeddings requests
+// answered, and EmbeddingInputs the inputs they embedded: what reached the
+// node.
 type Stats struct {
 	Received, Completed, Cancelled, Failed, Rejected, Running, Waiting, MaxRunning int64
 	JudgeYes, JudgeNo, JudgeUnsure                                                 int64
+	EmbeddingRequests, EmbeddingInputs                                             int64
 }
 
 // Server is one simulated inference node.
@@ -65,6 +68,7 @@ type Server struct {
 
 	received, completed, cancelled, failed, rejected atomic.Int64
 	kvTokens, promptTokens, genTokens                atomic.Int64
+	embeddingRequests, embeddingInputs               atomic.Int64 // answered embeddings requests, and their inputs
 	ttft, e2e                                        *histogram
 	prefix                                           *prefixCache              // nil unless PrefixCache
 	judged                                           [numVerdicts]atomic.Int64 // completed judge requests by verdict
@@ -307,6 +311,9 @@ func (s *Server) Stats() Stats {
 		JudgeYes:    s.judged[verdictYes].Load(),
 		JudgeNo:     s.judged[verdictNo].Load(),
 		JudgeUnsure: s.judged[verdictUnsure].Load(),
+
+		EmbeddingRequests: s.embeddingRequests.Load(),
+		EmbeddingInputs:   s.embeddingInputs.Load(),
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 // TestMetricsHaveHelpAndType.
 var metricHelp = map[string]string{
 	"frontdoor_build_info":                      "Version, VCS revision and Go version of the running binary; always 1.",
-	"frontdoor_requests_total":                  "Inference requests answered, by endpoint and HTTP status code.",
+	"frontdoor_requests_total":                  "Inference requests answered, by endpoint (chat, completions, embeddings, passthrough) and HTTP status code.",
 	"frontdoor_request_bodies_refused_total":    "Inference requests refused because two JSON readers could read their body differently, by reason (duplicate_key, invalid_utf8, invalid_unicode_escape).",
 	"frontdoor_request_duration_seconds":        "Time from request arrival to the end of the handler (streams: to the start of the stream), by endpoint.",
 	"frontdoor_retries_total":                   "Upstream attempts retried on another node, by why the previous attempt failed.",
@@ -26,7 +26,9 @@ var metricHelp = map[string]string{
 	"frontdoor_streams_active":                  "Streams being sent to clients now.",
 	"frontdoor_transport_refusals_total":        "Requests refused at the HTTP layer with a close, by reason: framing (ambiguous length, Trailer header), trailers (fields after a chunked body), expect_too_large and expect_auth (answered instead of 100 Continue), admin_origin (the admin listener: a DNS name in Host, or a browser acting for another site).",
 	"frontdoor_tokens_total":                    "Tokens of answers, by tenant, kind (prompt, completion) and source (upstream, cache).",
-	"frontdoor_cache_requests_total":            "Cache outcomes of inference requests, by result (hit_exact, hit_semantic, miss, bypass) and reason.",
+	"frontdoor_cache_requests_total":            "Cache outcomes of inference requests, by result (hit_exact, hit_semantic, miss, bypass, partial: an embeddings batch partly cached) and reason.",
+	"frontdoor_passthrough_requests_total":      "Requests to pass-through paths, by the passthrough.paths entry they fall under.",
+	"frontdoor_cache_embedding_inputs_total":    "Inputs of embeddings requests looked up in the cache, by result (hit, miss).",
 	"frontdoor_cache_errors_total":              "Cache store and embedder errors, by operation.",
 	"frontdoor_cache_guard_rejections_total":    "Semantic candidates refused by a guard (numbers, negation, order, entity).",
 	"frontdoor_config_reloads_total":            "Config reloads (SIGHUP or POST /admin/reload), by result: applied or refused.",

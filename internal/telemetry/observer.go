@@ -16,7 +16,13 @@ import (
 // The span names and attributes follow the OpenTelemetry GenAI semantic
 // conventions where they apply (gen_ai.*), the HTTP ones for statuses,
 // and frontdoor.* for the rest.
-var genAIOperation = [...]string{"chat", "text_completion", "generate_content"}
+var genAIOperation = [adapters.NumEndpoints]string{
+	adapters.EndpointChat:        "chat",
+	adapters.EndpointCompletion:  "text_completion",
+	adapters.EndpointResponses:   "generate_content",
+	adapters.EndpointEmbeddings:  "embeddings",
+	adapters.EndpointPassthrough: "passthrough",
+}
 
 // Request observes one request: its span and the spans under it. A nil
 // *Request is an untraced request's: every method does nothing and
@@ -53,6 +59,16 @@ func (r *Request) Parsed(ep adapters.Endpoint, req *adapters.Request, tenant str
 	}
 	attrs = append(attrs, attribute.String("frontdoor.tenant", tenant))
 	r.span.SetAttributes(attrs...)
+}
+
+// ParsedModel is Parsed for the requests that are not chat or
+// completions (embeddings, pass-through): the model and tenant.
+func (r *Request) ParsedModel(ep adapters.Endpoint, model, tenant string) {
+	if r == nil {
+		return
+	}
+	r.span.SetName(genAIOperation[ep] + " " + model)
+	r.span.SetAttributes(attribute.String("gen_ai.request.model", model), attribute.String("frontdoor.tenant", tenant))
 }
 
 // Usage records an answer's tokens.

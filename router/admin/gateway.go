@@ -95,6 +95,9 @@ type EntryView struct {
 	Usage     cache.Usage `json:"usage"`
 	Semantic  bool        `json:"semantic"` // searchable by similarity
 	Exact     bool        `json:"exact"`    // stored under an exact key
+	Tag       string      `json:"tag,omitempty"`
+	Curated   bool        `json:"curated,omitempty"` // stored by an import or a warm-up
+	Via       string      `json:"via,omitempty"`     // the curated entry an approved near-miss repeats
 	Question  *string     `json:"question,omitempty"`
 	Answer    *string     `json:"answer,omitempty"`
 	Hidden    string      `json:"hidden,omitempty"` // why question and answer are not shown

@@ -174,7 +174,7 @@ func (h *Handler) getEntry(ctx *fasthttp.RequestCtx, id string) {
 		return
 	}
 	v := EntryView{ID: e.ID, Namespace: e.Namespace, Model: e.Model, Endpoint: e.Endpoint, Created: e.Created,
-		Finish: e.Finish, Usage: e.Usage, Semantic: e.Scope != "", Exact: e.ExactKey != ""}
+		Finish: e.Finish, Usage: e.Usage, Semantic: e.Scope != "", Exact: e.ExactKey != "", Tag: e.Tag, Curated: e.Curated, Via: e.Via}
 	if h.gw.QuestionsShown() {
 		v.Question, v.Answer = &e.Query, &e.Content
 	} else {

@@ -84,6 +84,7 @@ type VerifyStatus struct {
 	LastError     string                 `json:"last_error,omitempty"`
 	Queued        int                    `json:"queued"`
 	DroppedAudits uint64                 `json:"dropped_audits"`
+	Promoted      uint64                 `json:"promoted"` // approved near-misses stored with a curated answer
 	Thresholds    []VerifyThreshold      `json:"thresholds,omitempty"`
 }
 

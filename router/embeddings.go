@@ -1,0 +1,336 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+
+	"frontdoor/adapters"
+	"frontdoor/admission"
+	"frontdoor/cache"
+)
+
+// An embeddings request goes the chat request's way (tenant, model
+// allow-list, admission, node choice, retries, metrics, access log) with a
+// cache of its own: each input is an exact entry holding its vector, so a
+// batch whose inputs are partly cached sends only the others upstream and
+// the answer is put together in input order. There is no semantic lookup,
+// no coalescing of identical requests and no spill-over.
+
+// embeddingBatch is one embeddings request on its way through the cache.
+type embeddingBatch struct {
+	req  *adapters.EmbeddingsRequest
+	plan *cachePlan
+	keys []string       // each input's exact key; nil when the cache is not used
+	hits []*cache.Entry // by input: the cached vector, or nil
+	send []int          // the inputs the node computes: the first of each key missing
+	// whole: send is every input in order, and the client's body goes
+	// upstream as it came (but for an alias's model name); the node's
+	// answer is then passed on as it is.
+	whole bool
+}
+
+// embeddingMetrics count inputs, each a hit or a miss.
+type embeddingMetrics struct {
+	hits, misses *metrics.Counter
+}
+
+func newEmbeddingMetrics(set *metrics.Set) *embeddingMetrics {
+	return &embeddingMetrics{
+		hits:   set.NewCounter(`frontdoor_cache_embedding_inputs_total{result="hit"}`),
+		misses: set.NewCounter(`frontdoor_cache_embedding_inputs_total{result="miss"}`),
+	}
+}
+
+func (g *Gateway) serveEmbeddings(ctx *fasthttp.RequestCtx, id string) {
+	x := g.newExchange(ctx, adapters.EndpointEmbeddings, id)
+	defer func() { g.finish(ctx, x, recover()) }()
+	if !g.enter(ctx, x, true) {
+		return
+	}
+	er, apiErr := adapters.ParseEmbeddingsRequest(ctx.PostBody())
+	if apiErr != nil {
+		g.bodies.note(x, apiErr)
+		g.writeError(ctx, apiErr)
+		return
+	}
+	defer er.Release()
+	x.obs.ParsedModel(x.endpoint, er.Model, x.tenant.name)
+	if !g.resolveModel(ctx, x, er.Model) {
+		return
+	}
+	b := &embeddingBatch{req: er, plan: g.planEmbeddings(x, hintsOf(ctx))}
+	x.setCache(&ctx.Response.Header, cacheOutcome{resultBypass, b.plan.reason}, "")
+	if b.plan.store {
+		b.keys = cache.EmbeddingKeys(b.plan.namespace, x.model, er.Root(), er.Inputs, b.plan.keyOpt)
+	}
+	g.lookupEmbeddings(ctx, x, b)
+	if len(b.send) == 0 {
+		g.serveEmbeddingHits(ctx, x, b)
+		return
+	}
+	if b.plan.only != 0 { // lookup-only: never upstream
+		ctx.SetStatusCode(fasthttp.StatusNoContent)
+		x.setCache(&ctx.Response.Header, cacheOutcome{resultMiss, reasonLookupOnly}, "")
+		return
+	}
+	if !g.admitEmbeddings(ctx, x, b) {
+		return
+	}
+	var idx []int
+	if !b.whole {
+		idx = b.send
+	}
+	ur := adapters.UpstreamRequest{Endpoint: x.endpoint, Body: er.UpstreamBody(x.model, idx), RequestID: x.id, Model: x.model}
+	st := g.waitCandidates(x)
+	a, ok := g.tryNodes(x, &ur, st)
+	if !ok {
+		g.writeError(ctx, g.noNodeError(x, st))
+		return
+	}
+	g.commitEmbeddings(ctx, x, b, a)
+}
+
+// planEmbeddings decides how the cache treats an embeddings request: its
+// inputs are looked up and stored unless the cache is off, the exact cache
+// is disabled, or Cache-Control says otherwise.
+func (g *Gateway) planEmbeddings(x *exchange, h planHints) *cachePlan {
+	c := &g.conf().Cache
+	p := &cachePlan{namespace: x.tenant.namespace, model: x.model, endpoint: cache.EndpointEmbeddings,
+		ttl: planTTL(c, h), only: h.only, tag: h.tag, keyOpt: c.KeyOptions()}
+	switch {
+	case g.store == nil:
+		p.reason = reasonOff
+	case h.noStore:
+		p.reason = reasonNoStore
+	case !c.Exact.Enabled:
+		p.reason = reasonDisabled
+	default:
+		p.store, p.lookup = true, !h.noCache
+		if h.noCache {
+			p.reason = reasonNoCache
+		}
+	}
+	return p
+}
+
+// lookupEmbeddings looks each input up (when the plan says to), sets the
+// outcome, and lists the inputs the node must compute in b.send.
+func (g *Gateway) lookupEmbeddings(ctx *fasthttp.RequestCtx, x *exchange, b *embeddingBatch) {
+	n := len(b.req.Inputs)
+	p := b.plan
+	if p.lookup {
+		s := x.obs.Lookup("exact")
+		entries, err := g.backend.GetMany(context.Background(), b.keys)
+		if err != nil {
+			reason := reasonStoreError
+			if errors.Is(err, cache.ErrBypassed) || errors.Is(err, cache.ErrUnavailable) {
+				reason = reasonStoreDown
+			}
+			x.setCache(&ctx.Response.Header, cacheOutcome{resultBypass, reason}, "") // the answers are still stored
+		} else {
+			b.hits = make([]*cache.Entry, n)
+			for i, e := range entries {
+				if usableEmbedding(e, p.namespace, b.req.Dimensions) {
+					b.hits[i] = e
+				}
+			}
+		}
+		s.LookedUp(err == nil && countHits(b.hits) == n)
+	} else if p.store {
+		x.setCache(&ctx.Response.Header, cacheOutcome{resultMiss, p.reason}, "")
+	}
+	first := map[string]bool{}
+	for i := range n {
+		switch {
+		case b.hits != nil && b.hits[i] != nil:
+		case b.keys == nil:
+			b.send = append(b.send, i)
+		case !first[b.keys[i]]:
+			first[b.keys[i]] = true
+			b.send = append(b.send, i)
+		}
+	}
+	b.whole = len(b.send) == n
+	if b.hits == nil {
+		return
+	}
+	hits := countHits(b.hits)
+	g.emb.hits.Add(hits)
+	g.emb.misses.Add(n - hits)
+	switch {
+	case len(b.send) == 0:
+		x.setCache(&ctx.Response.Header, cacheOutcome{result: resultHitExact}, "")
+	case hits > 0:
+		x.setCache(&ctx.Response.Header, cacheOutcome{result: resultPartial}, "")
+	default:
+		x.setCache(&ctx.Response.Header, cacheOutcome{result: resultMiss}, "")
+	}
+}
+
+func countHits(hits []*cache.Entry) int {
+	n := 0
+	for _, e := range hits {
+		if e != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// usableEmbedding reports whether e is an embeddings entry of namespace
+// that can answer (the key covers both: this is defence in depth).
+func usableEmbedding(e *cache.Entry, namespace string, dims int) bool {
+	return e != nil && e.Namespace == namespace && e.Endpoint == cache.EndpointEmbeddings &&
+		len(e.Embedding) > 0 && len(e.Embedding)%4 == 0 && (dims == 0 || len(e.Embedding) == 4*dims)
+}
+
+func entryEmbedding(e *cache.Entry) adapters.Embedding {
+	return adapters.Embedding{Vector: adapters.DecodeFloat32s(e.Embedding), Wide: e.EmbeddingWide}
+}
+
+// serveEmbeddingHits answers a request whose every input was cached.
+func (g *Gateway) serveEmbeddingHits(ctx *fasthttp.RequestCtx, x *exchange, b *embeddingBatch) {
+	vecs := make([]adapters.Embedding, len(b.hits))
+	for i, e := range b.hits {
+		vecs[i] = entryEmbedding(e)
+	}
+	g.savedByCache(x, b)
+	ctx.SetContentType("application/json")
+	ctx.Response.SetBodyRaw(adapters.AppendEmbeddingsJSON(nil, b.hits[0].Model, vecs, b.req.Base64, adapters.Usage{}))
+}
+
+// savedByCache counts the tokens the cached inputs did not cost.
+func (g *Gateway) savedByCache(x *exchange, b *embeddingBatch) {
+	saved := 0
+	for _, e := range b.hits {
+		if e != nil {
+			saved += e.Usage.PromptTokens
+		}
+	}
+	g.cm.tokensSaved.Add(saved)
+	g.metrics.countTokens(x.tenant.name, "cache", saved, 0)
+}
+
+// admitEmbeddings checks each input sent against the model's context
+// window and charges their tokens against the token budgets, as admitMiss
+// does a prompt's. It writes the error and returns false when the request
+// may not go on.
+func (g *Gateway) admitEmbeddings(ctx *fasthttp.RequestCtx, x *exchange, b *embeddingBatch) bool {
+	maxLen := g.rt.Load().maxModelLen[x.model]
+	tokens := 0
+	if maxLen > 0 || g.adm.CountsTokens(x.tenant.name) {
+		for _, i := range b.send {
+			n := b.req.InputTokens(i)
+			if n < 0 {
+				n = admission.CountTokens(b.req.InputText(i))
+			}
+			if maxLen > 0 && n > maxLen {
+				g.writeError(ctx, adapters.BadRequest("input", fmt.Sprintf(
+					"This model's maximum context length is %d tokens. However, input[%d] has %d tokens. Please reduce the length of the input.", maxLen, i, n)))
+				return false
+			}
+			tokens += n
+		}
+	}
+	return g.chargeTokens(ctx, x, tokens)
+}
+
+// commitEmbeddings answers from the node's answer a, with the cached
+// vectors in their places, and stores what the node computed.
+func (g *Gateway) commitEmbeddings(ctx *fasthttp.RequestCtx, x *exchange, b *embeddingBatch, a attempt) {
+	resp := a.resp
+	defer func() {
+		resp.Close()
+		x.slot.release()
+	}()
+	setUpstream(&ctx.Response.Header, x.upstream, x.attempts)
+	if resp.Status >= 400 {
+		g.writeError(ctx, a.backend.MapError(resp.Status, resp.Body))
+		return
+	}
+	var ans *adapters.EmbeddingsAnswer
+	if !b.whole || b.plan.store { // else nothing to store or join: the vectors need no reading
+		var err error
+		if ans, err = adapters.ParseEmbeddingsAnswer(resp.Body, len(b.send)); err != nil {
+			g.badAnswer(x.id, x.upstream, fmt.Errorf("%w: %w", adapters.ErrMalformedAnswer, err))
+			if !b.whole { // the cached vectors have nothing to join
+				g.writeError(ctx, adapters.UpstreamError("upstream "+x.upstream+" failed: "+err.Error()))
+				return
+			}
+		}
+	}
+	if ans == nil { // the node's answer is the client's, as it is, and is not stored
+		u, ok := adapters.ParseUsage(resp.Body)
+		g.settle(x, u, ok)
+		g.passOn(ctx, resp)
+		return
+	}
+	g.settle(x, ans.Usage, ans.Usage.TotalTokens > 0 || ans.Usage.PromptTokens > 0)
+	model := ans.Model
+	if model == "" {
+		model = x.model
+	}
+	if b.whole {
+		g.passOn(ctx, resp)
+	} else {
+		g.savedByCache(x, b)
+		vecs := make([]adapters.Embedding, len(b.req.Inputs))
+		at := make(map[string]int, len(b.send))
+		for j, i := range b.send {
+			at[b.keys[i]] = j
+		}
+		for i := range vecs {
+			if e := b.hits[i]; e != nil {
+				vecs[i] = entryEmbedding(e)
+			} else {
+				vecs[i] = ans.Vectors[at[b.keys[i]]]
+			}
+		}
+		ctx.SetContentType("application/json")
+		ctx.Response.SetBodyRaw(adapters.AppendEmbeddingsJSON(nil, model, vecs, b.req.Base64, ans.Usage))
+	}
+	g.storeEmbeddings(b, model, ans)
+}
+
+// passOn sends the node's answer to the client as it is.
+func (g *Gateway) passOn(ctx *fasthttp.RequestCtx, resp *adapters.UpstreamResponse) {
+	ctx.SetStatusCode(resp.Status)
+	ctx.Response.Header.SetContentTypeBytes(resp.ContentType)
+	ctx.SetBody(resp.Body)
+}
+
+// storeEmbeddings queues one entry per input the node computed. Each
+// entry's usage is its share of the answer's prompt tokens, by the inputs'
+// lengths (exact for one input): what a later hit on it saves.
+func (g *Gateway) storeEmbeddings(b *embeddingBatch, model string, ans *adapters.EmbeddingsAnswer) {
+	p := b.plan
+	if !p.store || b.keys == nil {
+		return
+	}
+	weights, sum := make([]int, len(b.send)), 0
+	for j, i := range b.send {
+		w := 4 * b.req.InputTokens(i)
+		if w < 0 {
+			w = len(b.req.InputText(i))
+		}
+		weights[j], sum = w, sum+w
+	}
+	now, left := time.Now(), ans.Usage.PromptTokens
+	for j, i := range b.send {
+		tokens := left
+		if j < len(b.send)-1 && sum > 0 {
+			tokens = ans.Usage.PromptTokens * weights[j] / sum
+		}
+		left -= tokens
+		v := ans.Vectors[j]
+		e := &cache.Entry{ID: cache.NewEntryID(), Namespace: p.namespace, Model: model, Endpoint: cache.EndpointEmbeddings,
+			Usage: cache.Usage{PromptTokens: tokens, TotalTokens: tokens}, Created: now, ExactKey: b.keys[i], Tag: p.tag,
+			Embedding: adapters.EncodeFloat32s(v.Vector), EmbeddingWide: v.Wide}
+		g.backend.Enqueue(cache.Write{Entry: e, TTL: p.ttl}, nil)
+	}
+}
