@@ -66,12 +66,15 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 	$(GO) run ./bench/overhead
 
-## fuzz: fuzz the request parsers (chat and completions, embeddings), the
-## reader of a node's embeddings answer, the agreement of the cache's and an
-## engine's reading of a request, the pass-through's model reader and the
-## warm-file parser for 60s each.
+## fuzz: fuzz the request parsers (chat and completions, Responses,
+## embeddings), a node's Responses stream, the reader of a node's embeddings
+## answer, the agreement of the cache's and an engine's reading of a
+## request, the pass-through's model reader and the warm-file parser for 60s
+## each.
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseRequest -fuzztime 60s ./adapters
+	$(GO) test -run '^$$' -fuzz FuzzParseResponsesRequest -fuzztime 60s ./adapters
+	$(GO) test -run '^$$' -fuzz FuzzResponseStream -fuzztime 60s ./adapters
 	$(GO) test -run '^$$' -fuzz FuzzParseEmbeddingsRequest -fuzztime 60s ./adapters
 	$(GO) test -run '^$$' -fuzz FuzzParseEmbeddingsAnswer -fuzztime 60s ./adapters
 	$(GO) test -run '^$$' -fuzz FuzzParsePassthrough -fuzztime 60s ./adapters

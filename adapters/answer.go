@@ -38,6 +38,9 @@ func ParseAnswer(ep Endpoint, body []byte) (*Answer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if ep == EndpointResponses {
+		return responseAnswer(v)
+	}
 	choices := v.GetArray("choices")
 	if len(choices) != 1 {
 		return nil, ErrNotAssembled
@@ -121,6 +124,10 @@ func parseUsage(u *fastjson.Value, dst *Usage) {
 	if u == nil || u.Type() != fastjson.TypeObject {
 		return
 	}
+	if u.Get("prompt_tokens") == nil && u.Get("input_tokens") != nil {
+		responseUsage(u, dst) // the Responses API's names
+		return
+	}
 	dst.PromptTokens = u.GetInt("prompt_tokens")
 	dst.CompletionTokens = u.GetInt("completion_tokens")
 	dst.TotalTokens = u.GetInt("total_tokens")
@@ -154,8 +161,9 @@ type Assembler struct {
 	usage     Usage
 	usageSeen bool
 	choices   int  // highest choice index seen + 1
-	done      bool // [DONE] arrived
+	done      bool // [DONE] arrived (Responses: the terminal event)
 	fault     error
+	answer    *Answer // Responses: the terminal event's response
 }
 
 type toolCallParts struct {
@@ -172,6 +180,10 @@ var sseMessage = []byte("message")
 // (the include_usage chunk, with no choices), so a caller can hold it back
 // from a client that did not ask for it.
 func (s *Assembler) Add(ev *SSEEvent) (usageOnly bool) {
+	if s.ep == EndpointResponses {
+		s.addResponse(ev)
+		return false
+	}
 	data := ev.Data
 	switch {
 	case len(ev.Name) > 0 && !bytes.Equal(ev.Name, sseMessage):
@@ -279,6 +291,10 @@ func (s *Assembler) Answer() (*Answer, error) {
 	switch {
 	case s.fault != nil:
 		return nil, s.fault
+	case s.ep == EndpointResponses && !s.done:
+		return nil, ErrStreamIncomplete
+	case s.ep == EndpointResponses:
+		return s.answer, nil
 	case s.finish == "" || !s.done:
 		return nil, ErrStreamIncomplete
 	case s.choices > 1:
@@ -330,6 +346,9 @@ const jsonSpace = " \t\r\n"
 // AppendCompletionJSON renders a as a non-streaming answer: chat.completion
 // for chat, text_completion for completions.
 func AppendCompletionJSON(dst []byte, ep Endpoint, id string, created int64, a *Answer) []byte {
+	if ep == EndpointResponses {
+		return appendResponseObject(dst, id, created, a, true)
+	}
 	return appendCompletionJSON(dst, ep, id, created, a, true)
 }
 
@@ -385,6 +404,9 @@ func appendCompletionJSON(dst []byte, ep Endpoint, id string, created int64, a *
 // and created time are the stream's; usage is present when the stream had
 // it.
 func StreamToJSON(ep Endpoint, body []byte) ([]byte, error) {
+	if ep == EndpointResponses {
+		return responseStreamToJSON(body)
+	}
 	sr := NewSSEReader(bytes.NewReader(body))
 	asm := NewAssembler(ep)
 	var id string
@@ -431,6 +453,9 @@ func appendUsage(dst []byte, u Usage) []byte {
 // in pieces of about chunkTokens tokens, tool calls, a finish chunk, a usage
 // chunk when includeUsage, then [DONE]. Each element is one whole event.
 func StreamEvents(ep Endpoint, id string, created int64, a *Answer, chunkTokens int, includeUsage bool) [][]byte {
+	if ep == EndpointResponses {
+		return responseEvents(id, created, a, chunkTokens)
+	}
 	object := "chat.completion.chunk"
 	if ep == EndpointCompletion {
 		object = "text_completion"

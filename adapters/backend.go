@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -99,6 +100,13 @@ func NewHTTPBackend(t Target, cfg Config) (*HTTPBackend, error) {
 		// Absolute, so the scheme (https upstreams) and the Host header
 		// (as written, without a default port) come from the URL.
 		b.uris[ep] = u.Scheme + "://" + u.Host + u.Path + ep.Path()
+	}
+	if t.ResponsesURL != "" {
+		r, err := url.Parse(t.ResponsesURL)
+		if err != nil || r.Host != u.Host || r.Scheme != u.Scheme {
+			return nil, fmt.Errorf("%s: the Responses URL must be on the base URL's scheme and host", t.Name)
+		}
+		b.uris[EndpointResponses] = r.String()
 	}
 	b.root = u.Scheme + "://" + u.Host + u.Path[:strings.LastIndexByte(u.Path, '/')]
 	if t.APIKey != "" {
@@ -313,7 +321,7 @@ func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamR
 				out.Close()
 				return nil, b.tooLarge()
 			}
-			if err := checkJSONAnswer(body, "choices"); err != nil {
+			if err := checkAnswerJSON(ur.Endpoint, body); err != nil {
 				out.Close()
 				return nil, err
 			}

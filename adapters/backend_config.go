@@ -81,6 +81,10 @@ type Target struct {
 	Kind    Kind
 	APIKey  string // sent as the upstream bearer token; never logged
 	Headers map[string]string
+	// ResponsesURL is the absolute URL of the upstream's Responses API
+	// when it is not the base URL's /responses (DashScope serves it under
+	// another path); on the base URL's scheme and host.
+	ResponsesURL string
 }
 
 // BaseURL returns the OpenAI base of a target URL: its path if that ends in

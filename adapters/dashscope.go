@@ -17,6 +17,21 @@ var DashScopeRegions = map[string]string{
 	"us":        "https://dashscope-us.aliyuncs.com/compatible-mode/v1",
 }
 
+// DashScopeResponsesURL is the URL of DashScope's OpenAI-compatible
+// Responses API for a base URL: DashScope serves it under
+// /api/v2/apps/protocols/compatible-mode/v1 rather than the chat API's
+// /compatible-mode/v1. For any other base URL it is "" (the base URL's
+// /responses).
+func DashScopeResponsesURL(base string) string {
+	b := strings.TrimSuffix(base, "/")
+	for _, region := range DashScopeRegions {
+		if b == region {
+			return strings.TrimSuffix(b, "/compatible-mode/v1") + "/api/v2/apps/protocols/compatible-mode/v1/responses"
+		}
+	}
+	return ""
+}
+
 // DashScope speaks to DashScope's OpenAI-compatible mode (hosted Qwen). On
 // top of the OpenAI protocol it:
 //   - maps model names through ModelMap, and shows the client the model it
@@ -84,6 +99,11 @@ func (d *DashScope) rewrite(ur *UpstreamRequest) ([]byte, error) {
 	var a fastjson.Arena
 	if ur.Model != "" {
 		v.Set("model", a.NewString(d.UpstreamModel(ur.Model)))
+	}
+	if ur.Endpoint == EndpointResponses {
+		// Its stream ends with response.completed, which carries the
+		// usage; enable_thinking's rule is the chat API's.
+		return AppendJSONValue(nil, v), nil
 	}
 	if d.quirks && !ur.Stream && v.Get("enable_thinking") == nil {
 		v.Set("enable_thinking", a.NewFalse())

@@ -30,6 +30,10 @@ func (r *Request) PromptText() string {
 		}
 		return string(b)
 	}
+	if r.Endpoint == EndpointResponses {
+		r.walkInput(func([]byte) {}, add)
+		return string(b)
+	}
 	for _, m := range r.root.GetArray("messages") {
 		c := m.Get("content")
 		if c == nil {
@@ -52,6 +56,9 @@ func (r *Request) PromptText() string {
 // share one go to the node whose prefix cache may already hold it. 0 when
 // the first message is not a system prompt.
 func (r *Request) SystemPromptHash() uint64 {
+	if r.Endpoint == EndpointResponses {
+		return r.instructionsHash()
+	}
 	msgs := r.root.GetArray("messages")
 	if len(msgs) == 0 || string(msgs[0].GetStringBytes("role")) != "system" {
 		return 0
@@ -75,6 +82,10 @@ func (r *Request) WalkPrompt(message func(role []byte), text func([]byte)) {
 		}
 		return
 	}
+	if r.Endpoint == EndpointResponses {
+		r.walkInput(message, text)
+		return
+	}
 	for _, m := range r.root.GetArray("messages") {
 		message(m.GetStringBytes("role"))
 		c := m.Get("content")
@@ -88,14 +99,79 @@ func (r *Request) WalkPrompt(message func(role []byte), text func([]byte)) {
 	}
 }
 
+// walkInput passes a Responses request's prompt in order to message and
+// text: the instructions (as a system message), then each input item (a
+// string input is one user message). Besides message content, a function
+// call's arguments and a tool's output are text the model reads.
+func (r *Request) walkInput(message func(role []byte), text func([]byte)) {
+	if in := r.root.Get("instructions"); in != nil && in.Type() == fastjson.TypeString {
+		message(roleSystem)
+		text(in.GetStringBytes())
+	}
+	in := r.root.Get("input")
+	if in != nil && in.Type() == fastjson.TypeString {
+		message(roleUser)
+		text(in.GetStringBytes())
+		return
+	}
+	for _, it := range in.GetArray() {
+		role := it.GetStringBytes("role")
+		if role == nil {
+			role = it.GetStringBytes("type")
+		}
+		message(role)
+		if c := it.Get("content"); c != nil && c.Type() == fastjson.TypeString {
+			text(c.GetStringBytes())
+		} else {
+			for _, part := range c.GetArray() {
+				if t := part.GetStringBytes("text"); len(t) > 0 {
+					text(t)
+				}
+			}
+		}
+		for _, field := range [...]string{"arguments", "output"} {
+			if s := it.GetStringBytes(field); len(s) > 0 {
+				text(s)
+			}
+		}
+	}
+}
+
+var (
+	roleSystem = []byte("system")
+	roleUser   = []byte("user")
+)
+
+// instructionsHash is SystemPromptHash for a Responses request: the
+// instructions, or else a leading system or developer message's text.
+func (r *Request) instructionsHash() uint64 {
+	var s []byte
+	if in := r.root.Get("instructions"); in != nil && in.Type() == fastjson.TypeString {
+		s = in.GetStringBytes()
+	} else if items := r.root.GetArray("input"); len(items) > 0 {
+		switch string(items[0].GetStringBytes("role")) {
+		case "system", "developer":
+			s = items[0].GetStringBytes("content")
+		}
+	}
+	if len(s) == 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	_, _ = h.Write(s)
+	return h.Sum64() | 1
+}
+
 // UpstreamBody is the body to send upstream for model: the client's bytes
 // as they came when nothing changes, else the request re-encoded with the
 // model name and, for a stream that did not ask for it, the usage chunk
 // (which the gateway needs to settle and cache; it strips the chunk again
 // for such a client). It modifies the parse tree.
 func (r *Request) UpstreamBody(model string) []byte {
-	wantUsage := r.Stream && !r.IncludeUsage
-	if !wantUsage && model == r.Model {
+	// A Responses stream ends with response.completed, which carries the
+	// usage: nothing to ask for.
+	wantUsage := r.Stream && !r.IncludeUsage && r.Endpoint != EndpointResponses
+	if !wantUsage && model == r.Model && !r.rewritten {
 		return r.Body
 	}
 	var arena fastjson.Arena

@@ -14,6 +14,7 @@ type Endpoint uint8
 const (
 	EndpointChat        Endpoint = iota // POST /v1/chat/completions
 	EndpointCompletion                  // POST /v1/completions
+	EndpointResponses                   // POST /v1/responses
 	EndpointEmbeddings                  // POST /v1/embeddings
 	EndpointPassthrough                 // a path of passthrough.paths, forwarded as it came (UpstreamRequest.Path)
 	NumEndpoints                        // how many endpoints there are, for arrays indexed by Endpoint
@@ -25,6 +26,8 @@ func (e Endpoint) Path() string {
 	switch e {
 	case EndpointCompletion:
 		return "/completions"
+	case EndpointResponses:
+		return "/responses"
 	case EndpointEmbeddings:
 		return "/embeddings"
 	case EndpointPassthrough:
@@ -50,6 +53,17 @@ type Request struct {
 	Multimodal     bool // image, audio, video or file parts present
 	HasTools       bool
 
+	// The Responses API's state (EndpointResponses only): a request that
+	// continues a stored response, asks to be stored (store is true unless
+	// it says false) or runs in the background.
+	PreviousResponseID string
+	StoreOff           bool // "store": false
+	Background         bool
+	ServerState        bool // a conversation, a stored prompt template or an item_reference
+
+	rewritten bool             // the tree differs from Body: UpstreamBody encodes it
+	held      *fastjson.Parser // holds values grafted into the tree (Continue)
+
 	root   *fastjson.Value
 	parser *fastjson.Parser
 }
@@ -67,7 +81,8 @@ func (r *Request) Release() {
 	}
 }
 
-// ParseRequest parses and validates an OpenAI chat or completion request.
+// ParseRequest parses and validates an OpenAI chat, completion or
+// Responses API request.
 // Body aliases the caller's buffer, which must outlive the Request's use of
 // Body (the gateway forwards it within the handler); the parsed tree is the
 // parser's own copy and lives until Release.
@@ -119,6 +134,13 @@ func (r *Request) validate() *APIError {
 	obj.Visit(func(k []byte, v *fastjson.Value) {
 		if apiErr != nil {
 			return
+		}
+		if r.Endpoint == EndpointResponses {
+			var handled bool
+			if handled, apiErr = r.responsesField(k, v); handled {
+				sawInput = sawInput || string(k) == "input"
+				return
+			}
 		}
 		// No variable holds string(k): one would escape and allocate for
 		// every key of every request.
@@ -214,8 +236,11 @@ func (r *Request) validate() *APIError {
 		return BadRequest("model", "you must provide a model parameter")
 	}
 	if !sawInput {
-		if r.Endpoint == EndpointChat {
+		switch r.Endpoint {
+		case EndpointChat:
 			return BadRequest("messages", "messages is required and must be a non-empty array")
+		case EndpointResponses:
+			return BadRequest("input", "input is required: a string or an array of input items")
 		}
 		return BadRequest("prompt", "prompt is required")
 	}

@@ -131,10 +131,8 @@ func (r *UpstreamResponse) checkAnswer(ep Endpoint) error {
 	switch {
 	case ep == EndpointPassthrough:
 		return nil // the client's to read, as the node sent it
-	case ep == EndpointEmbeddings:
-		return checkJSONAnswer(r.Body, "data")
-	case !bytes.HasPrefix(r.ContentType, textEventStream):
-		return checkJSONAnswer(r.Body, "choices")
+	case ep == EndpointEmbeddings, !bytes.HasPrefix(r.ContentType, textEventStream):
+		return checkAnswerJSON(ep, r.Body)
 	}
 	body, err := StreamToJSON(ep, r.Body)
 	if err != nil {
@@ -144,10 +142,34 @@ func (r *UpstreamResponse) checkAnswer(ep Endpoint) error {
 	return nil
 }
 
+// checkAnswerJSON checks a whole 2xx JSON answer to a request for ep.
+func checkAnswerJSON(ep Endpoint, body []byte) error {
+	switch ep {
+	case EndpointPassthrough:
+		return nil // the client's to read, as the node sent it
+	case EndpointResponses:
+		return checkResponseObject(body)
+	case EndpointEmbeddings:
+		return checkJSONAnswer(body, "data")
+	}
+	return checkJSONAnswer(body, "choices")
+}
+
 // checkJSONAnswer reports ErrMalformedAnswer unless body is a JSON object
-// with the member want (choices: a completion) and no error. The error
-// never quotes the body (it reaches logs).
+// with the member want (choices: a completion; data: embeddings) and no
+// error. The error never quotes the body (it reaches logs).
 func checkJSONAnswer(body []byte, want string) error {
+	return checkAnswerObject(body, func(v *fastjson.Value) error {
+		if v.Get("error") != nil || v.Get(want) == nil {
+			return fmt.Errorf("%w: a 2xx answer with an error object or no %s", ErrMalformedAnswer, want)
+		}
+		return nil
+	})
+}
+
+// checkAnswerObject reports ErrMalformedAnswer unless body is a JSON object
+// that check accepts. The error never quotes the body.
+func checkAnswerObject(body []byte, check func(v *fastjson.Value) error) error {
 	p := answerParsers.Get()
 	defer answerParsers.Put(p)
 	v, err := p.ParseBytes(body)
@@ -156,8 +178,6 @@ func checkJSONAnswer(body []byte, want string) error {
 		return fmt.Errorf("%w: the body (%d bytes) is not valid JSON", ErrMalformedAnswer, len(body))
 	case v.Type() != fastjson.TypeObject:
 		return fmt.Errorf("%w: the body is JSON but not an object", ErrMalformedAnswer)
-	case v.Get("error") != nil || v.Get(want) == nil:
-		return fmt.Errorf("%w: a 2xx answer with an error object or no %s", ErrMalformedAnswer, want)
 	}
-	return nil
+	return check(v)
 }

@@ -33,7 +33,7 @@ func EmbeddingKeys(namespace, model string, root *fastjson.Value, inputs []*fast
 	b = appendStr(b, namespace)
 	b = appendStr(b, EndpointEmbeddings)
 	b = appendStr(b, model)
-	b = appendTopLevel(b, obj, -1, opt, embeddingSkipped)
+	b = appendTopLevel(b, obj, EndpointEmbeddings, -1, opt, embeddingSkipped)
 	common := len(b)
 	keys := make([]string, len(inputs))
 	for i, in := range inputs {

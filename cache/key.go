@@ -71,17 +71,32 @@ func ExactKey(namespace, model, endpoint string, root *fastjson.Value, opt KeyOp
 
 // SemanticScope is the hash of the canonical request without the text of
 // the last user turn, and that text. Both are "" when the request has no
-// text-only last user turn (chat only).
+// text-only last user turn (chat and responses only). For the Responses
+// API ("responses") the turns are the input items, and a string input is
+// the user turn itself; the instructions stay in the scope, as a chat's
+// system prompt does.
 func SemanticScope(namespace, model, endpoint string, root *fastjson.Value, opt KeyOptions) (scope, query string) {
-	if endpoint != "chat" {
-		return "", ""
+	var i int
+	var ok bool
+	switch endpoint {
+	case "chat":
+		i, query, ok = lastUserTurn(root.GetArray("messages"), "text")
+	case "responses":
+		if in := root.Get("input"); in != nil && in.Type() == fastjson.TypeString {
+			i, query, ok = skipWhole, string(in.GetStringBytes()), true
+		} else {
+			i, query, ok = lastUserTurn(root.GetArray("input"), "input_text")
+		}
 	}
-	i, query, ok := lastUserTurn(root)
 	if !ok {
 		return "", ""
 	}
 	return canonicalHash(namespace, model, endpoint, root, i, opt), query
 }
+
+// skipWhole, as the turn to leave out, leaves out the whole input: a
+// Responses request's string input.
+const skipWhole = -2
 
 func canonicalHash(namespace, model, endpoint string, root *fastjson.Value, skipMessage int, opt KeyOptions) string {
 	obj, err := root.Object()
@@ -94,7 +109,7 @@ func canonicalHash(namespace, model, endpoint string, root *fastjson.Value, skip
 	b = appendStr(b, namespace)
 	b = appendStr(b, endpoint)
 	b = appendStr(b, model)
-	b = appendTopLevel(b, obj, skipMessage, opt, nil)
+	b = appendTopLevel(b, obj, endpoint, skipMessage, opt, nil)
 	sum := sha256.Sum256(b)
 	*bp = b
 	bufPool.Put(bp)
@@ -102,12 +117,15 @@ func canonicalHash(namespace, model, endpoint string, root *fastjson.Value, skip
 }
 
 // lastUserTurn finds the last message with role user whose content is text
-// only, and returns its index and text.
-func lastUserTurn(root *fastjson.Value) (int, string, bool) {
-	msgs := root.GetArray("messages")
+// only (a string, or parts of type textType), and returns its index and
+// text.
+func lastUserTurn(msgs []*fastjson.Value, textType string) (int, string, bool) {
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if string(msgs[i].GetStringBytes("role")) != "user" {
 			continue
+		}
+		if t := msgs[i].Get("type"); t != nil && string(t.GetStringBytes()) != "message" {
+			continue // a Responses item that is not a message
 		}
 		c := msgs[i].Get("content")
 		if c == nil {
@@ -119,7 +137,7 @@ func lastUserTurn(root *fastjson.Value) (int, string, bool) {
 		case fastjson.TypeArray:
 			var sb strings.Builder
 			for j, part := range c.GetArray() {
-				if string(part.GetStringBytes("type")) != "text" {
+				if string(part.GetStringBytes("type")) != textType {
 					return 0, "", false
 				}
 				if j > 0 {
@@ -135,13 +153,20 @@ func lastUserTurn(root *fastjson.Value) (int, string, bool) {
 }
 
 // appendTopLevel writes the canonical form of a request's top-level
-// fields, leaving out those that never change the output and those in
-// skip.
-func appendTopLevel(b []byte, obj *fastjson.Object, skipMessage int, opt KeyOptions, skip map[string]bool) []byte {
+// fields for endpoint, leaving out those that never change the output and
+// those in skip.
+func appendTopLevel(b []byte, obj *fastjson.Object, endpoint string, skipMessage int, opt KeyOptions, skip map[string]bool) []byte {
 	fields := make([]member, 0, 16)
 	maxTokens := int64(-1)
+	turns := "messages"
+	if endpoint == "responses" {
+		turns = "input"
+	}
 	obj.Visit(func(key []byte, v *fastjson.Value) {
 		k := keyString(key)
+		if k == "store" && endpoint == "responses" {
+			return // whether the node keeps the answer does not change it
+		}
 		if k == "user" && opt.ByUser {
 			if len(v.GetStringBytes()) > 0 {
 				fields = append(fields, member{k, v})
@@ -172,8 +197,12 @@ func appendTopLevel(b []byte, obj *fastjson.Object, skipMessage int, opt KeyOpti
 	}
 	for _, f := range fields {
 		b = appendStr(b, f.k)
-		if f.k == "messages" && skipMessage >= 0 {
+		switch {
+		case f.k == turns && skipMessage >= 0:
 			b = appendMessagesWithout(b, f.v, skipMessage)
+			continue
+		case f.k == turns && skipMessage == skipWhole:
+			b = append(b, 'Q')
 			continue
 		}
 		b = appendValue(b, f.v)

@@ -102,16 +102,16 @@ func (g *Gateway) plan(x *exchange, h planHints) *cachePlan {
 	c := &g.conf().Cache
 	req := x.req
 	p := &cachePlan{namespace: x.tenant.namespace, model: x.model, ttl: c.TTL.D(), only: h.only, tag: h.tag, curated: h.curated}
-	p.endpoint = "chat"
-	if x.endpoint == adapters.EndpointCompletion {
-		p.endpoint = "completion"
-	}
+	p.endpoint = cacheEndpoint[x.endpoint]
 	noStore, noCache := h.noStore, h.noCache
+	stateful := responsesBypass(x)
 	switch {
 	case g.store == nil:
 		p.reason = reasonOff
 	case noStore:
 		p.reason = reasonNoStore
+	case stateful != reasonNone:
+		p.reason = stateful
 	case req.Multimodal && !c.Eligibility.CacheMultimodal:
 		p.reason = reasonMultimodal
 	case req.N > 1:
@@ -135,7 +135,7 @@ func (g *Gateway) plan(x *exchange, h planHints) *cachePlan {
 	p.ttl = planTTL(c, h)
 	p.keyOpt = c.KeyOptions()
 	p.keys.Exact = cache.ExactKey(p.namespace, p.model, p.endpoint, req.Root(), p.keyOpt)
-	p.semantic = c.Semantic.Enabled && g.embedder != nil && x.endpoint == adapters.EndpointChat
+	p.semantic = c.Semantic.Enabled && g.embedder != nil && x.endpoint != adapters.EndpointCompletion
 	if p.semantic {
 		thr := g.verify.threshold(x.tenant.name, x.model, semanticThreshold(c.Semantic, x.tenant.cfg, x.model))
 		if v := h.threshold; len(v) > 0 && x.tenant.allowThreshold {
@@ -146,6 +146,16 @@ func (g *Gateway) plan(x *exchange, h planHints) *cachePlan {
 		p.threshold = float32(thr)
 	}
 	return p
+}
+
+// cacheEndpoint names an endpoint in the cache's keys and entries (plan's:
+// chat, completions and the Responses API; embeddings have their own plan,
+// pass-through paths no cache).
+var cacheEndpoint = [adapters.NumEndpoints]string{
+	adapters.EndpointChat:       "chat",
+	adapters.EndpointCompletion: "completion",
+	adapters.EndpointResponses:  "responses",
+	adapters.EndpointEmbeddings: cache.EndpointEmbeddings,
 }
 
 // planTTL is the TTL of what a request stores: cache.ttl, or the client's
@@ -313,8 +323,11 @@ func newCompletionID(ep adapters.Endpoint) string {
 			b[i+j] = byte(v >> (8 * j))
 		}
 	}
-	if ep == adapters.EndpointCompletion {
+	switch ep {
+	case adapters.EndpointCompletion:
 		return "cmpl-" + hex.EncodeToString(b[:])
+	case adapters.EndpointResponses:
+		return "resp_" + hex.EncodeToString(b[:])
 	}
 	return "chatcmpl-" + hex.EncodeToString(b[:])
 }
@@ -349,6 +362,7 @@ func (g *Gateway) serveFlightAnswer(ctx *fasthttp.RequestCtx, x *exchange, f *fl
 // replay renders an assembled answer to the client.
 func (g *Gateway) replay(ctx *fasthttp.RequestCtx, x *exchange, a *adapters.Answer) {
 	id, now := newCompletionID(x.endpoint), time.Now().Unix()
+	g.noteReplayed(x, id, now, a)
 	if !x.req.Stream {
 		ctx.SetContentType("application/json")
 		ctx.Response.SetBodyRaw(adapters.AppendCompletionJSON(make([]byte, 0, 256+len(a.Content)), x.endpoint, id, now, a))

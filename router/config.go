@@ -160,6 +160,13 @@ type Spillover struct {
 	// Price is the hosted API's price, for the dashboard's spill-over
 	// cost; zero: none shown.
 	Price SpillPrice `yaml:"price"`
+	// Responses spills POST /v1/responses too (on by default); off, a
+	// Responses request no node can take is answered 503.
+	Responses bool `yaml:"responses"`
+	// ResponsesURL is the hosted Responses API's URL, on base_url's
+	// scheme and host; "": DashScope's /api/v2/apps/... path for a region
+	// URL, else base_url + /responses.
+	ResponsesURL string `yaml:"responses_url"`
 }
 
 // SpillPrice is spillover.price: per million tokens, in Currency.
@@ -167,6 +174,15 @@ type SpillPrice struct {
 	InputPerMillion  float64 `yaml:"input_per_million"`
 	OutputPerMillion float64 `yaml:"output_per_million"`
 	Currency         string  `yaml:"currency"`
+}
+
+// ResponsesConfig is the responses: section: what the gateway remembers of
+// the Responses API's responses it passed on, to send GET and DELETE
+// /v1/responses/{id} and a follow-up's previous_response_id to the node
+// that holds the response.
+type ResponsesConfig struct {
+	RememberIDs int            `yaml:"remember_ids"` // 0: none (GET and DELETE by id answer 404)
+	RememberFor units.Duration `yaml:"remember_for"`
 }
 
 // Warm is the warm: section.
@@ -200,6 +216,7 @@ type Config struct {
 	Spillover Spillover             `yaml:"spillover"`
 	Models    []balancer.ModelAlias `yaml:"models"`
 	Warm      Warm                  `yaml:"warm"`
+	Responses ResponsesConfig       `yaml:"responses"`
 	Tracing   Tracing               `yaml:"tracing"`
 	Shutdown  Shutdown              `yaml:"shutdown"`
 	// Passthrough lists the other paths nodes serve that are forwarded
@@ -219,8 +236,9 @@ func DefaultConfig() Config {
 		Cache:     cache.DefaultConfig(),
 		Admission: Admission{Backend: "local", DefaultMaxTokens: 1024, Replicas: 1},
 		Balancer:  balancer.DefaultConfig(),
-		Spillover: Spillover{Kind: "dashscope", BaseURL: "https://dashscope.aliyuncs.com/compatible-mode/v1", APIKeyEnv: "DASHSCOPE_API_KEY", On: []string{"saturated", "failed"}, Price: SpillPrice{Currency: "USD"}},
+		Spillover: Spillover{Kind: "dashscope", BaseURL: "https://dashscope.aliyuncs.com/compatible-mode/v1", APIKeyEnv: "DASHSCOPE_API_KEY", On: []string{"saturated", "failed"}, Price: SpillPrice{Currency: "USD"}, Responses: true},
 		Warm:      Warm{Concurrency: 5, HotEntries: 10000},
+		Responses: ResponsesConfig{RememberIDs: 100000, RememberFor: units.Duration(24 * time.Hour)},
 		Tracing:   Tracing{SampleRatio: 1, ServiceName: "frontdoor"},
 		Shutdown:  Shutdown{Grace: units.Duration(30e9)},
 	}

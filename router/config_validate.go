@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -84,6 +85,7 @@ func (c *Config) Problems() []string {
 		section(fmt.Sprintf("models[%d]", i), validateAlias(m))
 	}
 	section("warm", c.Warm.Validate())
+	section("responses", c.Responses.Validate())
 	section("tracing", c.Tracing.Validate())
 	section("passthrough", c.Passthrough.Validate())
 	out = append(out, c.modelProblems()...)
@@ -272,6 +274,25 @@ func (s *Spillover) Validate() error {
 	}
 	if s.RPM < 0 || s.TPM < 0 {
 		ps.add("", "rpm and tpm must be >= 0")
+	}
+	if u := s.ResponsesURL; u != "" {
+		if r, err := url.Parse(u); err != nil || (r.Scheme != "http" && r.Scheme != "https") || r.Host == "" {
+			ps.add("responses_url", "must be an http:// or https:// URL")
+		} else if b, err := url.Parse(s.BaseURL); err == nil && s.BaseURL != "" && (b.Host != r.Host || b.Scheme != r.Scheme) {
+			ps.add("responses_url", "must be on base_url's scheme and host (%s://%s)", b.Scheme, b.Host)
+		}
+	}
+	return ps.err()
+}
+
+// Validate checks the section. Errors are prefixed with their YAML key.
+func (r *ResponsesConfig) Validate() error {
+	var ps problemList
+	if r.RememberIDs < 0 || r.RememberIDs > 10_000_000 {
+		ps.add("remember_ids", "must be between 0 and 10000000")
+	}
+	if r.RememberIDs > 0 && r.RememberFor.D() <= 0 {
+		ps.add("remember_for", "must be > 0")
 	}
 	return ps.err()
 }

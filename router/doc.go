@@ -10,4 +10,9 @@
 // choice, attempts, retries on another node), spill.go (the hosted API),
 // respond.go (commit as JSON or as a stream, the pump, settle, finish).
 // errors.go holds every error answer the gateway makes itself.
+//
+// POST /v1/responses takes the same path; responses.go holds what is its
+// own: the requests the cache must not answer, the ids of the responses
+// passed on and who holds each (responses_shared.go: shared in Redis),
+// follow-ups sent to that node, and GET/DELETE /v1/responses/{id}.
 package router

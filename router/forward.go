@@ -55,6 +55,7 @@ func (g *Gateway) candidates(x *exchange) *attempts {
 		h = balancer.Hints{Affinity: x.req.SystemPromptHash(), Prefix: x.prefix}
 	}
 	cands, _ := g.pool.PickWith(x.model, h)
+	cands = g.pinResponse(x, cands)
 	x.tries = attempts{cands: cands, lastReason: "other"}
 	return &x.tries
 }
@@ -199,6 +200,8 @@ func (g *Gateway) noNodeError(x *exchange, st *attempts) *adapters.APIError {
 	switch {
 	case x.spillRefused:
 		lastErr = adapters.Unavailable("no local capacity for "+x.model+", and this tenant's traffic may not leave for the hosted API; retry shortly", 1)
+	case x.spillSkipped:
+		lastErr = adapters.Unavailable("no local capacity for "+x.model+", and /v1/responses is not spilled to the hosted API (spillover.responses: false); retry shortly", 1)
 	case lastErr == nil && !g.pool.AnyUsable(x.model):
 		lastErr = adapters.Unavailable("no healthy node serves "+x.model+" right now; retry shortly", 1)
 	case lastErr == nil:

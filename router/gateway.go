@@ -103,6 +103,8 @@ type Gateway struct {
 	runDone   chan struct{}
 
 	self selfAddrs // every listener serving, so that discovery never makes a node of the gateway
+
+	responseIDs *responseIDs // who holds each Responses API response passed on
 }
 
 // New wires a gateway from cfg and deps.
@@ -161,6 +163,10 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		return nil, err
 	}
 	g.metrics = newGatewayMetrics(set, g)
+	g.responseIDs = newResponseIDs(cfg.Responses, set)
+	if g.verifyRedis != nil { // the cache's Redis: the replicas share the ids
+		g.responseIDs.shared = newSharedIDs(g.verifyRedis, cfg.Redis.KeyPrefix+"r:", cfg.Cache.Reads.Timeout.D(), g.upLog, set)
+	}
 	g.bodies = newBodyRefusals(set, g.log)
 	g.adm.RegisterMetrics(set)
 	g.reload.register(set)

@@ -3,6 +3,7 @@ package router
 import (
 	"cmp"
 	"encoding/json"
+	"frontdoor/adapters"
 	"frontdoor/router/admin"
 	"hash/maphash"
 	"slices"
@@ -61,7 +62,11 @@ func (g *Gateway) countHit(ctx *fasthttp.RequestCtx, x *exchange, id string) {
 	if g.hot == nil || x.plan == nil || x.plan.only != 0 {
 		return
 	}
-	g.hot.hit(id, x.tenant.name, ctx.PostBody())
+	body := ctx.PostBody()
+	if x.endpoint == adapters.EndpointResponses {
+		body = nil // counted, but not exported: warm files are chat requests
+	}
+	g.hot.hit(id, x.tenant.name, body)
 }
 
 func (h *hotTracker) hit(id, tenant string, body []byte) {

@@ -25,6 +25,7 @@ type exchange struct {
 	status       int
 	cache        cacheOutcome      // set through setCache
 	spillRefused bool              // spill-over would have applied but the tenant may not leave
+	spillSkipped bool              // spill-over would have applied but not to this endpoint
 	pass         *admission.Pass   // the tenant's rate and concurrency admission
 	charge       *admission.Charge // the token charge of a miss
 	streamOwned  bool              // a stream writer settles and releases at its end
@@ -37,6 +38,7 @@ type exchange struct {
 	prefix       *balancer.Prefix         // the prompt's prefix hashes (prefix weight > 0)
 	prefixDone   bool                     // prefix was computed
 	upstreamReq  adapters.UpstreamRequest // what toUpstream built
+	entryID      string                   // the cache entry that answered, or will hold the answer
 	obs          *telemetry.Request       // the request's trace; nil (a no-op) when untraced
 }
 
@@ -94,6 +96,9 @@ func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
 	x.req = req // finish releases it
 	x.obs.Parsed(x.endpoint, req, x.tenant.name)
 	if !g.resolveModel(ctx, x, req.Model) {
+		return false
+	}
+	if !g.continueReplayed(ctx, x) {
 		return false
 	}
 	p := g.planCache(ctx, x)

@@ -38,7 +38,14 @@ type gatewayMetrics struct {
 	durations [adapters.NumEndpoints]*metrics.PrometheusHistogram
 }
 
-var endpointLabel = [adapters.NumEndpoints]string{"chat", "completions", "embeddings", "passthrough"}
+// endpointLabel is the endpoint label, by adapters.Endpoint.
+var endpointLabel = [adapters.NumEndpoints]string{
+	adapters.EndpointChat:        "chat",
+	adapters.EndpointCompletion:  "completions",
+	adapters.EndpointResponses:   "responses",
+	adapters.EndpointEmbeddings:  "embeddings",
+	adapters.EndpointPassthrough: "passthrough",
+}
 
 // retryReasons label frontdoor_retries_total: why the previous attempt failed.
 var retryReasons = []string{"connect", "timeout", "closed", "malformed", "status_429", "status_5xx", "other"}

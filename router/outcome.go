@@ -55,11 +55,16 @@ const (
 	reasonStoreDown                      // the store is down or its breaker open
 	reasonCoalesced                      // served from an identical request in flight
 	reasonLookupOnly                     // X-Cache-Only: answered 204 on a miss
+	reasonPrevResp                       // Responses: previous_response_id continues a stored response
+	reasonServerState                    // Responses: a conversation, stored prompt template or item_reference
+	reasonBackground                     // Responses: background: true
+	reasonTools                          // Responses: tools, whose calls have effects
 	numReasons
 )
 
 var reasonLabels = [numReasons]string{"", "off", "no_store", "no_cache", "multimodal", "n", "temperature",
-	"batch_prompt", "disabled", "store_error", "store_down", "coalesced", "lookup_only"}
+	"batch_prompt", "disabled", "store_error", "store_down", "coalesced", "lookup_only",
+	"previous_response_id", "server_state", "background", "tools"}
 
 func (r cacheReason) label() string { return reasonLabels[r] }
 
@@ -83,6 +88,7 @@ func (x *exchange) setCache(h *fasthttp.ResponseHeader, o cacheOutcome, entry st
 		h.SetCanonical(headerCache, resultHeaderBytes[o.result])
 	}
 	if entry != "" {
+		x.entryID = entry
 		h.SetCanonical(headerCacheEntry, []byte(entry))
 	}
 }
@@ -112,4 +118,8 @@ var cacheOutcomes = []cacheOutcome{
 	{resultBypass, reasonDisabled},
 	{resultBypass, reasonStoreError},
 	{resultBypass, reasonStoreDown},
+	{resultBypass, reasonPrevResp},
+	{resultBypass, reasonServerState},
+	{resultBypass, reasonBackground},
+	{resultBypass, reasonTools},
 }

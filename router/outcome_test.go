@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -66,6 +67,12 @@ func TestCacheOutcomes(t *testing.T) {
 		t.Fatalf("embedding an input: X-Cache %q", xc)
 	}
 	waitEntries(t, gw, entries.Entries+1)
+	// A response a node holds, for a follow-up's bypass.
+	_, created := post(t, gw.URL+"/v1/responses", `{"model":"qwen3-8b","input":"a first turn"}`)
+	var first struct{ ID string }
+	if err := json.Unmarshal(created, &first); err != nil || first.ID == "" {
+		t.Fatalf("no response id: %s", created)
+	}
 	failWith := func(err error) func() {
 		return func() { store.fail.Store(&err) }
 	}
@@ -96,6 +103,10 @@ func TestCacheOutcomes(t *testing.T) {
 		{resultBypass, reasonDisabled}:    {gw: disabled, body: cbody(stored, "")},
 		{resultBypass, reasonStoreError}:  {gw: gw, body: cbody(stored, ""), before: failWith(errors.New("lookup failed")), after: func() { store.fail.Store(nil) }},
 		{resultBypass, reasonStoreDown}:   {gw: gw, body: cbody(stored, ""), before: failWith(fmt.Errorf("down: %w", cache.ErrUnavailable)), after: func() { store.fail.Store(nil) }},
+		{resultBypass, reasonPrevResp}:    {gw: gw, path: "/v1/responses", body: `{"model":"qwen3-8b","input":"a second turn","previous_response_id":"` + first.ID + `"}`},
+		{resultBypass, reasonServerState}: {gw: gw, path: "/v1/responses", body: `{"model":"qwen3-8b","input":"go on","conversation":"conv_1"}`},
+		{resultBypass, reasonBackground}:  {gw: gw, path: "/v1/responses", body: `{"model":"qwen3-8b","input":"take your time","background":true}`},
+		{resultBypass, reasonTools}:       {gw: gw, path: "/v1/responses", body: `{"model":"qwen3-8b","input":"what time is it?","tools":[{"type":"function","name":"clock"}]}`},
 	}
 	if len(scenarios) != len(cacheOutcomes) {
 		t.Fatalf("%d scenarios for %d outcomes", len(scenarios), len(cacheOutcomes))

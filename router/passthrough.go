@@ -27,7 +27,7 @@ type Passthrough struct {
 // gatewayRoutes are the paths the gateway answers itself: no pass-through
 // pattern may take them.
 var gatewayRoutes = []string{"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models",
-	"/v1/responses", "/healthz", "/readyz", "/metrics", "/status", "/dashboard", "/admin/", "/debug/"}
+	"/v1/responses", "/v1/responses/", "/healthz", "/readyz", "/metrics", "/status", "/dashboard", "/admin/", "/debug/"}
 
 // Validate checks each path: an absolute path of letters, digits and
 // "/_.-", optionally ending in /* (a prefix), none twice, none taking a

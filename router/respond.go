@@ -64,6 +64,7 @@ func (g *Gateway) commitStream(ctx *fasthttp.RequestCtx, x *exchange, node *bala
 	done := x.handOff()
 	tenantName := x.tenant.name
 	wantUsage := x.req.IncludeUsage
+	tap := g.newRespTap(x) // nil but for the Responses API
 	id, plan, upstream := x.id, x.plan, x.upstream
 	g.streams.Add(1)
 	g.live.add(resp)
@@ -93,6 +94,8 @@ func (g *Gateway) commitStream(ctx *fasthttp.RequestCtx, x *exchange, node *bala
 			}
 			if answer != nil {
 				r.usage, r.usageKnown = answer.Usage, true
+			} else if tap != nil && tap.usageKnown {
+				r.usage, r.usageKnown = tap.usage, true
 			}
 			usage := -1
 			if r.usageKnown && !r.broken {
@@ -107,7 +110,7 @@ func (g *Gateway) commitStream(ctx *fasthttp.RequestCtx, x *exchange, node *bala
 				go g.writeBack(f, plan, answer)
 			}
 		}()
-		r = g.pump(w, id, resp, f, asm, wantUsage)
+		r = g.pump(w, id, resp, f, asm, wantUsage, tap)
 		x.streamEvents = r.events
 	})
 }
@@ -124,6 +127,9 @@ func (g *Gateway) commitJSON(ctx *fasthttp.RequestCtx, x *exchange, resp *adapte
 	ctx.SetStatusCode(resp.Status)
 	ctx.Response.Header.SetContentTypeBytes(resp.ContentType)
 	ctx.SetBody(resp.Body)
+	if x.endpoint == adapters.EndpointResponses {
+		g.noteCreated(x, adapters.ResponseID(resp.Body))
+	}
 	var answer *adapters.Answer
 	if f != nil {
 		if a, err := adapters.ParseAnswer(x.endpoint, resp.Body); err == nil {
@@ -220,12 +226,13 @@ func (g *Gateway) settle(x *exchange, u adapters.Usage, known bool) {
 }
 
 // pump copies upstream events to the client as they arrive and publishes
-// them to the flight. It flushes before each read of the upstream's socket:
+// them to the flight. A Responses stream's events also pass through tap
+// (the response id, the usage). It flushes before each read of the upstream's socket:
 // what one read brought leaves in one chunk and one write, and no event
 // waits for the next. When the client goes away the upstream is closed at
 // once, unless followers of the flight still read it. It reports whether
 // the stream broke.
-func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse, f *flight, asm *adapters.Assembler, wantUsage bool) (r pumped) {
+func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse, f *flight, asm *adapters.Assembler, wantUsage bool, tap *respTap) (r pumped) {
 	clientOK := true
 	alone := func() bool { return f == nil || f.followers.Load() == 0 }
 	resp.OnRead(func() error {
@@ -255,7 +262,11 @@ func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse
 			g.log.Warn("upstream stream broke", "request_id", id, "error", err.Error())
 			g.metrics.streamErrors.Inc()
 			e := adapters.UpstreamError("upstream stream ended early: " + err.Error())
-			errEvent := adapters.AppendSSEData(nil, e.AppendJSON(nil))
+			ep := adapters.EndpointChat
+			if tap != nil {
+				ep = adapters.EndpointResponses
+			}
+			errEvent := adapters.StreamErrorEvent(ep, e)
 			if f != nil {
 				f.publish(errEvent, false)
 			}
@@ -267,9 +278,12 @@ func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse
 			return r
 		}
 		usageOnly := false
+		if tap != nil {
+			tap.see(&ev)
+		}
 		if asm != nil {
 			usageOnly = asm.Add(&ev)
-		} else if usageOnly = adapters.IsUsageOnly(ev.Data); usageOnly {
+		} else if usageOnly = tap == nil && adapters.IsUsageOnly(ev.Data); usageOnly {
 			r.usage, r.usageKnown = adapters.ParseUsage(ev.Data)
 		}
 		if f != nil {
@@ -308,6 +322,7 @@ func (g *Gateway) follow(ctx *fasthttp.RequestCtx, x *exchange, f *flight) bool 
 		}
 	}
 	x.setCache(&ctx.Response.Header, cacheOutcome{resultMiss, reasonCoalesced}, "")
+	x.entryID = f.entryID // the entry that will hold the answer replayed below
 	x.upstream = f.upstream
 	setUpstream(&ctx.Response.Header, f.upstream, 0)
 	ctx.Response.Header.Set("X-Coalesced", "true")

@@ -36,6 +36,8 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		g.serveInference(ctx, adapters.EndpointChat, id)
 	case "/v1/completions":
 		g.serveInference(ctx, adapters.EndpointCompletion, id)
+	case "/v1/responses":
+		g.serveInference(ctx, adapters.EndpointResponses, id)
 	case "/v1/embeddings":
 		g.serveEmbeddings(ctx, id)
 	case "/v1/models":
@@ -57,6 +59,10 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 			g.metrics.write(ctx)
 		}
 	default:
+		if bytes.HasPrefix(ctx.Path(), []byte("/v1/responses/")) {
+			g.serveStored(ctx, id)
+			return
+		}
 		if g.operator.Serve(ctx, g.rt.Load().admin) {
 			return
 		}

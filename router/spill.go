@@ -30,6 +30,11 @@ type spillover struct {
 	mu       sync.Mutex
 	counters map[string]*metrics.Counter // reason|model
 	set      *metrics.Set
+
+	// responses: /v1/responses spills too; else such a request is not
+	// spilled, and is counted in skipped
+	responses bool
+	skipped   *metrics.Counter
 }
 
 func newSpillover(cfg Config, set *metrics.Set, inflight *atomic.Int64) (*spillover, error) {
@@ -41,7 +46,10 @@ func newSpillover(cfg Config, set *metrics.Set, inflight *atomic.Int64) (*spillo
 	if err != nil {
 		return nil, fmt.Errorf("spillover.%w", err)
 	}
-	t := adapters.Target{Name: "spillover:" + sc.Kind, URL: base, Kind: adapters.Kind(sc.Kind)}
+	t := adapters.Target{Name: "spillover:" + sc.Kind, URL: base, Kind: adapters.Kind(sc.Kind), ResponsesURL: sc.ResponsesURL}
+	if t.ResponsesURL == "" && sc.Kind == string(adapters.KindDashScope) {
+		t.ResponsesURL = adapters.DashScopeResponsesURL(base)
+	}
 	if sc.APIKeyEnv != "" {
 		t.APIKey = os.Getenv(sc.APIKeyEnv)
 	}
@@ -51,7 +59,8 @@ func newSpillover(cfg Config, set *metrics.Set, inflight *atomic.Int64) (*spillo
 	if err != nil {
 		return nil, fmt.Errorf("spillover: %w", err)
 	}
-	s := &spillover{name: t.Name, backend: be, counters: map[string]*metrics.Counter{}, set: set, inflight: inflight}
+	s := &spillover{name: t.Name, backend: be, counters: map[string]*metrics.Counter{}, set: set, inflight: inflight,
+		responses: sc.Responses, skipped: set.GetOrCreateCounter(`frontdoor_spillover_skipped_total{reason="endpoint"}`)}
 	for _, on := range sc.On {
 		s.onSat = s.onSat || on == "saturated"
 		s.onFail = s.onFail || on == "failed"
@@ -116,6 +125,11 @@ func (g *Gateway) trySpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.U
 	}
 	if !x.tenant.spillover {
 		x.spillRefused = true
+		return false
+	}
+	if x.endpoint == adapters.EndpointResponses && !s.responses {
+		s.skipped.Inc() // spillover.responses: false
+		x.spillSkipped = true
 		return false
 	}
 	maxTokens := x.req.MaxTokens

@@ -15,7 +15,12 @@
 // time per request, read from /proc, which moves far less with noise from
 // other tenants than throughput does.
 //
-//	go run ./bench/overhead [-rounds 3] [-duration 3s] [-conc 32] [-stream] [-wrk] [-verify] [-baseline REV]
+//	go run ./bench/overhead [-rounds 3] [-duration 3s] [-conc 32] [-stream] [-wrk] [-verify] [-responses] [-embeddings=false] [-baseline REV]
+//
+// -responses adds exact hits of the Responses API (POST /v1/responses,
+// the same question as instructions and input) on the default config:
+// what a replayed response object or response.* stream costs beside a
+// chat hit.
 //
 // -verify adds semantic hits (a reworded question) on the default config
 // and on the default config with a judge auditing every hit
@@ -44,6 +49,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -59,6 +65,7 @@ func main() {
 	flag.BoolVar(&o.wrk, "wrk", false, "also measure pass-through throughput with wrk (must be on PATH)")
 	flag.BoolVar(&o.accessLog, "access-log", true, "keep frontdoor's access log on (the default config; written to a file)")
 	flag.BoolVar(&o.verify, "verify", false, "also measure semantic hits with and without a judge auditing each (cache.semantic.verify)")
+	flag.BoolVar(&o.responses, "responses", false, "also measure exact hits of the Responses API (/v1/responses)")
 	flag.StringVar(&o.baseline, "baseline", "", "also run frontdoor built from this git revision (e.g. main~3), side by side")
 	flag.BoolVar(&o.embeddings, "embeddings", true, "also measure /v1/embeddings batches: missed, hit, and partly cached")
 	flag.Parse()
@@ -73,7 +80,8 @@ type opts struct {
 	dur                    time.Duration
 	conc                   int
 	stream, wrk, accessLog bool
-	verify, embeddings     bool
+	verify, responses      bool
+	embeddings             bool
 	baseline               string
 }
 
@@ -86,6 +94,7 @@ type target struct {
 	prompt string // the user turn sent, when not the shared prompt
 	unique bool   // a new prompt per request
 	bare   bool   // the bare proxy: no floor for streams (it buffers)
+	api    string // "responses": the Responses API; "": chat
 }
 
 // promptOr is the target's prompt, or p.
@@ -170,6 +179,12 @@ func run(o opts) error {
 		ver.name, ver.xcache, ver.prompt = "semantic hit, every one audited", "hit-semantic", reworded
 		targets = append(targets, sem, ver)
 	}
+	if o.responses {
+		rh := def
+		rh.name, rh.xcache, rh.api = "default config, Responses hit", "hit-exact", "responses"
+		rh.url = strings.Replace(def.url, "/v1/chat/completions", "/v1/responses", 1)
+		targets = append(targets, rh)
+	}
 	if o.baseline != "" {
 		bin, err := buildRevision(dir, o.baseline)
 		if err != nil {
@@ -196,6 +211,18 @@ func run(o opts) error {
 		return []byte(`{"model":"qwen3-8b","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"` +
 			p + `"}],"temperature":0.7,"max_tokens":16` + s + `}`)
 	}
+	// bodyFor is t's request: chat, or the same question to the Responses
+	// API.
+	bodyFor := func(t target, p string, stream bool) []byte {
+		if t.api != "responses" {
+			return body(p, stream)
+		}
+		s := ""
+		if stream {
+			s = `,"stream":true`
+		}
+		return []byte(`{"model":"qwen3-8b","instructions":"You are a helpful assistant.","input":"` + p + `","temperature":0.7,"max_output_tokens":16` + s + `}`)
+	}
 	// Unique prompts differ in a number, which the semantic cache's number
 	// guard keeps apart: every one is a miss after a semantic lookup.
 	var seq atomic.Uint64
@@ -216,6 +243,27 @@ func run(o opts) error {
 		}
 		return nil
 	}
+	checkFor := func(t target, stream bool) func(int, []byte) error {
+		switch {
+		case t.api == "responses" && stream:
+			return func(status int, b []byte) error {
+				if status != 200 || !bytes.Contains(b, []byte("event: response.completed\n")) {
+					return fmt.Errorf("status %d: %.200s", status, b)
+				}
+				return nil
+			}
+		case t.api == "responses":
+			return func(status int, b []byte) error {
+				if status != 200 || !bytes.Contains(b, []byte(`"object":"response"`)) {
+					return fmt.Errorf("status %d: %.200s", status, b)
+				}
+				return nil
+			}
+		case stream:
+			return checkSSE
+		}
+		return checkJSON
+	}
 	// Prime the hit paths, streamed and not (each has its own entry): a
 	// semantic hit's target asks the prompt first, as the stored question.
 	for _, t := range targets {
@@ -223,17 +271,14 @@ func run(o opts) error {
 			continue
 		}
 		for _, stream := range []bool{false, true} {
-			check := checkJSON
-			if stream {
-				check = checkSSE
-			}
+			check := checkFor(t, stream)
 			var err error
 			for i := 0; i < 100; i++ {
 				var res load.Result
 				if t.prompt != "" {
 					_, _ = load.Run(load.Target{URL: t.url, Body: body(prompt, stream), Check: check}, 1, 50*time.Millisecond, 0)
 				}
-				res, err = load.Run(load.Target{URL: t.url, Body: body(t.promptOr(prompt), stream), Check: check, Header: [2]string{"X-Cache", t.xcache}}, 1, 50*time.Millisecond, 0)
+				res, err = load.Run(load.Target{URL: t.url, Body: bodyFor(t, t.promptOr(prompt), stream), Check: check, Header: [2]string{"X-Cache", t.xcache}}, 1, 50*time.Millisecond, 0)
 				if err == nil && res.Errors == 0 {
 					break
 				}
@@ -248,8 +293,8 @@ func run(o opts) error {
 		}
 	}
 
-	fmt.Printf("command: go run ./bench/overhead -rounds %d -duration %s -conc %d -stream=%v -wrk=%v -access-log=%v -verify=%v -embeddings=%v -baseline=%q\n",
-		o.rounds, o.dur, o.conc, o.stream, o.wrk, o.accessLog, o.verify, o.embeddings, o.baseline)
+	fmt.Printf("command: go run ./bench/overhead -rounds %d -duration %s -conc %d -stream=%v -wrk=%v -access-log=%v -verify=%v -responses=%v -embeddings=%v -baseline=%q\n",
+		o.rounds, o.dur, o.conc, o.stream, o.wrk, o.accessLog, o.verify, o.responses, o.embeddings, o.baseline)
 	fmt.Printf("setup: %d alternating rounds; gpusim --ttft 0 --itl 0 --output-tokens 16; separate processes on loopback; frontdoor with the default config but for `cache` (off for pass-through) and `logging.level: info`; medians over rounds\n\n", o.rounds)
 
 	type scenario struct {
@@ -265,10 +310,6 @@ func run(o opts) error {
 	fmt.Println()
 	printHeader()
 	for _, sc := range scenarios {
-		check := checkJSON
-		if sc.stream {
-			check = checkSSE
-		}
 		var ts []target
 		for _, t := range targets {
 			if !(sc.stream && t.bare) { // the bare proxy buffers: no floor for streams
@@ -276,7 +317,7 @@ func run(o opts) error {
 			}
 		}
 		err := measure(o, sim.Process.Pid, sc.name, sc.c, ts, direct.name, bareT.name, func(t target) load.Target {
-			lt := load.Target{URL: t.url, Body: body(t.promptOr(prompt), sc.stream), Check: check}
+			lt := load.Target{URL: t.url, Body: bodyFor(t, t.promptOr(prompt), sc.stream), Check: checkFor(t, sc.stream)}
 			if t.unique {
 				lt.NextBody = uniqueBody(sc.stream)
 			}

@@ -54,6 +54,8 @@ var badConfigs = []struct{ name, body, want string }{
 	{"spillover.base_url scheme", "spillover: {enabled: true, kind: openai, base_url: \"api.example.com/v1\"}\n", "spillover.base_url:"},
 	{"spillover.on", "spillover: {enabled: true, on: [sometimes]}\n", `spillover.on[0]: "sometimes" is not one of saturated, failed`},
 	{"spillover.rpm", "spillover: {enabled: true, rpm: -1}\n", "spillover: rpm and tpm must be >= 0"},
+	{"spillover.responses_url", "spillover: {enabled: true, responses_url: \"ftp://example.com/v1/responses\"}\n", "spillover.responses_url: must be an http:// or https:// URL"},
+	{"spillover.responses_url host", "spillover: {enabled: true, responses_url: \"https://other.example.com/v1/responses\"}\n", "spillover.responses_url: must be on base_url's scheme and host"},
 	{"models.name", "models: [{targets: [{model: m, weight: 1}]}]\n", "models[0].name: is required"},
 	{"models.targets", "models: [{name: x}]\n", "models[0].targets: list at least one target"},
 	{"models.targets weight", "models: [{name: x, targets: [{model: m, weight: -1}]}]\n", "models[0].targets[0]: needs a model and a weight >= 0"},
@@ -62,6 +64,8 @@ var badConfigs = []struct{ name, body, want string }{
 	{"warm.hot_entries", "warm: {hot_entries: -1}\n", "warm.hot_entries: must be >= 0"},
 	{"warm.tag", "warm: {tag: \"a b\"}\n", "warm.tag: 1 to 128 letters"},
 	{"warm.concurrency", "warm: {concurrency: 0}\n", "warm.concurrency: must be >= 1"},
+	{"responses.remember_ids", "responses: {remember_ids: -1}\n", "responses.remember_ids: must be between 0 and 10000000"},
+	{"responses.remember_for", "responses: {remember_for: 0s}\n", "responses.remember_for: must be > 0"},
 	// Sections other packages validate.
 	{"nodes.name", "listen: 127.0.0.1:0\nnodes: [{name: \"a b\", url: http://127.0.0.1:1, models: [m]}]\n", `nodes[0].name: "a b" may only use`},
 	{"nodes.name twice", "listen: 127.0.0.1:0\nnodes: [{name: a, url: http://127.0.0.1:1, models: [m]}, {name: a, url: http://127.0.0.1:2, models: [m]}]\n", `nodes[1].name: "a" is used twice`},

@@ -49,6 +49,7 @@ type job struct {
 	kv           int64 // tokens this job added to the KV gauge
 	generated    int
 	timer        *time.Timer
+	resp         *respJob // a Responses API request's own fields; nil otherwise
 }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
@@ -230,40 +231,13 @@ func (j *job) runUnary(ctx *fasthttp.RequestCtx) {
 	bp := bufPool.Get().(*[]byte)
 	b := (*bp)[:0]
 	if err == nil {
-		if j.chat {
-			b = j.appendHead(b, "chat.completion")
-			b = append(b, `{"index":0,"message":{"role":"assistant","content":"`...)
+		if j.resp != nil {
+			b, err = j.appendResponseAnswer(b)
 		} else {
-			b = j.appendHead(b, "text_completion")
-			b = append(b, `{"index":0,"text":"`...)
-		}
-		ts := j.answer()
-		if s.cfg.ITL <= 0 {
-			// No decode time to simulate: generate everything at once.
-			b = appendTokens(b, &ts, j.n) // vocabulary words need no escaping
-			j.produced(j.n)
-		}
-		for i := 0; i < j.n && s.cfg.ITL > 0; i++ {
-			if i > 0 {
-				if err = j.pause(s.jittered(s.cfg.ITL)); err != nil {
-					break
-				}
-				b = append(b, ' ')
-			}
-			b = append(b, ts.next()...)
-			j.produced(1)
+			b, err = j.appendCompletion(b)
 		}
 	}
 	if err == nil {
-		if j.chat {
-			b = append(b, `"},"logprobs":null,"finish_reason":"`...)
-		} else {
-			b = append(b, `","logprobs":null,"finish_reason":"`...)
-		}
-		b = append(b, j.finishReason()...)
-		b = append(b, `","stop_reason":null}],"usage":`...)
-		b = appendUsage(b, j.promptTokens, j.n, 0)
-		b = append(b, '}')
 		ctx.SetContentType("application/json")
 		ctx.SetBody(b)
 	} else {
@@ -279,6 +253,53 @@ func (j *job) runUnary(ctx *fasthttp.RequestCtx) {
 	j.end(err)
 }
 
+// appendCompletion generates a whole chat.completion (or text_completion).
+func (j *job) appendCompletion(b []byte) ([]byte, error) {
+	if j.chat {
+		b = j.appendHead(b, "chat.completion")
+		b = append(b, `{"index":0,"message":{"role":"assistant","content":"`...)
+	} else {
+		b = j.appendHead(b, "text_completion")
+		b = append(b, `{"index":0,"text":"`...)
+	}
+	b, err := j.appendAnswer(b)
+	if err != nil {
+		return b, err
+	}
+	if j.chat {
+		b = append(b, `"},"logprobs":null,"finish_reason":"`...)
+	} else {
+		b = append(b, `","logprobs":null,"finish_reason":"`...)
+	}
+	b = append(b, j.finishReason()...)
+	b = append(b, `","stop_reason":null}],"usage":`...)
+	b = appendUsage(b, j.promptTokens, j.n, 0)
+	return append(b, '}'), nil
+}
+
+// appendAnswer generates the answer's n tokens into dst, at the
+// inter-token pace (vocabulary words need no JSON escaping).
+func (j *job) appendAnswer(dst []byte) ([]byte, error) {
+	s := j.s
+	ts := j.answer()
+	if s.cfg.ITL <= 0 {
+		// No decode time to simulate: generate everything at once.
+		j.produced(j.n)
+		return appendTokens(dst, &ts, j.n), nil
+	}
+	for i := 0; i < j.n; i++ {
+		if i > 0 {
+			if err := j.pause(s.jittered(s.cfg.ITL)); err != nil {
+				return dst, err
+			}
+			dst = append(dst, ' ')
+		}
+		dst = append(dst, ts.next()...)
+		j.produced(1)
+	}
+	return dst, nil
+}
+
 // runStream is the body stream writer of a streaming request. It runs in its
 // own goroutine (fasthttp pipes its output to the connection), so it only
 // uses what the handler copied into j.
@@ -287,9 +308,13 @@ func (j *job) runStream(w *bufio.Writer) {
 	if err == nil && j.hang {
 		err = j.hangWait()
 	}
-	if err == nil && j.plain() {
+	switch {
+	case err != nil:
+	case j.resp != nil:
+		err = j.streamResponse(w)
+	case j.plain():
 		err = j.streamTokens(w)
-	} else if err == nil {
+	default:
 		err = j.streamChoices(w)
 	}
 	j.end(err)

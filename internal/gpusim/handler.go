@@ -46,11 +46,15 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	switch string(path) {
 	case "/v1/chat/completions":
 		if s.allowMethod(ctx, method, fasthttp.MethodPost) {
-			s.generate(ctx, now, true)
+			s.generate(ctx, now, apiChat)
 		}
 	case "/v1/completions":
 		if s.allowMethod(ctx, method, fasthttp.MethodPost) {
-			s.generate(ctx, now, false)
+			s.generate(ctx, now, apiCompletion)
+		}
+	case "/v1/responses":
+		if s.allowMethod(ctx, method, fasthttp.MethodPost) {
+			s.generate(ctx, now, apiResponses)
 		}
 	case "/v1/embeddings":
 		if s.allowMethod(ctx, method, fasthttp.MethodPost) {
@@ -67,6 +71,10 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("application/json")
 		ctx.SetBody(s.modelsBody)
 	default:
+		if id, ok := bytes.CutPrefix(path, []byte("/v1/responses/")); ok {
+			s.storedResponse(ctx, method, string(id))
+			return
+		}
 		s.writeError(ctx, errRouteNotFound, "Not Found")
 	}
 }
@@ -90,10 +98,21 @@ func (s *Server) reject(ctx *fasthttp.RequestCtx, e *apiError, msg string) {
 	s.writeError(ctx, e, msg)
 }
 
-// generate admits a chat (or completions) request: checks auth, rate limit
-// and the body, draws injected failures, takes a place in the scheduler, then
-// runs it inline (non-streaming) or from the body stream writer.
-func (s *Server) generate(ctx *fasthttp.RequestCtx, now time.Time, chat bool) {
+// api is the generation endpoint a request came to.
+type api uint8
+
+const (
+	apiChat api = iota
+	apiCompletion
+	apiResponses
+)
+
+// generate admits a chat, completions or Responses request: checks auth,
+// rate limit and the body, draws injected failures, takes a place in the
+// scheduler, then runs it inline (non-streaming) or from the body stream
+// writer.
+func (s *Server) generate(ctx *fasthttp.RequestCtx, now time.Time, kind api) {
+	chat := kind == apiChat
 	s.received.Add(1)
 	if !s.authorized(ctx) {
 		s.reject(ctx, errUnauthorized, "Unauthorized")
@@ -127,17 +146,32 @@ func (s *Server) generate(ctx *fasthttp.RequestCtx, now time.Time, chat bool) {
 			return
 		}
 	}
-	if chat {
+	switch kind {
+	case apiChat:
 		if m := v.Get("messages"); m == nil || m.Type() != fastjson.TypeArray {
 			s.reject(ctx, errBadRequest, "messages: field required (array)")
 			return
 		}
-	} else if v.Get("prompt") == nil {
-		s.reject(ctx, errBadRequest, "prompt: field required")
-		return
+	case apiResponses:
+		if in := v.Get("input"); in == nil || (in.Type() != fastjson.TypeString && in.Type() != fastjson.TypeArray) {
+			s.reject(ctx, errBadRequest, "input: field required (a string or an array)")
+			return
+		}
+		if prev := v.GetStringBytes("previous_response_id"); len(prev) > 0 && !s.stored.has(string(prev)) {
+			s.reject(ctx, errNotFound, "Previous response with id '"+string(prev)+"' not found.")
+			return
+		}
+	default:
+		if v.Get("prompt") == nil {
+			s.reject(ctx, errBadRequest, "prompt: field required")
+			return
+		}
 	}
 
 	j := &job{s: s, chat: chat, model: model, arrival: now, stream: v.GetBool("stream")}
+	if kind == apiResponses {
+		j.resp = newRespJob(v)
+	}
 	hash, promptBytes := promptInfo(v)
 	j.hash, j.promptTokens = hash, estimateTokens(promptBytes)
 	if s.prefix != nil {
@@ -153,13 +187,18 @@ func (s *Server) generate(ctx *fasthttp.RequestCtx, now time.Time, chat bool) {
 	if maxTok <= 0 {
 		maxTok = v.GetInt("max_tokens")
 	}
+	if j.resp != nil {
+		maxTok = v.GetInt("max_output_tokens")
+	}
 	if maxTok > 0 && maxTok < j.n {
 		j.n, j.capped = maxTok, true
 	}
 	if j.stream {
 		j.includeUsage = v.GetBool("stream_options", "include_usage")
 	}
-	j.readChoices(v)
+	if j.resp == nil {
+		j.readChoices(v) // n and tool calls are chat's and completions' (a response is one answer)
+	}
 	if s.cfg.Kind == KindDashScope && chat {
 		et := v.Get("enable_thinking")
 		thinkingOff := et != nil && et.Type() == fastjson.TypeFalse

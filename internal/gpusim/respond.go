@@ -27,6 +27,8 @@ var (
 		dsCode: "invalid_api_key", dsType: "invalid_request_error", dsMsg: "Incorrect API key provided. "}
 	errModelNotFound = &apiError{status: 404, vType: "NotFoundError", tgiTyp: "not_found",
 		dsCode: "model_not_found", dsType: "invalid_request_error"}
+	errNotFound = &apiError{status: 404, vType: "NotFoundError", tgiTyp: "not_found",
+		dsCode: "not_found", dsType: "invalid_request_error"}
 	errRouteNotFound = &apiError{status: 404, vType: "NotFoundError", tgiTyp: "not_found",
 		dsCode: "not_found", dsType: "invalid_request_error"}
 	errMethod = &apiError{status: 405, vType: "MethodNotAllowedError", tgiTyp: "method_not_allowed",

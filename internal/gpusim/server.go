@@ -73,7 +73,8 @@ type Server struct {
 	prefix                                           *prefixCache              // nil unless PrefixCache
 	judged                                           [numVerdicts]atomic.Int64 // completed judge requests by verdict
 
-	rec recorder
+	rec    recorder
+	stored respStore // Responses API responses kept for GET and DELETE by id
 }
 
 // New validates cfg (zero fields take their defaults) and builds a server.

@@ -142,8 +142,35 @@ func PromptText(body []byte) string {
 	return sb.String()
 }
 
-// walkPrompt calls f with each prompt part of a request, in order.
+// walkPrompt calls f with each prompt part of a request, in order. A
+// Responses request's parts are its instructions, then its input: a
+// string, or each input item's content (a string, or the text of each
+// part).
 func walkPrompt(v *fastjson.Value, f func(part []byte)) {
+	if in := v.Get("input"); in != nil && v.Get("messages") == nil {
+		if ins := v.Get("instructions"); ins != nil && ins.Type() == fastjson.TypeString {
+			f(ins.GetStringBytes())
+		}
+		if in.Type() == fastjson.TypeString {
+			f(in.GetStringBytes())
+			return
+		}
+		items, _ := in.Array()
+		for _, it := range items {
+			c := it.Get("content")
+			if c != nil && c.Type() == fastjson.TypeString {
+				f(c.GetStringBytes())
+				continue
+			}
+			parts, _ := c.Array()
+			for _, p := range parts {
+				if tv := p.Get("text"); tv != nil && tv.Type() == fastjson.TypeString {
+					f(tv.GetStringBytes())
+				}
+			}
+		}
+		return
+	}
 	if msgs := v.Get("messages"); msgs != nil {
 		arr, _ := msgs.Array()
 		for _, m := range arr {

@@ -16,7 +16,13 @@ import (
 // The span names and attributes follow the OpenTelemetry GenAI semantic
 // conventions where they apply (gen_ai.*), the HTTP ones for statuses,
 // and frontdoor.* for the rest.
-var genAIOperation = [adapters.NumEndpoints]string{"chat", "text_completion", "embeddings", "passthrough"}
+var genAIOperation = [adapters.NumEndpoints]string{
+	adapters.EndpointChat:        "chat",
+	adapters.EndpointCompletion:  "text_completion",
+	adapters.EndpointResponses:   "generate_content",
+	adapters.EndpointEmbeddings:  "embeddings",
+	adapters.EndpointPassthrough: "passthrough",
+}
 
 // Request observes one request: its span and the spans under it. A nil
 // *Request is an untraced request's: every method does nothing and

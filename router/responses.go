@@ -1,0 +1,440 @@
+package router
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+
+	"frontdoor/adapters"
+	"frontdoor/balancer"
+	"frontdoor/cache"
+	"frontdoor/internal/telemetry"
+)
+
+// The Responses API's state. POST /v1/responses runs the chat path
+// (serveInference with adapters.EndpointResponses); what differs lives
+// here: which requests the cache must not answer (responsesBypass), the
+// ids of the responses created through the gateway and who holds each
+// (a node, the hosted API, or the cache), the routing of a follow-up
+// (previous_response_id) to the node that holds its predecessor, and
+// GET/DELETE /v1/responses/{id}.
+
+// responsesBypass is why the cache must neither answer nor store a
+// Responses request: its answer depends on state the request does not
+// carry, or has effects the cache would skip. reasonNone otherwise.
+func responsesBypass(x *exchange) cacheReason {
+	if x.endpoint != adapters.EndpointResponses {
+		return reasonNone
+	}
+	switch req := x.req; {
+	case req.PreviousResponseID != "":
+		return reasonPrevResp
+	case req.ServerState:
+		return reasonServerState
+	case req.Background:
+		return reasonBackground
+	case req.HasTools:
+		return reasonTools
+	}
+	return reasonNone
+}
+
+// respRecord is what the gateway remembers of one response it passed on:
+// who holds it, for whom.
+type respRecord struct {
+	id       string
+	tenant   string
+	upstream string // the node (or spill-over) that created it; "" when the cache served it
+	entry    string // the cache entry a replayed response came from
+	model    string
+	created  int64
+	expires  time.Time
+	// A replayed response's request input and answer, for a follow-up
+	// (see continueReplayed); nil once the budget needed the room.
+	input  []byte
+	output string
+}
+
+// A replayed response keeps its request's input and its answer for a
+// follow-up when they fit in replayedMax, and at most replayedBudget bytes
+// of them are kept (the oldest go first).
+const (
+	replayedMax    = 64 << 10
+	replayedBudget = 32 << 20
+)
+
+// responseIDs remembers, for responses.remember_for and at most
+// responses.remember_ids of them (the oldest go first), which upstream
+// created each response id, or which cache entry a replayed one came
+// from. It is per replica: see docs/config.md#responses.
+type responseIDs struct {
+	mu   sync.Mutex
+	m    map[string]*respRecord
+	ring []*respRecord // in the order remembered; a full ring forgets its oldest
+	next int
+	ttl  time.Duration
+
+	kept      []*respRecord // records holding an input and output, oldest first
+	keptBytes int
+
+	shared *sharedIDs // nil: this replica's memory only
+
+	found, gone, unknown *metrics.Counter
+}
+
+func newResponseIDs(cfg ResponsesConfig, set *metrics.Set) *responseIDs {
+	r := &responseIDs{m: map[string]*respRecord{}, ring: make([]*respRecord, max(cfg.RememberIDs, 0)), ttl: cfg.RememberFor.D()}
+	r.found = set.NewCounter(`frontdoor_responses_by_id_total{result="found"}`)
+	r.gone = set.NewCounter(`frontdoor_responses_by_id_total{result="holder_gone"}`)
+	r.unknown = set.NewCounter(`frontdoor_responses_by_id_total{result="unknown"}`)
+	set.NewGauge(`frontdoor_responses_remembered`, func() float64 {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return float64(len(r.m))
+	})
+	return r
+}
+
+// remember records a response; an id already known keeps its first
+// record (a coalesced follower shares its leader's id). A node's record
+// is shared with the other replicas when they share a Redis.
+func (r *responseIDs) remember(rec *respRecord) {
+	if len(r.ring) == 0 || rec.id == "" {
+		return
+	}
+	rec.expires = time.Now().Add(r.ttl)
+	if r.shared != nil && rec.upstream != "" {
+		// Before the client has the id: its next request may reach
+		// another replica.
+		r.shared.put(rec, r.ttl)
+	}
+	r.local(rec)
+}
+
+// local records rec in this replica's memory.
+func (r *responseIDs) local(rec *respRecord) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.m[rec.id]; ok {
+		return
+	}
+	if old := r.ring[r.next]; old != nil && r.m[old.id] == old {
+		delete(r.m, old.id)
+	}
+	r.ring[r.next] = rec
+	r.next = (r.next + 1) % len(r.ring)
+	r.m[rec.id] = rec
+	if rec.input != nil {
+		r.kept = append(r.kept, rec)
+		r.keptBytes += len(rec.input) + len(rec.output)
+		for r.keptBytes > replayedBudget {
+			old := r.kept[0]
+			r.kept[0] = nil
+			r.kept = r.kept[1:]
+			r.keptBytes -= len(old.input) + len(old.output)
+			old.input, old.output = nil, ""
+		}
+	}
+}
+
+// lookup returns the live record of id for tenant, or nil: an id another
+// tenant created is unknown to this one. An id this replica does not know
+// is looked up in the shared Redis, when there is one.
+func (r *responseIDs) lookup(id, tenant string) *respRecord {
+	r.mu.Lock()
+	rec := r.m[id]
+	if rec != nil && time.Now().After(rec.expires) {
+		delete(r.m, id)
+		rec = nil
+	}
+	r.mu.Unlock()
+	if rec == nil && r.shared != nil && len(r.ring) > 0 {
+		if rec = r.shared.get(id); rec != nil {
+			r.local(rec)
+		}
+	}
+	if rec == nil || rec.tenant != tenant {
+		return nil
+	}
+	return rec
+}
+
+// forget drops id (its response was deleted), here and in the shared Redis.
+func (r *responseIDs) forget(id string) {
+	r.mu.Lock()
+	delete(r.m, id)
+	r.mu.Unlock()
+	if r.shared != nil {
+		r.shared.del(id)
+	}
+}
+
+// noteCreated remembers a response a node (or the hosted API) created for
+// x; one with store: false is kept by no one and not remembered.
+func (g *Gateway) noteCreated(x *exchange, id string) {
+	if x.endpoint != adapters.EndpointResponses || x.req == nil || x.req.StoreOff || id == "" {
+		return
+	}
+	g.responseIDs.remember(&respRecord{id: id, tenant: x.tenant.name, upstream: x.upstream, model: x.model})
+}
+
+// noteReplayed remembers a response the cache served under a fresh id,
+// with its request's input and its answer for a follow-up.
+func (g *Gateway) noteReplayed(x *exchange, id string, created int64, a *adapters.Answer) {
+	if x.endpoint != adapters.EndpointResponses || x.req.StoreOff || x.entryID == "" {
+		return
+	}
+	rec := &respRecord{id: id, tenant: x.tenant.name, entry: x.entryID, model: a.Model, created: created}
+	if in := x.req.InputJSON(); len(in)+len(a.Content) <= replayedMax {
+		rec.input, rec.output = in, a.Content
+	}
+	g.responseIDs.remember(rec)
+}
+
+// continueReplayed makes a follow-up of a response the cache served (no
+// node holds it) a request of its own: the predecessor's input and answer
+// go before its input, as the Responses API would have put them. It
+// answers 400 and returns false when they are no longer kept.
+func (g *Gateway) continueReplayed(ctx *fasthttp.RequestCtx, x *exchange) bool {
+	if x.endpoint != adapters.EndpointResponses || x.req.PreviousResponseID == "" {
+		return true
+	}
+	rec := g.responseIDs.lookup(x.req.PreviousResponseID, x.tenant.name)
+	if rec == nil || rec.upstream != "" {
+		return true // a node's, or unknown here: the node answers for it
+	}
+	g.responseIDs.mu.Lock()
+	input, output := rec.input, rec.output
+	g.responseIDs.mu.Unlock()
+	var err error
+	if input != nil {
+		err = x.req.Continue(input, output)
+	}
+	if input == nil || err != nil {
+		g.writeError(ctx, adapters.BadRequest("previous_response_id", "Previous response with id '"+rec.id+
+			"' was served from frontdoor's cache and its conversation is no longer kept; send the conversation as input instead."))
+		return false
+	}
+	return true
+}
+
+// respTap reads a Responses stream's events as the pump passes them on:
+// the response id (remembered as soon as it is known) and the usage of the
+// terminal event.
+type respTap struct {
+	onID       func(id string)
+	idSeen     bool
+	usage      adapters.Usage
+	usageKnown bool
+}
+
+func (t *respTap) see(ev *adapters.SSEEvent) {
+	re, ok := adapters.ReadResponseEvent(ev)
+	if !ok {
+		return
+	}
+	if !t.idSeen && re.ID != "" {
+		t.idSeen = true
+		t.onID(re.ID)
+	}
+	if re.HasUsage {
+		t.usage, t.usageKnown = re.Usage, true
+	}
+}
+
+// newRespTap is the tap of x's stream, nil for other endpoints.
+func (g *Gateway) newRespTap(x *exchange) *respTap {
+	if x.endpoint != adapters.EndpointResponses {
+		return nil
+	}
+	return &respTap{onID: func(id string) { g.noteCreated(x, id) }}
+}
+
+// pinResponse puts first, alone, the node that holds the response a
+// follow-up continues (previous_response_id): no other node knows it.
+// When that node is not among the candidates (busy, unhealthy, gone) or
+// the id is unknown here, the candidates stand, and the node that gets the
+// request answers for itself.
+func (g *Gateway) pinResponse(x *exchange, cands []*balancer.Node) []*balancer.Node {
+	if x.endpoint != adapters.EndpointResponses || x.req.PreviousResponseID == "" {
+		return cands
+	}
+	rec := g.responseIDs.lookup(x.req.PreviousResponseID, x.tenant.name)
+	if rec == nil || rec.upstream == "" {
+		return cands
+	}
+	for _, n := range cands {
+		if n.Name() == rec.upstream {
+			return []*balancer.Node{n}
+		}
+	}
+	return cands
+}
+
+// storedPath splits /v1/responses/{id}[/input_items|/cancel]; ok is false
+// for anything else (an id of other characters than letters, digits and
+// -_.:).
+func storedPath(path string) (id, sub string, ok bool) {
+	rest, _ := strings.CutPrefix(path, "/v1/responses/")
+	id, sub, _ = strings.Cut(rest, "/")
+	if id == "" || len(id) > 256 || (sub != "" && sub != "input_items" && sub != "cancel") {
+		return "", "", false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
+			return "", "", false
+		}
+	}
+	return id, sub, true
+}
+
+func errResponseNotFound(id, why string) *adapters.APIError {
+	msg := "Response with id '" + id + "' not found."
+	if why != "" {
+		msg += " " + why
+	}
+	return &adapters.APIError{Status: 404, Type: adapters.TypeInvalidRequest, Param: "response_id", Message: msg}
+}
+
+// serveStored answers GET /v1/responses/{id} (and .../input_items),
+// DELETE /v1/responses/{id} and POST /v1/responses/{id}/cancel: the
+// tenant's own responses only, sent to the node that created the response
+// or answered from the cache entry a replayed one came from.
+func (g *Gateway) serveStored(ctx *fasthttp.RequestCtx, reqID string) {
+	start := time.Now()
+	upstream := ""
+	defer func() {
+		if g.conf().Logging.AccessLog {
+			now := time.Now()
+			telemetry.LogAccess(g.log, now, &telemetry.AccessLine{RequestID: reqID, Path: string(ctx.Path()), Status: ctx.Response.StatusCode(),
+				Upstream: upstream, Duration: now.Sub(start)})
+		}
+	}()
+	id, sub, ok := storedPath(string(ctx.Path()))
+	if !ok {
+		g.writeError(ctx, errUnknownPath(string(ctx.Path())))
+		return
+	}
+	method := fasthttp.MethodGet
+	switch sub {
+	case "":
+		if ctx.IsDelete() {
+			method = fasthttp.MethodDelete
+		} else if !ctx.IsGet() {
+			ctx.Response.Header.Set(fasthttp.HeaderAllow, "GET, DELETE")
+			g.writeError(ctx, &adapters.APIError{Status: 405, Type: adapters.TypeInvalidRequest, Message: "method not allowed: use GET or DELETE"})
+			return
+		}
+	case "cancel":
+		if !g.onlyMethod(ctx, fasthttp.MethodPost) {
+			return
+		}
+		method = fasthttp.MethodPost
+	default:
+		if !g.onlyMethod(ctx, fasthttp.MethodGet) {
+			return
+		}
+	}
+	t, apiErr := g.rt.Load().tenants.resolve(ctx)
+	if apiErr != nil {
+		g.writeError(ctx, apiErr)
+		return
+	}
+	pass, rej := g.adm.Enter(context.Background(), t.name)
+	if rej != nil {
+		g.writeError(ctx, errRejected(rej))
+		return
+	}
+	defer pass.Release()
+	rec := g.responseIDs.lookup(id, t.name)
+	if rec == nil {
+		g.responseIDs.unknown.Inc()
+		g.writeError(ctx, errResponseNotFound(id, ""))
+		return
+	}
+	if rec.upstream == "" {
+		g.serveReplayedRecord(ctx, rec, method, sub)
+		return
+	}
+	upstream = rec.upstream
+	be := g.storedBackend(rec.upstream)
+	if be == nil {
+		g.responseIDs.gone.Inc()
+		g.writeError(ctx, errResponseNotFound(id, "The upstream that created it ("+rec.upstream+") is no longer in service."))
+		return
+	}
+	g.responseIDs.found.Inc()
+	rest := id
+	if sub != "" {
+		rest += "/" + sub
+	}
+	resp, err := be.Stored(context.Background(), method, rest, ctx.URI().QueryString(), reqID)
+	if err != nil {
+		g.badAnswer(reqID, rec.upstream, err)
+		g.writeError(ctx, sendError(rec.upstream, err))
+		return
+	}
+	defer resp.Close()
+	setUpstream(&ctx.Response.Header, rec.upstream, 1)
+	if method == fasthttp.MethodDelete && resp.Status/100 == 2 {
+		g.responseIDs.forget(id)
+	}
+	ctx.SetStatusCode(resp.Status)
+	ctx.Response.Header.SetContentTypeBytes(resp.ContentType)
+	ctx.SetBody(resp.Body)
+}
+
+// storedBackend is the backend of the node or hosted API named upstream,
+// nil when it is gone or cannot answer for stored responses.
+func (g *Gateway) storedBackend(upstream string) adapters.StoredResponses {
+	if s := g.rt.Load().spill; s != nil && s.name == upstream {
+		return s.backend
+	}
+	n := g.pool.Node(upstream)
+	if n == nil {
+		return nil
+	}
+	be, _ := g.backendFor(n).(adapters.StoredResponses)
+	return be
+}
+
+// serveReplayedRecord answers for a response the cache served: GET renders
+// it again from its cache entry (while the entry lives), DELETE forgets
+// the id (the entry stays: other requests share it); it has no input
+// items kept and is not in the background.
+func (g *Gateway) serveReplayedRecord(ctx *fasthttp.RequestCtx, rec *respRecord, method, sub string) {
+	ctx.Response.Header.SetCanonical(headerUpstream, []byte("cache"))
+	switch {
+	case method == fasthttp.MethodDelete:
+		g.responseIDs.forget(rec.id)
+		g.responseIDs.found.Inc()
+		ctx.SetContentType("application/json")
+		ctx.SetBody(append(append([]byte(`{"id":`), adapters.AppendJSONString(nil, rec.id)...), `,"object":"response","deleted":true}`...))
+		return
+	case sub == "cancel":
+		g.writeError(ctx, adapters.BadRequest("response_id", "Only responses created with background set to true can be cancelled; this one was served from frontdoor's cache."))
+		return
+	case sub == "input_items":
+		g.writeError(ctx, errResponseNotFound(rec.id, "It was served from frontdoor's cache, which keeps no input items."))
+		return
+	}
+	getter, _ := g.store.(cache.EntryGetter)
+	var e *cache.Entry
+	if getter != nil {
+		e, _ = getter.GetByID(context.Background(), rec.entry)
+	}
+	if e == nil {
+		g.responseIDs.gone.Inc()
+		g.writeError(ctx, errResponseNotFound(rec.id, "It was served from frontdoor's cache, and its entry has since left the cache."))
+		return
+	}
+	g.responseIDs.found.Inc()
+	ctx.Response.Header.SetCanonical(headerCacheEntry, []byte(e.ID))
+	ctx.SetContentType("application/json")
+	ctx.SetBody(adapters.AppendCompletionJSON(nil, adapters.EndpointResponses, rec.id, rec.created, entryAnswer(e)))
+}
