@@ -194,18 +194,25 @@ func (b *Backend) Enqueue(w Write, done func(error)) {
 	if done == nil {
 		done = func(error) {}
 	}
+	// done runs after the lock is released: it may enqueue again.
+	if reason := b.enqueue(writeJob{w: w, done: done}); reason != "" {
+		b.dropped(reason, 1)
+		done(fmt.Errorf("%w: %s", ErrDropped, reason))
+	}
+}
+
+// enqueue queues j; it returns why it could not ("": queued).
+func (b *Backend) enqueue(j writeJob) string {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if b.closed {
-		b.dropped(DropShutdown, 1)
-		done(fmt.Errorf("%w: %s", ErrDropped, DropShutdown))
-		return
+		return DropShutdown
 	}
 	select {
-	case b.queue <- writeJob{w: w, done: done}:
+	case b.queue <- j:
+		return ""
 	default:
-		b.dropped(DropQueueFull, 1)
-		done(fmt.Errorf("%w: %s", ErrDropped, DropQueueFull))
+		return DropQueueFull
 	}
 }
 
