@@ -74,15 +74,16 @@ func TestAuthTenantsAndKeysStayOutOfLogs(t *testing.T) {
 
 // driveRate sends n requests spaced by gap (open loop) and returns the
 // statuses, the Retry-After headers of the rejections, and when each
-// request was sent (on a busy machine the sender stalls and the ticker
-// drops ticks, so the sends are not evenly spaced).
-func driveRate(t *testing.T, urls []string, key string, n int, gap time.Duration) (ok, rejected int, badRetry int, sent []time.Time) {
+// request was sent and answered (on a busy machine the sender stalls and
+// the ticker drops ticks, so the sends are not evenly spaced, and a request
+// can wait between its send and the gateway's decision).
+func driveRate(t *testing.T, urls []string, key string, n int, gap time.Duration) (ok, rejected int, badRetry int, sent, answered []time.Time) {
 	t.Helper()
 	var okN, rejN, bad atomic.Int64
 	var wg sync.WaitGroup
 	tick := time.NewTicker(gap)
 	defer tick.Stop()
-	sent = make([]time.Time, n)
+	sent, answered = make([]time.Time, n), make([]time.Time, n)
 	for i := 0; i < n; i++ {
 		<-tick.C
 		wg.Add(1)
@@ -97,6 +98,7 @@ func driveRate(t *testing.T, urls []string, key string, n int, gap time.Duration
 				bad.Add(1)
 				return
 			}
+			answered[i] = time.Now()
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			switch resp.StatusCode {
@@ -113,7 +115,7 @@ func driveRate(t *testing.T, urls []string, key string, n int, gap time.Duration
 		}(i)
 	}
 	wg.Wait()
-	return int(okN.Load()), int(rejN.Load()), int(bad.Load()), sent
+	return int(okN.Load()), int(rejN.Load()), int(bad.Load()), sent, answered
 }
 
 // bucketAdmits is how many of the requests sent at these times a token
@@ -134,9 +136,10 @@ func bucketAdmits(sent []time.Time, rate, burst float64) int {
 }
 
 // A tenant at rps 50, burst 10, driven at 200/s for 10 s gets what an exact
-// token bucket admits of the requests as they were sent (510 when the
-// sender keeps time) ± 3% through, alone and with two gateways sharing one
-// Redis quota.
+// token bucket admits (510 when the sender keeps time) ± 3%, alone and
+// with two gateways sharing one Redis quota. The gateway decides somewhere
+// between a request's send and its answer, so the reference is the exact
+// bucket over either set of times: on a loaded machine they differ.
 func TestAdmissionRateAccuracy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("20 s of load")
@@ -154,14 +157,15 @@ func TestAdmissionRateAccuracy(t *testing.T) {
 				cfg.Admission.Backend, cfg.Redis.URL, cfg.Admission.Replicas = "redis", testenv.StartRedis(t).URL(), 2
 				urls = []string{startGateway(t, cfg).URL, startGateway(t, cfg).URL}
 			}
-			ok, rej, bad, sent := driveRate(t, urls, "sk-rate", 2000, 5*time.Millisecond)
-			want := float64(bucketAdmits(sent, 50, 10))
-			t.Logf("%s: admitted %d, rejected %d (an exact bucket over the send times: %.0f)", backend, ok, rej, want)
+			ok, rej, bad, sent, answered := driveRate(t, urls, "sk-rate", 2000, 5*time.Millisecond)
+			bySend, byAnswer := float64(bucketAdmits(sent, 50, 10)), float64(bucketAdmits(answered, 50, 10))
+			t.Logf("%s: admitted %d, rejected %d (an exact bucket over the send times: %.0f, over the answer times: %.0f)",
+				backend, ok, rej, bySend, byAnswer)
 			if bad != 0 {
 				t.Fatalf("%d requests failed or were rejected without a valid Retry-After", bad)
 			}
-			if float64(ok) < want*0.97 || float64(ok) > want*1.03 {
-				t.Fatalf("admitted %d, want %.0f ± 3%%", ok, want)
+			if lo, hi := min(bySend, byAnswer), max(bySend, byAnswer); float64(ok) < lo*0.97 || float64(ok) > hi*1.03 {
+				t.Fatalf("admitted %d, want %.0f to %.0f ± 3%%", ok, lo, hi)
 			}
 		})
 	}

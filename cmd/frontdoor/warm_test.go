@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -270,7 +271,10 @@ func TestWarmConcurrencyHolds(t *testing.T) {
 	}
 }
 
-// --rps 20: requests reach the node at 20 per second, within 5%.
+// --rps 20: requests reach the node at 20 per second. The run is never
+// faster than the rate (the whole span is at least 40 gaps of 50 ms, less
+// 5%), and the median gap is 50 ms ± 5%: a busy machine can delay one
+// request, which lengthens the span but not the pacing.
 func TestWarmRateHolds(t *testing.T) {
 	node := simNode(t, 0)
 	base := warmGateway(t, node, nil)
@@ -290,10 +294,19 @@ func TestWarmRateHolds(t *testing.T) {
 	if len(at) != n {
 		t.Fatalf("node recorded %d requests, want %d", len(at), n)
 	}
-	got := float64(n-1) / at[n-1].Sub(at[0]).Seconds()
-	t.Logf("rate at the node: %.2f/s (want %.0f ±5%%)", got, rps)
-	if got < rps*0.95 || got > rps*1.05 {
-		t.Fatalf("rate at the node %.2f/s, want %.0f ±5%%", got, rps)
+	slices.SortFunc(at, time.Time.Compare)
+	gaps := make([]float64, 0, n-1)
+	for i := 1; i < n; i++ {
+		gaps = append(gaps, at[i].Sub(at[i-1]).Seconds())
+	}
+	slices.Sort(gaps)
+	median, span := gaps[len(gaps)/2], at[n-1].Sub(at[0]).Seconds()
+	t.Logf("at the node: median gap %.1f ms, overall %.2f/s (want %.0f/s)", median*1000, float64(n-1)/span, rps)
+	if want := float64(n-1) / rps; span < want*0.95 {
+		t.Fatalf("%d requests in %.2f s: faster than %.0f/s", n, span, rps)
+	}
+	if median < 0.95/rps || median > 1.05/rps {
+		t.Fatalf("median gap %.1f ms, want %.0f ms ± 5%%", median*1000, 1000/rps)
 	}
 }
 
