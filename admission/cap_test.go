@@ -321,6 +321,9 @@ func TestRedisCapHeldWhenRedisFails(t *testing.T) {
 	h.ran.Store(true)
 	sha := admitScript.Hash()
 	h.only.Store(&sha) // the probe's renewal goes through
+	// Past RedisRetry since the last failure, the next decision probes
+	// Redis (its renewal, then its admission) instead of refusing locally.
+	time.Sleep(cfg.RedisRetry + 2*time.Millisecond)
 	_, rej = a.Enter(ctx, "acme")
 	wantUnshared(t, rej, "a request whose answer was lost")
 	key := (*a.tenants.Load())["acme"].concKey
