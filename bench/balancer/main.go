@@ -46,7 +46,7 @@ func main() {
 	rate := flag.Float64("rate", 10, "mean arrivals per second (Poisson)")
 	affDur := flag.Duration("affinity-duration", 12*time.Second, "measured length of each affinity run")
 	seed := flag.Uint64("seed", 1, "workload seed (the same workload for every policy)")
-	scenario := flag.String("scenario", "all", "all | policies (with the shared system prompts) | prefix-heavy")
+	scenario := flag.String("scenario", "all", "all | policies (with the shared system prompts) | prefix-heavy | long")
 	var po prefixOpts
 	flag.IntVar(&po.conversations, "conversations", 200, "prefix-heavy: conversations")
 	flag.IntVar(&po.turns, "turns", 5, "prefix-heavy: turns per conversation")
@@ -60,8 +60,22 @@ func main() {
 	flag.Float64Var(&po.balanceAbs, "balance-abs", 0, "prefix-heavy: balancer.prefix.balance_abs (0 = the default)")
 	flag.Float64Var(&po.balanceRel, "balance-rel", 0, "prefix-heavy: balancer.prefix.balance_rel (0 = the default)")
 	flag.StringVar(&po.only, "only", "", "prefix-heavy: run only the policies whose name contains this")
+	var lo longOpts
+	flag.StringVar(&lo.sim, "sim", "llmd", "long: the nodes, llmd (llm-d-inference-sim) or gpusim")
+	flag.StringVar(&lo.simPath, "llmd", "../shared/peers/llm-d-inference-sim/llm-d-inference-sim", "long: the llm-d-inference-sim binary")
+	flag.DurationVar(&lo.duration, "long-duration", 10*time.Minute, "long: the run's length")
+	flag.DurationVar(&lo.window, "window", time.Minute, "long: the reporting window")
+	flag.IntVar(&lo.users, "users", 32, "long: closed-loop chat users")
+	flag.IntVar(&lo.turns, "long-turns", 6, "long: turns per conversation")
+	flag.IntVar(&lo.prompts, "long-system-prompts", 16, "long: distinct system prompts")
+	flag.IntVar(&lo.systemTokens, "system-tokens", 1500, "long: words per system prompt (llm-d counts a token a word)")
+	flag.DurationVar(&lo.think, "long-think", time.Second, "long: mean pause between an answer and the next turn")
+	flag.IntVar(&lo.kvBlocks, "long-kv-blocks", 1024, "long: each node's KV cache in 16-token blocks")
+	flag.IntVar(&lo.concurrencyCap, "max-concurrency", 16, "long: frontdoor's max_concurrency per node")
+	flag.StringVar(&lo.policies, "policies", "prefix,noprefix", "long: the policies run, prefix and/or noprefix")
 	flag.Parse()
 	po.seed = *seed
+	lo.seed, lo.prefixWeight = *seed, po.prefix
 	var err error
 	switch *scenario {
 	case "all", "policies":
@@ -71,8 +85,10 @@ func main() {
 		}
 	case "prefix-heavy":
 		err = prefixHeavy(po)
+	case "long":
+		err = runLong(lo)
 	default:
-		err = fmt.Errorf("-scenario %q: want all, policies or prefix-heavy", *scenario)
+		err = fmt.Errorf("-scenario %q: want all, policies, prefix-heavy or long", *scenario)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "balancer bench:", err)
