@@ -1,6 +1,7 @@
 package balancer
 
 import (
+	"math"
 	"strings"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -14,6 +15,8 @@ import (
 //	frontdoor_node_state{node,state}            gauge, 1 for the current state
 //	frontdoor_node_requests_total{node,outcome} counter (success, failure, canceled)
 //	frontdoor_node_ttft_seconds{node}           histogram of the first-byte times reported
+//	frontdoor_node_predicted_ttft_seconds{node} gauge, the node's last known TTFT prediction (NaN: none)
+//	frontdoor_ttft_prediction_error_seconds     histogram of |predicted − measured| TTFT, known predictions of streams
 //
 // Call it once per set. Nodes that join later are registered when they
 // join; a node's series go once it has left and drained.
@@ -21,6 +24,7 @@ func (p *Pool) RegisterMetrics(set *metrics.Set) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.mset = set
+	p.registerPredictorLocked(set)
 	for _, n := range p.set.Load().nodes {
 		p.registerNodeLocked(n)
 	}
@@ -72,6 +76,12 @@ func (p *Pool) registerNodeLocked(n *Node) {
 		n.mReq[o].Store(c)
 	}
 	n.mTTFT.Store(set.GetOrCreatePrometheusHistogram(`frontdoor_node_ttft_seconds{` + lbl + `}`))
+	set.GetOrCreateGauge(`frontdoor_node_predicted_ttft_seconds{`+lbl+`}`, func() float64 {
+		if m := p.Node(name); m != nil {
+			return m.predictedGauge()
+		}
+		return math.NaN()
+	})
 }
 
 // namedAll returns the node in service called name and any retiring ones.
@@ -110,6 +120,7 @@ func (p *Pool) unregisterNodeLocked(name string) {
 		p.mset.UnregisterMetric(`frontdoor_node_requests_total{` + lbl + `,outcome="` + Outcome(o).String() + `"}`)
 	}
 	p.mset.UnregisterMetric(`frontdoor_node_ttft_seconds{` + lbl + `}`)
+	p.mset.UnregisterMetric(`frontdoor_node_predicted_ttft_seconds{` + lbl + `}`)
 }
 
 var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)

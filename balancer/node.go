@@ -40,6 +40,7 @@ type Node struct {
 	kvCapacity atomic.Int64                  // KV capacity in tokens the engine publishes; 0 = unknown
 	prefixHits atomic.Uint64                 // float64 bits: the engine's prefix-cache hit rate over the last scrape interval with queries; 0 bits = unknown
 	tpot       ewma                          // seconds per output token
+	pred       ttftModel                     // the TTFT predictor (predict.go)
 
 	requests [3]atomic.Uint64 // by Outcome
 	mReq     [3]atomic.Pointer[metrics.Counter]

@@ -94,6 +94,8 @@ type Pool struct {
 	stopped  bool
 	loops    map[any]context.CancelFunc // *Node or a discovery key
 	wg       sync.WaitGroup
+
+	predErr atomic.Pointer[metrics.PrometheusHistogram] // frontdoor_ttft_prediction_error_seconds; nil until RegisterMetrics
 }
 
 // Option adjusts a pool built by New.

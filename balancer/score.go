@@ -16,6 +16,10 @@ type Hints struct {
 	// Pool.PrefixHasher; with a non-zero prefix weight, nodes score the
 	// share of it they likely hold in their KV cache.
 	Prefix *Prefix
+	// PromptTokens is the request's estimated prompt tokens, for the TTFT
+	// predictor when Prefix is nil (the prefix hasher is off); with a
+	// Prefix, its Tokens count.
+	PromptTokens int
 }
 
 // Pick is PickWith with only an affinity key.

@@ -38,6 +38,7 @@ type NodeStatus struct {
 	PrefixIndex    PrefixIndexStatus `json:"prefix_index"`
 	Score          float64           `json:"score"`
 	ScoreParts     ScoreParts        `json:"score_parts"`
+	Predictor      PredictorStatus   `json:"ttft_predictor"`
 	Breaker        BreakerStatus     `json:"breaker"`
 	Ejection       EjectionStatus    `json:"ejection"`
 	Requests       map[string]uint64 `json:"requests"` // by outcome
@@ -127,6 +128,7 @@ func (p *Pool) Status() []NodeStatus {
 		st.PrefixIndex = PrefixIndexStatus{Blocks: n.prefix.size(), CapacityTokens: p.capacityTokens(n)}
 		st.ScoreParts = p.nodeScore(n, now)
 		st.Score = st.ScoreParts.Total
+		st.Predictor = n.predictorStatus()
 		if v, _, ok := n.ttft.get(); ok {
 			st.EWMATTFT = &v
 		}

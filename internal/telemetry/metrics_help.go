@@ -52,7 +52,7 @@ var metricHelp = map[string]string{
 	"frontdoor_cache_backend_up":                "1 while the cache store answers, 0 while it is bypassed.",
 	"frontdoor_cache_backend_state":             "1 for the cache backend's current state (ok, degraded, bypassed).",
 	"frontdoor_cache_write_queue":               "Cache write-backs waiting in the queue.",
-	"frontdoor_spillover_total":                 "Requests sent to the hosted spill-over API, by reason (saturated, failed) and local model.",
+	"frontdoor_spillover_total":                 "Requests sent to the hosted spill-over API, by reason (saturated, failed, predicted_slo) and local model.",
 	"frontdoor_spillover_inflight":              "Requests at the hosted spill-over API now.",
 	"frontdoor_spillover_skipped_total":         "Requests spill-over would have taken but not to their endpoint (reason endpoint: /v1/responses with spillover.responses false); answered 503.",
 	"frontdoor_responses_by_id_total":           "GET, DELETE and cancel of /v1/responses/{id}, by result: found (sent to the node that created it, or rendered from the cache), unknown (an id not remembered for this tenant: 404), holder_gone (its node or cache entry is gone: 404).",
@@ -70,6 +70,8 @@ var metricHelp = map[string]string{
 	"frontdoor_node_state":                      "1 for a node's current state (healthy, ejected, open, draining, ...).",
 	"frontdoor_node_requests_total":             "Attempts on a node, by outcome (success, failure, canceled).",
 	"frontdoor_node_ttft_seconds":               "Time to first token of streamed answers, by node.",
+	"frontdoor_node_predicted_ttft_seconds":     "The TTFT predictor's last known prediction for a node (NaN until it has enough observations).",
+	"frontdoor_ttft_prediction_error_seconds":   "Absolute error of the TTFT predictor, |predicted - measured|, over streamed answers with a known prediction.",
 }
 
 func init() {
