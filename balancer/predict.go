@@ -54,12 +54,13 @@ type Prediction struct {
 	node  *Node // the node it is for; nil: no prediction
 }
 
-// ttftModel is one node's predictor. mu guards everything but last.
+// ttftModel is one node's predictor. mu guards the fields before last.
 type ttftModel struct {
 	mu      sync.Mutex
 	w       [predictFeatures]float64
 	p       [predictFeatures][predictFeatures]float64
 	obs     int           // observations learned from
+	lastAt  int64         // pool clock of the last observation
 	absErr  float64       // EWMA of |predicted − measured| over known predictions
 	errObs  int           // known predictions scored
 	started bool          // p initialised
@@ -123,14 +124,15 @@ func (p *Pool) features(n *Node, h Hints, now int64) [predictFeatures]float64 {
 // never negative. It costs a prefix lookup and a dot product, and takes
 // the node's predictor lock briefly.
 func (p *Pool) PredictTTFT(n *Node, h Hints) Prediction {
-	pr := Prediction{x: p.features(n, h, p.nowNanos()), node: n}
+	now := p.nowNanos()
+	pr := Prediction{x: p.features(n, h, now), node: n}
 	m := &n.pred
 	m.mu.Lock()
 	var y float64
 	for i, v := range pr.x {
 		y += m.w[i] * v
 	}
-	pr.Known = m.obs >= PredictMinObservations
+	pr.Known = p.knownLocked(m, now)
 	m.mu.Unlock()
 	pr.Seconds = max(0, y)
 	if math.IsNaN(pr.Seconds) || math.IsInf(pr.Seconds, 0) {
@@ -140,6 +142,15 @@ func (p *Pool) PredictTTFT(n *Node, h Hints) Prediction {
 	m.lastOK.Store(pr.Known)
 	m.hasLast.Store(true)
 	return pr
+}
+
+// knownLocked reports whether m's predictions count: enough observations,
+// the last within latencyStaleFactor × stale_after (as for the TTFT
+// average). A node avoided because of its predictions is thus tried again
+// after a while, and re-measured, instead of being judged forever on
+// what it was.
+func (p *Pool) knownLocked(m *ttftModel, now int64) bool {
+	return m.obs >= PredictMinObservations && now-m.lastAt <= latencyStaleFactor*int64(p.conf().StaleAfter)
 }
 
 // ObserveTTFT teaches n's model the measured TTFT of the request pred was
@@ -187,6 +198,7 @@ func (p *Pool) ObserveTTFT(n *Node, pred Prediction, measured time.Duration) {
 		}
 	}
 	m.obs++
+	m.lastAt = p.nowNanos()
 	var absErr float64
 	if pred.Known {
 		absErr = math.Abs(pred.Seconds - y)
@@ -208,7 +220,7 @@ func (p *Pool) ObserveTTFT(n *Node, pred Prediction, measured time.Duration) {
 // PredictorStatus is a node's TTFT predictor as the admin API shows it.
 type PredictorStatus struct {
 	Observations int  `json:"observations"`
-	Known        bool `json:"known"` // enough observations for its predictions to count
+	Known        bool `json:"known"` // enough observations, the last recent enough, for its predictions to count
 	// LastSeconds is the last prediction made for the node (null: none
 	// yet); LastKnown says whether it was known.
 	LastSeconds *float64 `json:"last_seconds"`
@@ -232,10 +244,10 @@ type PredictorCoefficients struct {
 }
 
 // predictorStatus returns the predictor's state.
-func (n *Node) predictorStatus() PredictorStatus {
+func (p *Pool) predictorStatus(n *Node, now int64) PredictorStatus {
 	m := &n.pred
 	m.mu.Lock()
-	s := PredictorStatus{Observations: m.obs, Known: m.obs >= PredictMinObservations,
+	s := PredictorStatus{Observations: m.obs, Known: p.knownLocked(m, now),
 		Coefficients: PredictorCoefficients{m.w[0], m.w[1], m.w[2], m.w[3], m.w[4]}}
 	if m.errObs > 0 {
 		v := m.absErr

@@ -58,7 +58,7 @@ func TestPredictTTFTConverges(t *testing.T) {
 		}
 	}
 	t.Logf("worst held-out relative error %.1f%%", 100*worst)
-	st := n.predictorStatus()
+	st := p.predictorStatus(n, p.nowNanos())
 	c := st.Coefficients
 	t.Logf("coefficients %+v, mean abs error %v", c, *st.MeanAbsErrorSeconds)
 	if math.Abs(c.Waiting-0.3) > 0.03 || math.Abs(c.KiloPromptTokens-0.4) > 0.04 {
@@ -92,7 +92,7 @@ func TestPredictTTFTUnknownUntilObserved(t *testing.T) {
 	if pred := p.PredictTTFT(a, Hints{PromptTokens: 500}); pred.Known {
 		t.Fatalf("known after %d observations", PredictMinObservations-1)
 	}
-	if got := b.predictorStatus().Observations; got != 0 {
+	if got := p.predictorStatus(b, p.nowNanos()).Observations; got != 0 {
 		t.Fatalf("b learned %d observations of a's predictions", got)
 	}
 	var sb strings.Builder
@@ -117,6 +117,28 @@ func TestPredictTTFTUnknownUntilObserved(t *testing.T) {
 	}
 	if strings.Contains(sb.String(), `frontdoor_node_predicted_ttft_seconds{node="a"} NaN`) {
 		t.Fatal("a known prediction shows as NaN")
+	}
+}
+
+// A model without an observation for 10 × stale_after is unknown again
+// (the node gets traffic and is re-measured); one observation restores it.
+func TestPredictTTFTForgetsWhenUnobserved(t *testing.T) {
+	p, clk := newTestPool(t, nil, testNodes(1))
+	a := p.Nodes()[0]
+	for i := 0; i < PredictMinObservations; i++ {
+		p.ObserveTTFT(a, p.PredictTTFT(a, Hints{PromptTokens: 100}), time.Second)
+	}
+	if !p.PredictTTFT(a, Hints{PromptTokens: 100}).Known {
+		t.Fatal("unknown after enough observations")
+	}
+	clk.Advance(latencyStaleFactor*p.Config().StaleAfter.D() + time.Second)
+	pred := p.PredictTTFT(a, Hints{PromptTokens: 100})
+	if pred.Known {
+		t.Fatal("still known without an observation for 10 × stale_after")
+	}
+	p.ObserveTTFT(a, pred, time.Second)
+	if pred = p.PredictTTFT(a, Hints{PromptTokens: 100}); !pred.Known || math.Abs(pred.Seconds-1) > 0.05 {
+		t.Fatalf("after a fresh observation: %+v, want known, about 1s", pred)
 	}
 }
 

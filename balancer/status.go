@@ -128,7 +128,7 @@ func (p *Pool) Status() []NodeStatus {
 		st.PrefixIndex = PrefixIndexStatus{Blocks: n.prefix.size(), CapacityTokens: p.capacityTokens(n)}
 		st.ScoreParts = p.nodeScore(n, now)
 		st.Score = st.ScoreParts.Total
-		st.Predictor = n.predictorStatus()
+		st.Predictor = p.predictorStatus(n, now)
 		if v, _, ok := n.ttft.get(); ok {
 			st.EWMATTFT = &v
 		}

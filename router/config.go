@@ -144,6 +144,9 @@ type Tenant struct {
 	// (0 / absent: the cache's).
 	CacheThreshold       float64            `yaml:"cache_threshold"`
 	CacheModelThresholds map[string]float64 `yaml:"cache_model_thresholds"`
+	// MaxPredictedTTFT overrides spillover.max_predicted_ttft (and its
+	// per-model values) for this tenant; 0: theirs.
+	MaxPredictedTTFT units.Duration `yaml:"max_predicted_ttft"`
 }
 
 // Spillover is the spillover: section.
@@ -167,6 +170,14 @@ type Spillover struct {
 	// scheme and host; "": DashScope's /api/v2/apps/... path for a region
 	// URL, else base_url + /responses.
 	ResponsesURL string `yaml:"responses_url"`
+	// MaxPredictedTTFT spills a request at once when every node with a
+	// free slot is predicted (balancer's TTFT predictor, known
+	// predictions only) to take longer than this to its first token;
+	// 0: off. MaxPredictedTTFTModels sets it per served model (after
+	// alias resolution); a tenant's max_predicted_ttft comes first, then
+	// the model's, then this one.
+	MaxPredictedTTFT       units.Duration            `yaml:"max_predicted_ttft"`
+	MaxPredictedTTFTModels map[string]units.Duration `yaml:"max_predicted_ttft_models"`
 }
 
 // SpillPrice is spillover.price: per million tokens, in Currency.

@@ -3,6 +3,7 @@ package router
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"net/url"
@@ -78,6 +79,13 @@ func (c *Config) Problems() []string {
 	section("balancer", c.Balancer.Validate())
 	out = append(out, c.selfNodeProblems()...)
 	section("spillover", c.Spillover.Validate())
+	if !c.Spillover.Enabled {
+		for i, t := range c.Tenants {
+			if t.MaxPredictedTTFT > 0 {
+				add("tenants[%d].max_predicted_ttft: needs spillover.enabled: true (a request predicted to be slow spills to the hosted API)", i)
+			}
+		}
+	}
 	if len(c.Nodes) == 0 && !c.Spillover.Enabled {
 		add("nodes: configure at least one node (or enable spillover)")
 	}
@@ -238,6 +246,9 @@ func (t *Tenant) Validate() error {
 	if t.RPS < 0 || t.Burst < 0 || t.TokensPerMinute < 0 || t.MaxConcurrency < 0 {
 		ps.add("", "rps, burst, tokens_per_minute and max_concurrency must be >= 0")
 	}
+	if t.MaxPredictedTTFT < 0 {
+		ps.add("max_predicted_ttft", "must be >= 0 (0: spillover.max_predicted_ttft's)")
+	}
 	if t.CacheThreshold < 0 || t.CacheThreshold > 1 {
 		ps.add("cache_threshold", "must be in (0, 1], or 0 for cache.semantic.threshold")
 	}
@@ -254,7 +265,22 @@ func (t *Tenant) Validate() error {
 func (s *Spillover) Validate() error {
 	var ps problemList
 	s.Price.validate(&ps)
+	if s.MaxPredictedTTFT < 0 {
+		ps.add("max_predicted_ttft", "must be >= 0 (0: off)")
+	}
+	for _, m := range slices.Sorted(maps.Keys(s.MaxPredictedTTFTModels)) {
+		if s.MaxPredictedTTFTModels[m] < 0 {
+			ps.add("max_predicted_ttft_models."+m, "must be >= 0 (0: spillover.max_predicted_ttft's)")
+		}
+	}
 	if !s.Enabled {
+		set := s.MaxPredictedTTFT > 0
+		for _, d := range s.MaxPredictedTTFTModels {
+			set = set || d > 0
+		}
+		if set {
+			ps.add("max_predicted_ttft", "needs spillover.enabled: true (a request predicted to be slow spills to the hosted API)")
+		}
 		return ps.err()
 	}
 	switch s.Kind {

@@ -22,7 +22,62 @@ type attempts struct {
 // forward tries the candidate nodes in order until one answers. Failures
 // before the first byte move on to the next (different) node.
 func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.UpstreamRequest) {
-	g.forwardFrom(ctx, x, ur, g.waitCandidates(x))
+	st := g.waitCandidates(x)
+	if g.predictedSpill(ctx, x, ur, st) {
+		return
+	}
+	g.forwardFrom(ctx, x, ur, st)
+}
+
+// maxPredictedTTFT is x's limit on the predicted time to first token: the
+// tenant's max_predicted_ttft, else spillover.max_predicted_ttft_models'
+// for x.model, else spillover.max_predicted_ttft; 0 = off.
+func (g *Gateway) maxPredictedTTFT(x *exchange) time.Duration {
+	if x.tenant != nil && x.tenant.cfg.MaxPredictedTTFT > 0 {
+		return x.tenant.cfg.MaxPredictedTTFT.D()
+	}
+	sc := &g.conf().Spillover
+	if d := sc.MaxPredictedTTFTModels[x.model]; d > 0 {
+		return d.D()
+	}
+	return sc.MaxPredictedTTFT.D()
+}
+
+// predictedSpill spills x at once ("predicted_slo") when the TTFT
+// predictor says every local candidate with a free slot would take longer
+// than x's limit to the first token, and reports whether it answered the
+// client. An unknown prediction on any of them, no free candidate (the
+// saturated path decides), spill-over off or refused (the tenant's
+// spillover: false, the endpoint, the mirrored quota, a hosted failure):
+// the request stays local, as without a limit.
+func (g *Gateway) predictedSpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.UpstreamRequest, st *attempts) bool {
+	if x.req == nil || g.rt.Load().spill == nil {
+		return false
+	}
+	limit := g.maxPredictedTTFT(x).Seconds()
+	if limit <= 0 {
+		return false
+	}
+	free := 0
+	for _, n := range st.cands {
+		if n.Inflight() >= int64(n.Config().MaxConcurrency) {
+			continue
+		}
+		free++
+		if p := g.pool.PredictTTFT(n, x.hints); !p.Known || p.Seconds <= limit {
+			return false
+		}
+	}
+	if free == 0 {
+		return false
+	}
+	if g.trySpill(ctx, x, ur, reasonPredicted) {
+		return true
+	}
+	// Not spilled: the request goes local, and a later refusal of the
+	// saturated or failed kind says so itself.
+	x.spillRefused, x.spillSkipped = false, false
+	return false
 }
 
 // waitCandidates is candidates, after waiting up to balancer.queue.max_wait
@@ -53,7 +108,11 @@ func (g *Gateway) candidates(x *exchange) *attempts {
 			x.prefix, x.prefixDone = requestPrefix(g.pool.PrefixHasher(), x.req), true
 		}
 		h = balancer.Hints{Affinity: x.req.SystemPromptHash(), Prefix: x.prefix}
+		if x.prefix == nil {
+			h.PromptTokens = promptTokens(x.req)
+		}
 	}
+	x.hints = h
 	cands, _ := g.pool.PickWith(x.model, h)
 	cands = g.pinResponse(x, cands)
 	x.tries = attempts{cands: cands, lastReason: "other"}
@@ -107,7 +166,12 @@ func (g *Gateway) nextNode(x *exchange, st *attempts) *balancer.Node {
 	for st.next < len(st.cands) && x.attempts < 1+g.conf().Balancer.Retries {
 		n := st.cands[st.next]
 		st.next++
+		var pred balancer.Prediction
+		if x.req != nil { // before the slot and Routed, which change what it reads
+			pred = g.pool.PredictTTFT(n, x.hints)
+		}
 		if n.TryAcquire() {
+			x.pred = pred
 			x.slot.hold(n, nil)
 			g.pool.Routed(n, x.prefix)
 			return n
@@ -146,6 +210,7 @@ func (g *Gateway) answeredBy(x *exchange, a attempt) {
 	if a.resp.Streaming() {
 		ttft = time.Since(a.sent)
 		g.metrics.ttft.add(a.sent.Add(ttft), ttft)
+		g.pool.ObserveTTFT(a.node, x.pred, ttft)
 	}
 	g.pool.Report(a.node, balancer.OutcomeSuccess, ttft)
 	g.metrics.upstreamAnswers.Add(1)
@@ -289,6 +354,14 @@ func (g *Gateway) badAnswer(id, node string, err error) bool {
 	g.metrics.badAnswers[kind].Inc()
 	g.upLog.Warn(kind+":"+node, "upstream answer refused", "reason", kind, "node", node, "request_id", id, "error", err.Error())
 	return true
+}
+
+// promptTokens estimates the prompt's tokens at 4 bytes each, for the
+// TTFT predictor when the prefix hasher is off.
+func promptTokens(req *adapters.Request) int {
+	var bytes int
+	req.WalkPrompt(func([]byte) {}, func(b []byte) { bytes += len(b) })
+	return bytes / 4
 }
 
 // requestPrefix is the prompt's prefix hashes for the prefix scorer; nil

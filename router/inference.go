@@ -37,6 +37,8 @@ type exchange struct {
 	tries        attempts                 // where forward stands
 	prefix       *balancer.Prefix         // the prompt's prefix hashes (prefix weight > 0)
 	prefixDone   bool                     // prefix was computed
+	hints        balancer.Hints           // what the picker and the TTFT predictor know of the prompt
+	pred         balancer.Prediction      // the TTFT predicted on the node of the current attempt
 	upstreamReq  adapters.UpstreamRequest // what toUpstream built
 	entryID      string                   // the cache entry that answered, or will hold the answer
 	obs          *telemetry.Request       // the request's trace; nil (a no-op) when untraced

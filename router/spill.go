@@ -27,9 +27,11 @@ type spillover struct {
 	inflight *atomic.Int64     // the gateway's, kept across reloads
 	spilled  atomic.Int64
 
-	mu       sync.Mutex
-	counters map[string]*metrics.Counter // reason|model
-	set      *metrics.Set
+	mu            sync.Mutex
+	counters      map[string]*metrics.Counter // reason|model
+	byReason      map[string]int64            // spilled requests by reason, for /status
+	lastPredicted time.Time                   // the last predicted_slo spill
+	set           *metrics.Set
 
 	// responses: /v1/responses spills too; else such a request is not
 	// spilled, and is counted in skipped
@@ -59,7 +61,7 @@ func newSpillover(cfg Config, set *metrics.Set, inflight *atomic.Int64) (*spillo
 	if err != nil {
 		return nil, fmt.Errorf("spillover: %w", err)
 	}
-	s := &spillover{name: t.Name, backend: be, counters: map[string]*metrics.Counter{}, set: set, inflight: inflight,
+	s := &spillover{name: t.Name, backend: be, counters: map[string]*metrics.Counter{}, byReason: map[string]int64{}, set: set, inflight: inflight,
 		responses: sc.Responses, skipped: set.GetOrCreateCounter(`frontdoor_spillover_skipped_total{reason="endpoint"}`)}
 	for _, on := range sc.On {
 		s.onSat = s.onSat || on == "saturated"
@@ -84,8 +86,24 @@ func (s *spillover) count(reason, model string) {
 		c = s.set.GetOrCreateCounter(`frontdoor_spillover_total{reason="` + reason + `",model="` + model + `"}`)
 		s.counters[key] = c
 	}
+	s.byReason[reason]++
+	if reason == reasonPredicted {
+		s.lastPredicted = time.Now()
+	}
 	s.mu.Unlock()
 	c.Inc()
+}
+
+// reasons returns the spilled requests by reason and when the last
+// predicted_slo spill happened (zero: never).
+func (s *spillover) reasons() (map[string]int64, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int64, len(s.byReason))
+	for r, v := range s.byReason {
+		out[r] = v
+	}
+	return out, s.lastPredicted
 }
 
 // take charges one request of about tokens against the mirrored quota. It
@@ -115,14 +133,23 @@ func (s *spillover) throttled() {
 	}
 }
 
+// reasonPredicted is the spill reason of a request the TTFT predictor
+// expects every free local node to answer too late
+// (spillover.max_predicted_ttft). It needs no entry in spillover.on:
+// setting the limit asks for it.
+const reasonPredicted = "predicted_slo"
+
 // trySpill sends the request to the hosted API when the policy allows it,
 // and reports whether it answered the client (with the hosted answer or an
-// error of its own).
+// error of its own). A predicted_slo spill never answers with an error of
+// its own: when the mirrored quota is out, or the hosted API fails or
+// throttles, it reports false and the request goes to a local node.
 func (g *Gateway) trySpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.UpstreamRequest, reason string) bool {
 	s := g.rt.Load().spill
 	if s == nil || (reason == "saturated" && !s.onSat) || (reason == "failed" && !s.onFail) {
 		return false
 	}
+	soft := reason == reasonPredicted
 	if !x.tenant.spillover {
 		x.spillRefused = true
 		return false
@@ -137,6 +164,9 @@ func (g *Gateway) trySpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.U
 		maxTokens = g.conf().Admission.DefaultMaxTokens
 	}
 	if wait, limit := s.take(len(ur.Body)/4 + maxTokens); wait > 0 {
+		if soft {
+			return false
+		}
 		g.failFlight(x)
 		g.writeError(ctx, errSpillQuota(limit, wait))
 		return true
@@ -149,10 +179,23 @@ func (g *Gateway) trySpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.U
 	span.AttemptEnded(resp, err, time.Time{})
 	if err != nil {
 		x.slot.release()
+		if soft {
+			g.badAnswer(x.id, s.name, err)
+			g.log.Warn("predicted spill-over failed; trying local nodes", "request_id", x.id, "error", err.Error())
+			return false
+		}
 		g.failFlight(x)
 		g.badAnswer(x.id, s.name, err)
 		g.writeError(ctx, sendError(s.name, err))
 		return true
+	}
+	if soft && (resp.Status == 429 || adapters.RetryableStatus(resp.Status)) {
+		if resp.Status == 429 {
+			s.throttled()
+		}
+		resp.Close()
+		x.slot.release()
+		return false
 	}
 	x.upstream = s.name
 	s.count(reason, x.model)

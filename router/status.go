@@ -34,7 +34,14 @@ func (g *Gateway) status() admin.Status {
 	}
 	if s := g.rt.Load().spill; s != nil {
 		spilled := s.spilled.Load()
-		ss := &admin.SpillStatus{Upstream: s.name, Inflight: s.inflight.Load(), Spilled: spilled}
+		ss := &admin.SpillStatus{Upstream: s.name, Inflight: s.inflight.Load(), Spilled: spilled,
+			MaxPredictedTTFT: g.conf().Spillover.MaxPredictedTTFT.D().Seconds()}
+		var last time.Time
+		ss.ByReason, last = s.reasons()
+		if !last.IsZero() {
+			last = last.UTC()
+			ss.LastPredictedSLO = &last
+		}
 		if answered := g.metrics.upstreamAnswers.Load() + spilled; answered > 0 {
 			ss.Ratio = float64(spilled) / float64(answered)
 		}

@@ -63,6 +63,15 @@ type SpillStatus struct {
 	Inflight int64   `json:"inflight"`
 	Spilled  int64   `json:"spilled"`
 	Ratio    float64 `json:"ratio"` // spilled / upstream answers
+	// ByReason counts spilled requests by reason: saturated, failed,
+	// predicted_slo (the TTFT predictor expected every free node to
+	// miss spillover.max_predicted_ttft).
+	ByReason map[string]int64 `json:"by_reason"`
+	// MaxPredictedTTFT is spillover.max_predicted_ttft in seconds (0:
+	// off; tenants and models may set their own), and LastPredictedSLO
+	// when a request last spilled for it.
+	MaxPredictedTTFT float64    `json:"max_predicted_ttft_seconds"`
+	LastPredictedSLO *time.Time `json:"last_predicted_slo,omitempty"`
 }
 
 // ReloadStatus is the last reload, as /status shows it.
