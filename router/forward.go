@@ -49,7 +49,10 @@ func (g *Gateway) maxPredictedTTFT(x *exchange) time.Duration {
 // client. An unknown prediction on any of them, no free candidate (the
 // saturated path decides), spill-over off or refused (the tenant's
 // spillover: false, the endpoint, the mirrored quota, a hosted failure):
-// the request stays local, as without a limit.
+// the request stays local, as without a limit. When some free candidates
+// are known to be over the limit and others are not, the others are tried
+// first (in the picker's order), so the limit steers the request to a node
+// expected to meet it before it spills anything.
 func (g *Gateway) predictedSpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.UpstreamRequest, st *attempts) bool {
 	if x.req == nil || g.rt.Load().spill == nil {
 		return false
@@ -58,17 +61,31 @@ func (g *Gateway) predictedSpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adap
 	if limit <= 0 {
 		return false
 	}
-	free := 0
+	var buf [16]bool
+	over := buf[:0]
+	if len(st.cands) > len(buf) {
+		over = make([]bool, 0, len(st.cands))
+	}
+	free, nOver := 0, 0
 	for _, n := range st.cands {
-		if n.Inflight() >= int64(n.Config().MaxConcurrency) {
-			continue
+		slow := false
+		if n.Inflight() < int64(n.Config().MaxConcurrency) {
+			free++
+			p := g.pool.PredictTTFT(n, x.hints)
+			slow = p.Known && p.Seconds > limit
 		}
-		free++
-		if p := g.pool.PredictTTFT(n, x.hints); !p.Known || p.Seconds <= limit {
-			return false
+		if slow {
+			nOver++
 		}
+		over = append(over, slow)
 	}
 	if free == 0 {
+		return false
+	}
+	if nOver < free {
+		if nOver > 0 {
+			preferWithin(st.cands, over)
+		}
 		return false
 	}
 	if g.trySpill(ctx, x, ur, reasonPredicted) {
@@ -354,6 +371,17 @@ func (g *Gateway) badAnswer(id, node string, err error) bool {
 	g.metrics.badAnswers[kind].Inc()
 	g.upLog.Warn(kind+":"+node, "upstream answer refused", "reason", kind, "node", node, "request_id", id, "error", err.Error())
 	return true
+}
+
+// preferWithin moves the candidates flagged in over behind the others,
+// keeping each group's order.
+func preferWithin(cands []*balancer.Node, over []bool) {
+	for i := 1; i < len(cands); i++ {
+		for j := i; j > 0 && !over[j] && over[j-1]; j-- {
+			cands[j], cands[j-1] = cands[j-1], cands[j]
+			over[j], over[j-1] = over[j-1], over[j]
+		}
+	}
 }
 
 // promptTokens estimates the prompt's tokens at 4 bytes each, for the

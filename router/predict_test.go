@@ -148,3 +148,33 @@ func TestPredictedSpillOffStaysLocal(t *testing.T) {
 		t.Fatalf("predictor %+v: its mean absolute error should be known and small on a steady node", st)
 	}
 }
+
+// When some free nodes are predicted within the limit and others over it,
+// the request goes to one within it, though the picker prefers the other,
+// and nothing spills.
+func TestPredictedLimitPrefersANodeWithinIt(t *testing.T) {
+	slow := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT, c.ITL, c.OutputTokens = 400*time.Millisecond, time.Millisecond, 3 })
+	fast := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT, c.ITL, c.OutputTokens = 10*time.Millisecond, time.Millisecond, 3 })
+	dash := dashSim(t, nil)
+	cfg := testConfig(slow, fast)
+	cfg.Nodes[0].Weight = 10 // the picker's favourite by far
+	spillConfig(t, &cfg, dash)
+	cfg.Spillover.MaxPredictedTTFT = units.Duration(200 * time.Millisecond)
+	gw := startGateway(t, cfg)
+	teach := func(n *balancer.Node, ttft time.Duration) {
+		for i := 0; i < balancer.PredictMinObservations; i++ {
+			gw.pool.ObserveTTFT(n, gw.pool.PredictTTFT(n, balancer.Hints{PromptTokens: 10}), ttft)
+		}
+	}
+	teach(gw.pool.Node("gpu-a"), 400*time.Millisecond)
+	teach(gw.pool.Node("gpu-b"), 10*time.Millisecond)
+	for i := 0; i < 5; i++ {
+		resp, body := post(t, gw.URL+"/v1/chat/completions", chatBody(fmt.Sprintf("q %d", i), `"stream":true`))
+		if resp.StatusCode != 200 || resp.Header.Get("X-Upstream") != "gpu-b" {
+			t.Fatalf("request %d: %d, X-Upstream %q (want gpu-b, the node predicted within the limit): %s", i, resp.StatusCode, resp.Header.Get("X-Upstream"), body)
+		}
+	}
+	if dash.Stats().Received != 0 || slow.Stats().Received != 0 {
+		t.Fatalf("hosted %d, slow node %d requests: want none", dash.Stats().Received, slow.Stats().Received)
+	}
+}

@@ -46,7 +46,7 @@ func main() {
 	rate := flag.Float64("rate", 10, "mean arrivals per second (Poisson)")
 	affDur := flag.Duration("affinity-duration", 12*time.Second, "measured length of each affinity run")
 	seed := flag.Uint64("seed", 1, "workload seed (the same workload for every policy)")
-	scenario := flag.String("scenario", "all", "all | policies (with the shared system prompts) | prefix-heavy | long")
+	scenario := flag.String("scenario", "all", "all | policies (with the shared system prompts) | prefix-heavy | long | slo")
 	var po prefixOpts
 	flag.IntVar(&po.conversations, "conversations", 200, "prefix-heavy: conversations")
 	flag.IntVar(&po.turns, "turns", 5, "prefix-heavy: turns per conversation")
@@ -73,7 +73,19 @@ func main() {
 	flag.IntVar(&lo.kvBlocks, "long-kv-blocks", 1024, "long: each node's KV cache in 16-token blocks")
 	flag.IntVar(&lo.concurrencyCap, "max-concurrency", 16, "long: frontdoor's max_concurrency per node")
 	flag.StringVar(&lo.policies, "policies", "prefix,noprefix", "long: the policies run, prefix and/or noprefix")
+	var so sloOpts
+	flag.DurationVar(&so.duration, "slo-duration", 90*time.Second, "slo: measured length of each run (without, then with max_predicted_ttft)")
+	flag.DurationVar(&so.warm, "slo-warmup", 20*time.Second, "slo: unmeasured lead-in of each run (the predictor learns)")
+	flag.IntVar(&so.users, "slo-users", 150, "slo: closed-loop users")
+	flag.DurationVar(&so.think, "slo-think", time.Second, "slo: mean pause between an answer and the user's next request")
+	sloWords := flag.String("slo-words", "150-700", "slo: prompt length range in words (about 1 ms of prefill a word)")
+	flag.DurationVar(&lo.spillTTFT, "spill-ttft", 200*time.Millisecond, "slo: the hosted stand-in's TTFT")
+	flag.DurationVar(&so.maxPredicted, "max-predicted-ttft", time.Second, "slo: spillover.max_predicted_ttft of the second run")
 	flag.Parse()
+	if _, err := fmt.Sscanf(*sloWords, "%d-%d", &so.minWords, &so.maxWords); err != nil || so.minWords < 1 || so.maxWords < so.minWords {
+		fmt.Fprintln(os.Stderr, "balancer bench: -slo-words: want MIN-MAX, e.g. 150-700")
+		os.Exit(2)
+	}
 	po.seed = *seed
 	lo.seed, lo.prefixWeight = *seed, po.prefix
 	var err error
@@ -87,13 +99,29 @@ func main() {
 		err = prefixHeavy(po)
 	case "long":
 		err = runLong(lo)
+	case "slo":
+		if !isFlagSet("sim") {
+			lo.sim = "gpusim"
+		}
+		if !isFlagSet("max-concurrency") {
+			lo.concurrencyCap = 32
+		}
+		so.long = lo
+		err = runSLO(so)
 	default:
-		err = fmt.Errorf("-scenario %q: want all, policies, prefix-heavy or long", *scenario)
+		err = fmt.Errorf("-scenario %q: want all, policies, prefix-heavy, long or slo", *scenario)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "balancer bench:", err)
 		os.Exit(1)
 	}
+}
+
+// isFlagSet reports whether the command line set the flag name.
+func isFlagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func prefixHeavy(o prefixOpts) error {
