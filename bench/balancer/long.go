@@ -39,7 +39,6 @@ type longOpts struct {
 	seed           uint64
 	window         time.Duration // the reporting window
 	spillTTFT      time.Duration // SLO scenario: the hosted stand-in's TTFT
-	maxPredicted   string        // SLO scenario: spillover.max_predicted_ttft ("" = off)
 	concurrencyCap int           // frontdoor's max_concurrency per node
 }
 
@@ -300,7 +299,7 @@ func streamTurn(client *http.Client, url string, msgs []chatMsg, maxTokens int) 
 	}
 	defer resp.Body.Close()
 	r.node = resp.Header.Get("X-Upstream")
-	r.spilled = resp.Header.Get("X-Spillover") != "" || strings.HasPrefix(r.node, "dashscope")
+	r.spilled = resp.Header.Get("X-Spillover") != "" || strings.HasPrefix(r.node, "spillover:")
 	if resp.StatusCode != 200 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
 		r.err = fmt.Errorf("status %d: %s", resp.StatusCode, b)
@@ -372,7 +371,7 @@ func summariseTurns(ts []longTurn, cluster []*node) turnSummary {
 			continue
 		}
 		byNode[t.node]++
-		if t.prev != "" && !strings.HasPrefix(t.prev, "dashscope") {
+		if t.prev != "" && !strings.HasPrefix(t.prev, "spillover:") {
 			follow++
 			if t.prev != t.node {
 				s.moved++
