@@ -101,6 +101,42 @@
 // Policies round_robin (rotating start) and least_inflight (in-flight ÷
 // weight) exist for comparison; they use the same filters.
 //
+// # TTFT predictor
+//
+// Each node has a linear model of the time to the first token
+// (predict.go), for the router's spillover.max_predicted_ttft. Its
+// features, taken by PredictTTFT when a request is routed (before the slot
+// and Routed):
+//
+//	1         the intercept
+//	waiting   the engine's waiting requests, and
+//	running   its running requests: the last fresh scrape corrected by the
+//	          change in our in-flight count since, split as for the queue
+//	          component; without one, running = our in-flight, waiting 0
+//	kv        KV-cache usage 0..1 (unknown: 0.5)
+//	tokens    the prompt tokens the node likely does not hold, in
+//	          thousands: Prefix.Tokens minus the prefix index's match, or
+//	          Hints.PromptTokens (bytes ÷ 4) when the prefix hasher is off
+//
+// ObserveTTFT learns from a streamed answer's measured TTFT (the router
+// calls it at the first byte) by recursive least squares with forgetting
+// factor λ = 0.99 (an observation's weight halves after about 70 newer
+// ones) from P = 10⁴·I; past a covariance trace of 10⁶ it stops forgetting,
+// so a feature that never moves cannot blow the covariance up. A 5×5
+// update under the node's predictor lock; predicting is a prefix lookup
+// and a dot product. Predictions are clamped to >= 0.
+//
+// A prediction is Known once the node has 20 observations, and stops
+// being known when it has had none for 10 × stale_after (like the TTFT
+// average): a node avoided for its predictions then gets traffic again
+// and is re-measured. Unknown never drives a decision.
+//
+// Exported: frontdoor_node_predicted_ttft_seconds{node} (the last
+// prediction while known, else NaN), frontdoor_ttft_prediction_error_seconds
+// (|predicted − measured| of known predictions), and in /admin/nodes each
+// node's ttft_predictor: observations, known, the last prediction, a
+// moving mean (α 0.05) of the absolute error, and the coefficients.
+//
 // # Ejection and breakers
 //
 // A node is ejected after eject.after consecutive scrapes over

@@ -64,6 +64,7 @@ type ttftModel struct {
 	absErr  float64       // EWMA of |predicted − measured| over known predictions
 	errObs  int           // known predictions scored
 	started bool          // p initialised
+	resets  int           // times the model was numerically lost and started again
 	last    atomic.Uint64 // float64 bits of the last prediction
 	hasLast atomic.Bool   // a prediction was made
 	lastOK  atomic.Bool   // the last prediction was known
@@ -199,6 +200,16 @@ func (p *Pool) ObserveTTFT(n *Node, pred Prediction, measured time.Duration) {
 	}
 	m.obs++
 	m.lastAt = p.nowNanos()
+	lost := false
+	if !finite(m.w[:]) || !finite(m.p[0][:]) || !finite(m.p[1][:]) || !finite(m.p[2][:]) || !finite(m.p[3][:]) || !finite(m.p[4][:]) {
+		// Numerically lost (it should not happen with the trace bound):
+		// start again, unknown, rather than predict garbage.
+		m.w, m.p = [predictFeatures]float64{}, [predictFeatures][predictFeatures]float64{}
+		m.obs, m.errObs, m.absErr, m.started = 0, 0, 0, false
+		m.resets++
+		m.initLocked()
+		lost = true
+	}
 	var absErr float64
 	if pred.Known {
 		absErr = math.Abs(pred.Seconds - y)
@@ -210,6 +221,9 @@ func (p *Pool) ObserveTTFT(n *Node, pred Prediction, measured time.Duration) {
 		m.errObs++
 	}
 	m.mu.Unlock()
+	if lost {
+		p.log.Warn("TTFT predictor lost numerically (a NaN or infinite weight); it starts again, unknown until it has observations", "node", n.cfg.Name)
+	}
 	if pred.Known {
 		if h := p.predErr.Load(); h != nil {
 			h.Update(absErr)
@@ -232,6 +246,9 @@ type PredictorStatus struct {
 	// waiting request, per running request, per unit of KV usage and per
 	// 1000 uncached prompt tokens.
 	Coefficients PredictorCoefficients `json:"coefficients"`
+	// Resets counts the times the model went numerically wrong (a NaN or
+	// infinite weight) and started again from nothing.
+	Resets int `json:"resets"`
 }
 
 // PredictorCoefficients are the TTFT model's weights.
@@ -248,7 +265,7 @@ func (p *Pool) predictorStatus(n *Node, now int64) PredictorStatus {
 	m := &n.pred
 	m.mu.Lock()
 	s := PredictorStatus{Observations: m.obs, Known: p.knownLocked(m, now),
-		Coefficients: PredictorCoefficients{m.w[0], m.w[1], m.w[2], m.w[3], m.w[4]}}
+		Coefficients: PredictorCoefficients{m.w[0], m.w[1], m.w[2], m.w[3], m.w[4]}, Resets: m.resets}
 	if m.errObs > 0 {
 		v := m.absErr
 		s.MeanAbsErrorSeconds = &v
@@ -260,6 +277,15 @@ func (p *Pool) predictorStatus(n *Node, now int64) PredictorStatus {
 		s.LastKnown = m.lastOK.Load()
 	}
 	return s
+}
+
+func finite(v []float64) bool {
+	for _, x := range v {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // predictedGauge is the value of frontdoor_node_predicted_ttft_seconds:

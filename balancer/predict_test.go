@@ -168,3 +168,23 @@ func TestPredictTTFTCountsUncachedTokens(t *testing.T) {
 		t.Fatalf("%d-token prompt held by a: predicted %.3fs on a, %.3fs on b", px.Tokens(), onA.Seconds, onB.Seconds)
 	}
 }
+
+// A model that goes numerically wrong starts again, unknown, and says so
+// in its status, instead of predicting NaN.
+func TestPredictTTFTResetsWhenLost(t *testing.T) {
+	p, _ := newTestPool(t, nil, testNodes(1))
+	a := p.Nodes()[0]
+	for i := 0; i < PredictMinObservations; i++ {
+		p.ObserveTTFT(a, p.PredictTTFT(a, Hints{PromptTokens: 100}), time.Second)
+	}
+	pred := p.PredictTTFT(a, Hints{PromptTokens: 100})
+	pred.x[4] = math.Inf(1)
+	p.ObserveTTFT(a, pred, time.Second)
+	st := p.predictorStatus(a, p.nowNanos())
+	if st.Resets != 1 || st.Known || st.Observations != 0 {
+		t.Fatalf("after a non-finite update: %+v", st)
+	}
+	if pred := p.PredictTTFT(a, Hints{PromptTokens: 100}); pred.Known || math.IsNaN(pred.Seconds) {
+		t.Fatalf("prediction after the reset: %+v", pred)
+	}
+}
