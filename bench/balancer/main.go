@@ -7,9 +7,12 @@
 // with affinity weight 0 and 0.3. A third, prefix-heavy, runs multi-turn
 // conversations on long system prompts against 4 gpusim nodes with a
 // prefix cache, comparing the score policy without prefix, with
-// rendezvous affinity and with the prefix scorer.
+// rendezvous affinity and with the prefix scorer. The slo scenario drives
+// 4 nodes past a 1 s TTFT with closed-loop users sending long prompts that
+// share nothing, with a fast hosted stand-in as spill-over, and runs
+// without and with spillover.max_predicted_ttft (slo.go).
 //
-//	go run ./bench/balancer [-scenario all|policies|prefix-heavy] [-duration 20s] [-rate 10] [-seed 1]
+//	go run ./bench/balancer [-scenario all|policies|prefix-heavy|long|slo] [-duration 20s] [-rate 10] [-seed 1]
 package main
 
 import (
@@ -71,12 +74,12 @@ func main() {
 	flag.IntVar(&lo.systemTokens, "system-tokens", 1500, "long: words per system prompt (llm-d counts a token a word)")
 	flag.DurationVar(&lo.think, "long-think", time.Second, "long: mean pause between an answer and the next turn")
 	flag.IntVar(&lo.kvBlocks, "long-kv-blocks", 1024, "long: each node's KV cache in 16-token blocks")
-	flag.IntVar(&lo.concurrencyCap, "max-concurrency", 16, "long: frontdoor's max_concurrency per node")
+	flag.IntVar(&lo.concurrencyCap, "max-concurrency", 16, "long and slo: frontdoor's max_concurrency per node (slo: 40 unless set)")
 	flag.StringVar(&lo.policies, "policies", "prefix,noprefix", "long: the policies run, prefix and/or noprefix")
 	var so sloOpts
 	flag.DurationVar(&so.duration, "slo-duration", 90*time.Second, "slo: measured length of each run (without, then with max_predicted_ttft)")
 	flag.DurationVar(&so.warm, "slo-warmup", 20*time.Second, "slo: unmeasured lead-in of each run (the predictor learns)")
-	flag.IntVar(&so.users, "slo-users", 150, "slo: closed-loop users")
+	flag.IntVar(&so.users, "slo-users", 170, "slo: closed-loop users")
 	flag.DurationVar(&so.think, "slo-think", time.Second, "slo: mean pause between an answer and the user's next request")
 	sloWords := flag.String("slo-words", "150-700", "slo: prompt length range in words (about 1 ms of prefill a word)")
 	flag.DurationVar(&lo.spillTTFT, "spill-ttft", 200*time.Millisecond, "slo: the hosted stand-in's TTFT")
@@ -104,7 +107,7 @@ func main() {
 			lo.sim = "gpusim"
 		}
 		if !isFlagSet("max-concurrency") {
-			lo.concurrencyCap = 32
+			lo.concurrencyCap = 40
 		}
 		so.long = lo
 		err = runSLO(so)

@@ -49,7 +49,7 @@ func runSLO(o sloOpts) error {
 	fmt.Printf("  %d closed-loop users, each sending a prompt of %d-%d random words (no shared prefix), max_tokens 16-64, think exp(mean %s);\n",
 		o.users, o.minWords, o.maxWords, o.think)
 	fmt.Printf("  measured for %s after a %s warm-up; TTFT = first content at the client, local or spilled\n\n", o.duration, o.warm)
-	fmt.Println("| max_predicted_ttft | answered | TTFT p50 | TTFT p95 | TTFT p99 | local p95 | spilled | predicted_slo | saturated | errors | predictor median abs error |")
+	fmt.Println("| max_predicted_ttft | answered | TTFT p50 | TTFT p95 | TTFT p99 | local p95 | spilled | predicted_slo (whole run) | saturated (whole run) | errors | predictor median abs error |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, limit := range []time.Duration{0, o.maxPredicted} {
 		if err := runSLOOnce(dir, o, limit); err != nil {
