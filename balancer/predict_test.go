@@ -188,3 +188,29 @@ func TestPredictTTFTResetsWhenLost(t *testing.T) {
 		t.Fatalf("prediction after the reset: %+v", pred)
 	}
 }
+
+// Predicting and learning allocate nothing.
+func TestPredictTTFTAllocatesNothing(t *testing.T) {
+	p, _ := newTestPool(t, nil, testNodes(1))
+	a := p.Nodes()[0]
+	feed(p, a, vllmText(4, 2, 0.3))
+	ph := p.PrefixHasher()
+	ph.Message([]byte("user"))
+	ph.Write([]byte(strings.Repeat("some prompt text ", 100)))
+	h := Hints{Prefix: ph.Prefix()}
+	p.Routed(a, h.Prefix)
+	if n := testing.AllocsPerRun(200, func() { p.ObserveTTFT(a, p.PredictTTFT(a, h), 300*time.Millisecond) }); n != 0 {
+		t.Fatalf("%v allocations a prediction and observation, want 0", n)
+	}
+}
+
+func BenchmarkPredictAndObserveTTFT(b *testing.B) {
+	p, _ := newTestPool(b, nil, testNodes(1))
+	a := p.Nodes()[0]
+	feed(p, a, vllmText(4, 2, 0.3))
+	h := Hints{PromptTokens: 2000}
+	b.ReportAllocs()
+	for b.Loop() {
+		p.ObserveTTFT(a, p.PredictTTFT(a, h), 300*time.Millisecond)
+	}
+}

@@ -415,7 +415,9 @@ func checkListen(addr string) error {
 // modelProblems checks the names that meet at run time: every alias or
 // canary target is served by a node or by spill-over's model_map (else the
 // share of requests it gets is a 503 that no retry helps), and every
-// model a tenant may use exists.
+// model a tenant may use exists, and every model with its own
+// max_predicted_ttft is served by a node (the limit is looked up by the
+// served model, after alias resolution).
 func (c *Config) modelProblems() []string {
 	var out []string
 	served := map[string]bool{}
@@ -465,6 +467,11 @@ func (c *Config) modelProblems() []string {
 				continue
 			}
 			out = append(out, fmt.Sprintf("tenants[%d].models[%d]: %q is neither a served model nor an alias; served: %s", i, j, m, known()))
+		}
+	}
+	for _, m := range slices.Sorted(maps.Keys(c.Spillover.MaxPredictedTTFTModels)) {
+		if !served[m] {
+			out = append(out, fmt.Sprintf("spillover.max_predicted_ttft_models.%s: %q is served by no node (the limit applies to the served model, after alias resolution); served: %s", m, m, known()))
 		}
 	}
 	return out

@@ -52,9 +52,12 @@ func (g *Gateway) maxPredictedTTFT(x *exchange) time.Duration {
 // the request stays local, as without a limit. When some free candidates
 // are known to be over the limit and others are not, the others are tried
 // first (in the picker's order), so the limit steers the request to a node
-// expected to meet it before it spills anything.
+// expected to meet it before it spills anything. A Responses request that
+// continues a previous response (previous_response_id) is left alone: its
+// state may live on a local node, and a slow answer beats a lost
+// conversation.
 func (g *Gateway) predictedSpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.UpstreamRequest, st *attempts) bool {
-	if x.req == nil || g.rt.Load().spill == nil {
+	if x.req == nil || g.rt.Load().spill == nil || (x.endpoint == adapters.EndpointResponses && x.req.PreviousResponseID != "") {
 		return false
 	}
 	limit := g.maxPredictedTTFT(x).Seconds()

@@ -178,3 +178,30 @@ func TestPredictedLimitPrefersANodeWithinIt(t *testing.T) {
 		t.Fatalf("hosted %d, slow node %d requests: want none", dash.Stats().Received, slow.Stats().Received)
 	}
 }
+
+// The limit of a request: the tenant's, else its served model's, else the
+// global one.
+func TestPredictedLimitPrecedence(t *testing.T) {
+	s := testenv.GPUSim(t, nil)
+	dash := dashSim(t, nil)
+	cfg := testConfig(s)
+	spillConfig(t, &cfg, dash)
+	cfg.Spillover.MaxPredictedTTFT = units.Duration(time.Second)
+	cfg.Spillover.MaxPredictedTTFTModels = map[string]units.Duration{"qwen3-8b": units.Duration(2 * time.Second)}
+	gw := startGateway(t, cfg)
+	plain, strict := &tenant{name: "plain"}, &tenant{name: "strict", cfg: Tenant{MaxPredictedTTFT: units.Duration(300 * time.Millisecond)}}
+	for _, c := range []struct {
+		tenant *tenant
+		model  string
+		want   time.Duration
+	}{
+		{plain, "qwen3-8b", 2 * time.Second},
+		{plain, "other", time.Second},
+		{strict, "qwen3-8b", 300 * time.Millisecond},
+		{strict, "other", 300 * time.Millisecond},
+	} {
+		if got := gw.maxPredictedTTFT(&exchange{tenant: c.tenant, model: c.model}); got != c.want {
+			t.Errorf("tenant %s, model %s: limit %v, want %v", c.tenant.name, c.model, got, c.want)
+		}
+	}
+}
