@@ -14,6 +14,7 @@ import (
 //	frontdoor_node_state{node,state}            gauge, 1 for the current state
 //	frontdoor_node_requests_total{node,outcome} counter (success, failure, canceled)
 //	frontdoor_node_ttft_seconds{node}           histogram of the first-byte times reported
+//	frontdoor_balancer_sessions_total{outcome}  counter of conversation turns routed: new, stayed, moved
 //
 // Call it once per set. Nodes that join later are registered when they
 // join; a node's series go once it has left and drained.
@@ -21,6 +22,7 @@ func (p *Pool) RegisterMetrics(set *metrics.Set) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.mset = set
+	p.sessions.register(set)
 	for _, n := range p.set.Load().nodes {
 		p.registerNodeLocked(n)
 	}

@@ -70,6 +70,7 @@ var metricHelp = map[string]string{
 	"frontdoor_node_state":                      "1 for a node's current state (healthy, ejected, open, draining, ...).",
 	"frontdoor_node_requests_total":             "Attempts on a node, by outcome (success, failure, canceled).",
 	"frontdoor_node_ttft_seconds":               "Time to first token of streamed answers, by node.",
+	"frontdoor_balancer_sessions_total":         "Conversation turns routed by the prefix scorer: new (no node known), stayed (on the node of the previous turn), moved.",
 }
 
 func init() {
