@@ -159,7 +159,6 @@ nodes:
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	var all []longTurn
 	nw := int(o.duration / o.window)
-	var p95s []time.Duration
 	minStick := 1.0
 	for w := range nw {
 		var in []longTurn
@@ -171,7 +170,6 @@ nodes:
 		all = append(all, in...)
 		s := summariseTurns(in, cluster)
 		hit := windows[w+1].hitRate(windows[w])
-		p95s = append(p95s, s.p95)
 		minStick = min(minStick, s.stick)
 		fmt.Printf("| %d | %d | %s | %s | %s | %.0f%% | %d | %.2f | %.0f%% | %d | %d |\n", w+1, s.n, ms(s.p50), ms(s.p95), ms(s.p99),
 			100*s.stick, s.moved, s.balance, 100*hit, s.spilled, s.errors)
