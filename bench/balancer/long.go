@@ -183,6 +183,10 @@ nodes:
 			ms(first), ms(last), last.Seconds()/first.Seconds(), 100*minStick, s.balance)
 	}
 	if m, err := load.ScrapeMetrics(base); err == nil {
+		if by, ok := m.By("frontdoor_balancer_sessions_total", "outcome", nil); ok && by["new"]+by["stayed"]+by["moved"] > 0 {
+			fmt.Printf("frontdoor's conversation turns: %.0f new, %.0f stayed, %.0f moved (%.1f%% of follow-ups moved)\n",
+				by["new"], by["stayed"], by["moved"], 100*by["moved"]/max(1, by["stayed"]+by["moved"]))
+		}
 		printPredictor(m)
 	}
 	fmt.Println()
