@@ -69,18 +69,33 @@
 // are estimated at 4 bytes each: exact counting with tiktoken-go costs
 // 90-350 ns a byte, and the cuts only need to be the same for the same text.
 //
-// Each node keeps an approximate index of the hashes routed to it
-// (Routed, once its slot is taken), stamped with the node's clock: the
-// tokens routed to it that it did not hold yet. A hash is presumed held
-// while fewer than the node's KV capacity in new tokens have arrived since
-// it was last routed there, which is what an LRU cache of that size would
-// still hold. The capacity is vLLM's cache_config_info (num_gpu_blocks ×
-// block_size) when the node publishes it, else prefix.capacity_tokens. The
-// index holds at most 65,536 hashes a node, pruned oldest first. It sees
-// only this gateway's traffic, so on a shared node it is optimistic.
+// Each node keeps a model of its KV cache: an index of the hashes routed
+// to it (Routed, once its slot is taken), stamped with the node's clock,
+// the tokens routed to it that it did not hold yet. A hash is presumed held
+// while fewer than the node's effective capacity in new tokens have arrived
+// since it was last routed there: what an LRU cache of that size (vLLM's,
+// SGLang's radix cache, llm-d's) would still hold. The capacity is what the
+// engine publishes, vLLM's cache_config_info (num_gpu_blocks × block_size),
+// else prefix.capacity_tokens. At every scrape the index drops the hashes
+// that aged out, so its size is what it presumes the node holds (at most
+// 65,536 hashes a node, pruned oldest first).
 //
-// The prefix component is the estimated tokens of the longest run of
-// leading hashes the node holds over the request's tokens.
+// The model corrects itself against the engine's measured prefix-cache hit
+// rate (vLLM's prefix_cache_hits_total over prefix_cache_queries_total):
+// at each scrape with new queries, once at least 1,024 estimated tokens
+// were routed since the last correction, the share of those tokens the
+// index presumed held is compared with the engine's hit rate over the
+// interval, and the effective capacity is the published one times a scale
+// multiplied by exp(measured − predicted), kept within [0.25, 4]. A model
+// that presumes too much (traffic from other gateways, output tokens, a
+// tokenizer that counts more tokens than 4 bytes each) shrinks; one that
+// presumes too little grows. /admin/nodes shows each node's prefix_index:
+// blocks, capacity, effective capacity, scale and the last predicted and
+// measured hit rates.
+//
+// The prefix component is the estimated tokens of the longest unbroken run
+// of leading hashes the node holds, over the request's tokens: a hit counts
+// as vLLM and llm-d count one, from the first block on.
 //
 // Load guard, after SGLang's cache-aware policy and its balance
 // thresholds: a node's load is its running plus waiting requests (as for
@@ -91,6 +106,23 @@
 // a node with 12 requests loses its prefix credit against one with 6, and
 // 4 against 0, but not 7 against 5 (the gap is 2), nor 9 against 6 (9 is
 // not more than 1.5 × 6).
+//
+// # Stickiness
+//
+// A conversation is keyed by the hash of its prompt up to the end of its
+// first user message, which every later turn repeats. The pool remembers
+// the node of each conversation's last turn (65,536 conversations, the
+// least recently used forgotten first). While that node is a candidate
+// and is not loaded past the load guard's margin below (balance_abs and
+// balance_rel), the conversation's next turn goes there, whatever the other
+// scores say: another node holding the same system prompt scores almost
+// as well on prefix and may look better on memory or latency, but lacks
+// the conversation's history. Past the margin (or full, down, failed) the
+// turn is scored like any other, and the node it goes to becomes the
+// conversation's node: it moves once and stays. New conversations are
+// placed by score, which is what keeps the load balanced.
+// frontdoor_balancer_sessions_total{outcome} counts turns that were new,
+// stayed or moved; /status has the same under sessions.
 //
 // Unknown is scored as neutral, never as idle: an unknown memory or latency
 // component scores 0.5 against 1 for a known-idle node or the fastest one;

@@ -17,6 +17,7 @@ import (
 //	frontdoor_node_ttft_seconds{node}           histogram of the first-byte times reported
 //	frontdoor_node_predicted_ttft_seconds{node} gauge, the node's last known TTFT prediction (NaN: none)
 //	frontdoor_ttft_prediction_error_seconds     histogram of |predicted − measured| TTFT, known predictions of streams
+//	frontdoor_balancer_sessions_total{outcome}  counter of conversation turns routed: new, stayed, moved
 //
 // Call it once per set. Nodes that join later are registered when they
 // join; a node's series go once it has left and drained.
@@ -25,6 +26,7 @@ func (p *Pool) RegisterMetrics(set *metrics.Set) {
 	defer p.mu.Unlock()
 	p.mset = set
 	p.registerPredictorLocked(set)
+	p.sessions.register(set)
 	for _, n := range p.set.Load().nodes {
 		p.registerNodeLocked(n)
 	}

@@ -80,6 +80,7 @@ type Pool struct {
 	fixedDisc Discoverer
 	onRemove  func(*Node)
 	self      func() []netip.AddrPort // the gateway's own listen addresses; nil: unknown
+	sessions  sessionTable            // each conversation's node (prefix weight > 0)
 
 	mu       sync.Mutex // serialises changes to the node set; guards the fields below
 	entries  []NodeConfig

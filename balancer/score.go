@@ -153,15 +153,21 @@ func (p *Pool) scoreAll(cands []*Node, h Hints, now int64, items []ranked) []ran
 		px = nil
 	}
 	minLoad := math.Inf(1)
+	var home *Node
 	if px != nil {
 		for _, n := range cands {
 			minLoad = min(minLoad, p.load(n, now))
 		}
+		home = p.sessions.home(px.session)
 	}
 	for _, n := range cands {
 		f := factors{bestTTFT: best, withAffinity: h.Affinity != 0, affinityWinner: n == winner, prefix: px, minLoad: minLoad}
 		s := p.score(n, now, f)
-		items = append(items, ranked{n: n, key: s.Total, tie: rand.Uint32()})
+		key := s.Total
+		if home != nil && n.cfg.Name == home.cfg.Name && !p.prefixGuarded(p.load(n, now), minLoad) {
+			key = math.Inf(1) // the conversation stays (see doc.go, Stickiness)
+		}
+		items = append(items, ranked{n: n, key: key, tie: rand.Uint32()})
 	}
 	return items
 }

@@ -332,7 +332,10 @@ func (p *Pool) record(n *Node, m engineMetrics, inflight int64) {
 	if m.kvCapacity >= 1 && m.kvCapacity < 1<<50 {
 		n.kvCapacity.Store(int64(m.kvCapacity))
 	}
-	n.notePrefixHits(n.scraped.Load(), &m)
+	if rate, ok := n.notePrefixHits(n.scraped.Load(), &m); ok {
+		n.prefix.calibrate(rate)
+	}
+	n.prefix.expire(p.capacityTokens(n))
 	n.scraped.Store(&m)
 	n.evaluateEjection(&m, m.at)
 }
@@ -340,18 +343,21 @@ func (p *Pool) record(n *Node, m engineMetrics, inflight int64) {
 // notePrefixHits updates the node's prefix-cache hit rate from two
 // scrapes: the hits over the queries since the previous one, or since the
 // engine started when there is none (or its counters were reset). Without
-// new queries the last rate stands.
-func (n *Node) notePrefixHits(prev, m *engineMetrics) {
+// new queries the last rate stands. It returns the new rate, if any.
+func (n *Node) notePrefixHits(prev, m *engineMetrics) (rate float64, ok bool) {
 	if math.IsNaN(m.prefixQueries) || math.IsNaN(m.prefixHits) {
-		return
+		return 0, false
 	}
 	dq, dh := m.prefixQueries, m.prefixHits
 	if prev != nil && !math.IsNaN(prev.prefixQueries) && !math.IsNaN(prev.prefixHits) && prev.prefixQueries <= m.prefixQueries {
 		dq, dh = m.prefixQueries-prev.prefixQueries, m.prefixHits-prev.prefixHits
 	}
-	if dq > 0 {
-		n.prefixHits.Store(math.Float64bits(min(1, max(0, dh/dq)) + 1)) // +1: 0 bits mean unknown
+	if dq <= 0 {
+		return 0, false
 	}
+	rate = min(1, max(0, dh/dq))
+	n.prefixHits.Store(math.Float64bits(rate + 1)) // +1: 0 bits mean unknown
+	return rate, true
 }
 
 // PrefixCacheHitRate returns the engine's own prefix-cache hit rate over

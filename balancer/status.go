@@ -63,8 +63,15 @@ type MetricsStatus struct {
 
 // PrefixIndexStatus is the prefix scorer's view of a node.
 type PrefixIndexStatus struct {
-	Blocks         int   `json:"blocks"`          // prefix hashes in the index (aged-out ones included until pruned)
-	CapacityTokens int64 `json:"capacity_tokens"` // the KV capacity it ages out by
+	Blocks          int     `json:"blocks"`           // prefix hashes the node is presumed to hold (aged-out ones are dropped at each scrape)
+	CapacityTokens  int64   `json:"capacity_tokens"`  // the node's KV capacity: published, else prefix.capacity_tokens
+	EffectiveTokens int64   `json:"effective_tokens"` // the capacity blocks age out by: capacity_tokens × scale
+	Scale           float64 `json:"scale"`            // the correction from the engine's measured prefix-cache hit rate
+	// PredictedHitRate and MeasuredHitRate are the last comparison's: the
+	// share of routed prompt tokens the index presumed held, and the
+	// engine's hit rate over the same scrape interval (null: none yet).
+	PredictedHitRate *float64 `json:"predicted_hit_rate"`
+	MeasuredHitRate  *float64 `json:"measured_hit_rate"`
 }
 
 // BreakerStatus is the circuit breaker's state.
@@ -125,7 +132,7 @@ func (p *Pool) Status() []NodeStatus {
 		for o := range n.requests {
 			st.Requests[Outcome(o).String()] = n.requests[o].Load()
 		}
-		st.PrefixIndex = PrefixIndexStatus{Blocks: n.prefix.size(), CapacityTokens: p.capacityTokens(n)}
+		st.PrefixIndex = n.prefix.status(p.capacityTokens(n))
 		st.ScoreParts = p.nodeScore(n, now)
 		st.Score = st.ScoreParts.Total
 		st.Predictor = p.predictorStatus(n, now)

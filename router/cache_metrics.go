@@ -37,9 +37,11 @@ func newCacheMetrics(set *metrics.Set) *cacheMetrics {
 	for _, r := range notStoredReasons {
 		m.notStored[r] = set.NewCounter(`frontdoor_cache_writes_dropped_total{reason="` + r + `"}`)
 	}
-	for r := resultNone + 1; r < numResults; r++ {
-		for reason := range numReasons {
-			m.requests[r][reason] = set.NewCounter(`frontdoor_cache_requests_total{result="` + r.label() + `",reason="` + reason.label() + `"}`)
+	// Only the outcomes that can happen have a series: a dashboard or an
+	// alert never sees pairs such as hit_exact with temperature.
+	for _, o := range cacheOutcomes {
+		if o.result != resultNone {
+			m.requests[o.result][o.reason] = set.NewCounter(cacheRequestsSeries(o))
 		}
 	}
 	for _, op := range cacheErrOps {
@@ -64,7 +66,17 @@ func (m *cacheMetrics) request(o cacheOutcome) {
 		return
 	}
 	m.results[o.result].Add(1)
-	m.requests[o.result][o.reason].Inc()
+	c := m.requests[o.result][o.reason]
+	if c == nil {
+		// An outcome missing from cacheOutcomes: counted all the same
+		// (TestCacheRequestSeriesCanHappen fails on it).
+		c = m.set.GetOrCreateCounter(cacheRequestsSeries(o))
+	}
+	c.Inc()
+}
+
+func cacheRequestsSeries(o cacheOutcome) string {
+	return `frontdoor_cache_requests_total{result="` + o.result.label() + `",reason="` + o.reason.label() + `"}`
 }
 
 // totals returns the request counts by result since start.

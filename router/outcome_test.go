@@ -206,3 +206,36 @@ func seriesDelta(t *testing.T, before, after string, r cacheResult, reason cache
 	series := `frontdoor_cache_requests_total{result="` + r.label() + `",reason="` + reason.label() + `"}`
 	return metricValue(t, after, series) - metricValue(t, before, series)
 }
+
+// TestCacheRequestSeriesCanHappen: /metrics has a
+// frontdoor_cache_requests_total series for each outcome a request can
+// have (cacheOutcomes, each made to happen by TestCacheOutcomes) and for
+// no other pair, such as hit_exact with reason temperature.
+func TestCacheRequestSeriesCanHappen(t *testing.T) {
+	cfg := testConfig(testenv.GPUSim(t, nil))
+	cfg.Cache.Backend = "memory"
+	gw := startGateway(t, cfg)
+	want := map[string]bool{}
+	for _, o := range cacheOutcomes {
+		if o.result != resultNone {
+			want[cacheRequestsSeries(o)] = true
+		}
+	}
+	got := map[string]bool{}
+	for _, line := range strings.Split(metricsText(t, gw), "\n") {
+		if series, _, ok := strings.Cut(line, " "); ok && strings.HasPrefix(series, "frontdoor_cache_requests_total{") {
+			got[series] = true
+			if !want[series] {
+				t.Errorf("%s is exposed, but no request can have that outcome", series)
+			}
+		}
+	}
+	for series := range want {
+		if !got[series] {
+			t.Errorf("%s is not exposed", series)
+		}
+	}
+	if len(want) != 20 {
+		t.Errorf("%d possible outcomes; update this test and docs/observability.md when they change", len(want))
+	}
+}

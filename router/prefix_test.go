@@ -94,4 +94,19 @@ func TestPrefixRouting(t *testing.T) {
 	if hits == 0 {
 		t.Fatalf("no node reports prefix-cache hits: %+v", nodes)
 	}
+	// The six conversations' turns, as /status counts them.
+	resp, err := httpClient.Get(gw.URL + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Sessions *balancer.SessionStatus `json:"sessions"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || st.Sessions == nil {
+		t.Fatalf("/status sessions: %v, %+v", err, st)
+	}
+	if s := st.Sessions; s.Tracked != 6 || s.Turns["new"] != 6 || s.Turns["stayed"] != 12 || s.Turns["moved"] != 0 {
+		t.Fatalf("/status sessions %+v, want 6 tracked, 6 new, 12 stayed", *s)
+	}
 }

@@ -14,6 +14,10 @@ func (g *Gateway) status() admin.Status {
 		Draining: g.draining.Load() || g.stopping.Load(),
 		Streams:  g.metrics.streams.Load(), Requests: g.metrics.classes()}
 	st.Nodes = g.pool.Status()
+	if g.conf().Balancer.Weights.Prefix > 0 {
+		ss := g.pool.Sessions()
+		st.Sessions = &ss
+	}
 	bi := buildinfo.Get()
 	st.Version, st.Revision = bi.Version, bi.Revision
 	st.TTFT.P50, st.TTFT.P95, st.TTFT.Samples = g.metrics.ttft.quantiles(time.Now().Add(-time.Minute))

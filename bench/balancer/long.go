@@ -158,7 +158,6 @@ nodes:
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	var all []longTurn
 	nw := int(o.duration / o.window)
-	var p95s []time.Duration
 	minStick := 1.0
 	for w := range nw {
 		var in []longTurn
@@ -170,7 +169,6 @@ nodes:
 		all = append(all, in...)
 		s := summariseTurns(in, cluster)
 		hit := windows[w+1].hitRate(windows[w])
-		p95s = append(p95s, s.p95)
 		minStick = min(minStick, s.stick)
 		fmt.Printf("| %d | %d | %s | %s | %s | %.0f%% | %d | %.2f | %.0f%% | %d | %d |\n", w+1, s.n, ms(s.p50), ms(s.p95), ms(s.p99),
 			100*s.stick, s.moved, s.balance, 100*hit, s.spilled, s.errors)
@@ -184,6 +182,10 @@ nodes:
 			ms(first), ms(last), last.Seconds()/first.Seconds(), 100*minStick, s.balance)
 	}
 	if m, err := load.ScrapeMetrics(base); err == nil {
+		if by, ok := m.By("frontdoor_balancer_sessions_total", "outcome", nil); ok && by["new"]+by["stayed"]+by["moved"] > 0 {
+			fmt.Printf("frontdoor's conversation turns: %.0f new, %.0f stayed, %.0f moved (%.1f%% of follow-ups moved)\n",
+				by["new"], by["stayed"], by["moved"], 100*by["moved"]/max(1, by["stayed"]+by["moved"]))
+		}
 		printPredictor(m)
 	}
 	fmt.Println()

@@ -72,6 +72,7 @@ var metricHelp = map[string]string{
 	"frontdoor_node_ttft_seconds":               "Time to first token of streamed answers, by node.",
 	"frontdoor_node_predicted_ttft_seconds":     "The TTFT predictor's last known prediction for a node (NaN until it has enough observations).",
 	"frontdoor_ttft_prediction_error_seconds":   "Absolute error of the TTFT predictor, |predicted - measured|, over streamed answers with a known prediction.",
+	"frontdoor_balancer_sessions_total":         "Conversation turns routed by the prefix scorer: new (no node known), stayed (on the node of the previous turn), moved.",
 }
 
 func init() {

@@ -19,12 +19,15 @@ type Status struct {
 	// node), spilled (the hosted API), rejected (429 or 503).
 	Outcomes map[string]int64 `json:"outcomes"`
 	// TTFT is over the streamed answers of local nodes in the last minute.
-	TTFT      TTFTStatus            `json:"ttft"`
-	Streams   int64                 `json:"streams_active"`
-	Cache     *CacheStatus          `json:"cache,omitempty"`
-	Spill     *SpillStatus          `json:"spillover,omitempty"`
-	Nodes     []balancer.NodeStatus `json:"nodes"`
-	Admission admission.Status      `json:"admission"`
+	TTFT    TTFTStatus            `json:"ttft"`
+	Streams int64                 `json:"streams_active"`
+	Cache   *CacheStatus          `json:"cache,omitempty"`
+	Spill   *SpillStatus          `json:"spillover,omitempty"`
+	Nodes   []balancer.NodeStatus `json:"nodes"`
+	// Sessions are the conversations the prefix scorer keeps on their
+	// nodes (absent with the prefix weight 0).
+	Sessions  *balancer.SessionStatus `json:"sessions,omitempty"`
+	Admission admission.Status        `json:"admission"`
 	// Discovery lists the discover: dns entries: addresses found, and the
 	// last lookup's error while lookups fail.
 	Discovery []balancer.DiscoveryStatus `json:"discovery,omitempty"`
