@@ -99,8 +99,10 @@ type Gateway struct {
 	streams  sync.WaitGroup // live stream pumps
 	live     liveStreams    // for the forced stop after the grace period
 
-	runCancel context.CancelFunc
-	runDone   chan struct{}
+	runMu      sync.Mutex // guards runCancel, runDone and runStopped: Serve may start while Shutdown stops
+	runCancel  context.CancelFunc
+	runDone    chan struct{}
+	runStopped bool
 
 	self selfAddrs // every listener serving, so that discovery never makes a node of the gateway
 
@@ -293,10 +295,17 @@ func (b brokenBackend) Name() string { return b.name }
 // Pool returns the node pool.
 func (g *Gateway) Pool() *balancer.Pool { return g.pool }
 
-// Start runs the background work (health probes) until Shutdown.
+// Start runs the background work (health probes) until Shutdown. It does
+// nothing if it has run, or after Shutdown.
 func (g *Gateway) Start() {
+	g.runMu.Lock()
+	defer g.runMu.Unlock()
+	if g.runCancel != nil || g.runStopped {
+		return
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g.runCancel, g.runDone = cancel, make(chan struct{})
+	runDone := g.runDone
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); g.pool.Run(ctx) }()
@@ -316,7 +325,7 @@ func (g *Gateway) Start() {
 			go func() { defer wg.Done(); g.verify.sync(ctx) }()
 		}
 	}
-	go func() { wg.Wait(); close(g.runDone) }()
+	go func() { wg.Wait(); close(runDone) }()
 }
 
 // buildCache sets up the store, the embedder and the backend that guards
@@ -471,9 +480,7 @@ func redisPassword(c redisconn.Config) string {
 
 // Serve serves HTTP on ln until Shutdown.
 func (g *Gateway) Serve(ln net.Listener) error {
-	if g.runCancel == nil {
-		g.Start()
-	}
+	g.Start()
 	addr := ln.Addr().String()
 	g.addr.Store(&addr)
 	defer g.self.add(ln)()
@@ -516,9 +523,13 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	case <-done:
 	case <-time.After(5 * time.Second):
 	}
-	if g.runCancel != nil {
-		g.runCancel()
-		<-g.runDone
+	g.runMu.Lock()
+	g.runStopped = true
+	cancel, runDone := g.runCancel, g.runDone
+	g.runMu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-runDone
 	}
 	if g.backend != nil {
 		// Queued write-backs get what is left of the grace period.

@@ -83,15 +83,13 @@ func TestPredictedSpillGoesToHostedAtOnce(t *testing.T) {
 		if i%2 == 0 {
 			extra = `"stream":true`
 		}
-		start := time.Now()
 		resp, body := post(t, gw.URL+"/v1/chat/completions", chatBody(fmt.Sprintf("after the warm-up %d", i), extra))
 		if resp.StatusCode != 200 || resp.Header.Get("X-Upstream") != "spillover:dashscope" {
 			t.Fatalf("request %d: %d, X-Upstream %q: %s", i, resp.StatusCode, resp.Header.Get("X-Upstream"), body)
 		}
-		if d := time.Since(start); d > 300*time.Millisecond {
-			t.Errorf("request %d took %v: it waited for the slow node", i, d)
-		}
 	}
+	// Spilled at once: the slow node never saw them (no time bound here,
+	// which a loaded machine could break).
 	if got := local.Stats().Received; got != before {
 		t.Fatalf("the local node received %d requests predicted too slow", got-before)
 	}
