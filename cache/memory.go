@@ -325,11 +325,14 @@ func (m *MemoryStore) purgeWhere(match func(*Entry) bool) int {
 }
 
 // Stats reports what the store holds, including expired entries the sweeper
-// has not removed yet.
+// has not removed yet. It waits for a write in progress, so that a vector
+// it counts is in the index: searchable.
 func (m *MemoryStore) Stats(ctx context.Context) (Stats, error) {
 	if err := ctx.Err(); err != nil {
 		return Stats{}, fmt.Errorf("cache: memory stats: %w", err)
 	}
+	m.wmu.Lock()
+	defer m.wmu.Unlock()
 	m.mu.Lock()
 	st := Stats{
 		Entries:        m.exact,
