@@ -110,3 +110,81 @@ func TestPrefixRouting(t *testing.T) {
 		t.Fatalf("/status sessions %+v, want 6 tracked, 6 new, 12 stayed", *s)
 	}
 }
+
+// TestPrefixModelOnLLMD runs conversations through two of llm-d's vLLM
+// simulators (an engine frontdoor's authors did not write) with a prefix
+// KV cache: the prefix index takes each node's capacity from its
+// cache_config_info, every follow-up turn stays on its conversation's
+// node, and once the nodes report prefix-cache hits the index compares
+// its prediction with them (/admin/nodes prefix_index).
+func TestPrefixModelOnLLMD(t *testing.T) {
+	args := []string{"--enable-kvcache", "--kv-cache-size", "512", "--block-size", "16", "--max-num-seqs", "8",
+		"--max-model-len", "8192", "--time-to-first-token", "2ms", "--inter-token-latency", "1ms", "--zmq-endpoint", ""}
+	t.Setenv("POD_IP", "127.0.0.1")
+	a, b := testenv.LLMDSim(t, "qwen3-8b", args...), testenv.LLMDSim(t, "qwen3-8b", args...)
+	cfg := testConfig()
+	cfg.Nodes = []balancer.NodeConfig{
+		{Name: "llmd-a", URL: a, Kind: "vllm", Models: []string{"qwen3-8b"}, MaxConcurrency: 8, Weight: 1},
+		{Name: "llmd-b", URL: b, Kind: "vllm", Models: []string{"qwen3-8b"}, MaxConcurrency: 8, Weight: 1},
+	}
+	cfg.Balancer.ScrapeInterval, cfg.Balancer.StaleAfter = 100e6, 500e6
+	gw := startGateway(t, cfg)
+	nodes := func() []balancer.NodeStatus {
+		resp, err := httpClient.Get(gw.URL + "/admin/nodes")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var ns []balancer.NodeStatus
+		if err := json.NewDecoder(resp.Body).Decode(&ns); err != nil {
+			t.Fatal(err)
+		}
+		return ns
+	}
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		for _, n := range nodes() {
+			if n.PrefixIndex.CapacityTokens != 512*16 {
+				return false
+			}
+		}
+		return true
+	}, "the prefix index did not take the nodes' capacity from cache_config_info")
+
+	system := "You answer questions about rivers. " + strings.Repeat("Rivers flow to the sea and carry silt. ", 60)
+	for turn := 1; turn <= 4; turn++ {
+		for c := range 4 {
+			var turns []string
+			for i := 1; i <= turn; i++ {
+				turns = append(turns, fmt.Sprintf("question %d of conversation %d", i, c))
+				if i < turn {
+					turns = append(turns, fmt.Sprintf("answer %d", i))
+				}
+			}
+			resp, body := post(t, gw.URL+"/v1/chat/completions", chatTurns(system, turns...))
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+		}
+		time.Sleep(150 * time.Millisecond) // a scrape between turns
+	}
+	resp, err := httpClient.Get(gw.URL + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Sessions *balancer.SessionStatus `json:"sessions"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil || st.Sessions == nil || st.Sessions.Turns["new"] != 4 || st.Sessions.Turns["stayed"] != 12 {
+		t.Fatalf("/status sessions %+v (%v), want 4 new and 12 stayed", st.Sessions, err)
+	}
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		for _, n := range nodes() {
+			if n.PrefixIndex.Blocks > 0 && n.PrefixIndex.MeasuredHitRate == nil {
+				return false
+			}
+		}
+		return true
+	}, "the prefix index never compared its prediction with the nodes' measured hit rate")
+}
