@@ -75,13 +75,14 @@
 // while fewer than the node's effective capacity in new tokens have arrived
 // since it was last routed there: what an LRU cache of that size (vLLM's,
 // SGLang's radix cache, llm-d's) would still hold. The capacity is what the
-// engine publishes, vLLM's cache_config_info (num_gpu_blocks × block_size),
-// else prefix.capacity_tokens. At every scrape the index drops the hashes
+// engine publishes, vLLM's cache_config_info (num_gpu_blocks × block_size)
+// or SGLang's num_used_tokens ÷ token_usage, else prefix.capacity_tokens. At every scrape the index drops the hashes
 // that aged out, so its size is what it presumes the node holds (at most
 // 65,536 hashes a node, pruned oldest first).
 //
 // The model corrects itself against the engine's measured prefix-cache hit
-// rate (vLLM's prefix_cache_hits_total over prefix_cache_queries_total):
+// rate (vLLM's prefix_cache_hits_total over prefix_cache_queries_total,
+// SGLang's cache_hit_rate gauge):
 // at each scrape with new queries, once at least 1,024 estimated tokens
 // were routed since the last correction, the share of those tokens the
 // index presumed held is compared with the engine's hit rate over the

@@ -43,10 +43,13 @@ type engineMetrics struct {
 	running  float64
 	kv       float64 // KV-cache usage, 0..1
 	// The engine's prefix cache, in tokens: cumulative hits and queries
-	// (vLLM v1), and its KV capacity (cache_config_info). NaN or 0 when
-	// absent.
+	// (vLLM v1), and its KV capacity (vLLM's cache_config_info, SGLang's
+	// num_used_tokens ÷ token_usage). NaN or 0 when absent.
 	prefixHits, prefixQueries float64
 	kvCapacity                float64
+	// prefixRate is a hit rate the engine reports as a gauge over its own
+	// recent window (SGLang's cache_hit_rate); NaN when absent.
+	prefixRate float64
 }
 
 // metric families of interest, per kind.
@@ -59,6 +62,8 @@ const (
 	famTokensMax  // TGI: tgi_batch_max_total_tokens
 	famPrefixHits
 	famPrefixQueries
+	famUsedTokens // SGLang: num_used_tokens, with token_usage its KV capacity
+	famPrefixRate // SGLang: cache_hit_rate
 	numFams
 )
 
@@ -98,6 +103,10 @@ func family(k engineKind, name []byte) int {
 			return famRunning
 		case "sglang:token_usage":
 			return famKV
+		case "sglang:num_used_tokens":
+			return famUsedTokens
+		case "sglang:cache_hit_rate":
+			return famPrefixRate
 		}
 	}
 	return -1
@@ -133,6 +142,21 @@ func (r *rankSeries) sum() float64 {
 		s += v
 	}
 	return s
+}
+
+// capacity is SGLang's KV capacity in tokens: each rank's used tokens
+// over its usage share, summed over the ranks; 0 when a rank's usage is
+// under 1% (too little to divide by) or either family is absent.
+func (r *rankSeries) capacity(usage *rankSeries) float64 {
+	total := 0.0
+	for i, rank := range r.ranks {
+		for j, k := range usage.ranks {
+			if k == rank && usage.vals[j] >= 0.01 && usage.vals[j] <= 1 {
+				total += r.vals[i] / usage.vals[j]
+			}
+		}
+	}
+	return total
 }
 
 // max is the fullest rank (each has its own KV cache).
@@ -190,6 +214,10 @@ func parseMetrics(k engineKind, body []byte) engineMetrics {
 	}
 	if math.IsNaN(m.kv) {
 		m.kv = fams[famKVLegacy].max()
+	}
+	m.prefixRate = fams[famPrefixRate].max()
+	if k == kindSGLang {
+		m.kvCapacity = fams[famUsedTokens].capacity(&fams[famKV])
 	}
 	if k == kindTGI {
 		used, total := fams[famTokensUsed].sum(), fams[famTokensMax].sum()
@@ -346,6 +374,11 @@ func (p *Pool) record(n *Node, m engineMetrics, inflight int64) {
 // new queries the last rate stands. It returns the new rate, if any.
 func (n *Node) notePrefixHits(prev, m *engineMetrics) (rate float64, ok bool) {
 	if math.IsNaN(m.prefixQueries) || math.IsNaN(m.prefixHits) {
+		if !math.IsNaN(m.prefixRate) && m.prefixRate >= 0 && m.prefixRate <= 1 {
+			// SGLang's own recent hit rate, a gauge.
+			n.prefixHits.Store(math.Float64bits(m.prefixRate + 1))
+			return m.prefixRate, true
+		}
 		return 0, false
 	}
 	dq, dh := m.prefixQueries, m.prefixHits

@@ -254,3 +254,29 @@ func TestProbeNeedsFailuresInARow(t *testing.T) {
 		t.Fatalf("health_failures 0: %v", err)
 	}
 }
+
+// TestSGLangCapacityAndHitRate: SGLang publishes no cache_config_info; its
+// KV capacity is num_used_tokens over token_usage (188416 / 0.71), and its
+// prefix-cache hit rate is the cache_hit_rate gauge. The prefix index ages
+// out by that capacity and /admin/nodes shows the rate.
+func TestSGLangCapacityAndHitRate(t *testing.T) {
+	m := parseMetrics(kindSGLang, fixture(t, "sglang.txt"))
+	if math.Abs(m.kvCapacity-188416/0.71) > 1 || m.prefixRate != 0.4212 {
+		t.Fatalf("capacity %v, hit rate %v; want %v, 0.4212", m.kvCapacity, m.prefixRate, 188416/0.71)
+	}
+	nodes := testNodes(1)
+	nodes[0].Kind = "sglang"
+	p, _ := newTestPool(t, withPrefix, nodes)
+	n := p.Node("a")
+	feed(p, n, string(fixture(t, "sglang.txt")))
+	st := p.Status()[0]
+	if st.PrefixIndex.CapacityTokens != int64(265374) {
+		t.Fatalf("prefix index capacity %d, want %d", st.PrefixIndex.CapacityTokens, int64(265374))
+	}
+	if st.Metrics == nil || st.Metrics.PrefixCacheHitRate == nil || *st.Metrics.PrefixCacheHitRate != 0.4212 {
+		t.Fatalf("metrics %+v, want the prefix-cache hit rate 0.4212", st.Metrics)
+	}
+	if vllm := parseMetrics(kindVLLM, fixture(t, "sglang.txt")); vllm.kvCapacity != 0 || !math.IsNaN(vllm.prefixRate) {
+		t.Fatalf("read as vLLM: capacity %v, rate %v", vllm.kvCapacity, vllm.prefixRate)
+	}
+}
