@@ -137,6 +137,31 @@ func TestDashboardLogin(t *testing.T) {
 	}
 }
 
+// Wrong tokens at /admin/login are throttled: after 10 (the burst) every
+// login waits with a 429 and Retry-After, the right token included, and
+// the wrong ones are logged once, not once each.
+func TestAdminLoginThrottled(t *testing.T) {
+	gw := tokenGateway(t)
+	for i := range 10 {
+		if r := login(t, gw.URL, fmt.Sprintf("wrong-%d", i)); r.StatusCode != 403 {
+			t.Fatalf("wrong token %d: %d, want 403", i, r.StatusCode)
+		}
+	}
+	for _, tok := range []string{"wrong-again", testToken} {
+		r := login(t, gw.URL, tok)
+		if r.StatusCode != 429 || r.Header.Get("Retry-After") == "" || len(r.Cookies()) != 0 {
+			t.Fatalf("login with %q after 10 wrong tokens: %d, Retry-After %q, cookies %v", tok, r.StatusCode, r.Header.Get("Retry-After"), r.Cookies())
+		}
+	}
+	if n := strings.Count(gw.Logs.String(), "admin login refused: wrong token"); n != 1 {
+		t.Fatalf("%d WARN lines for 10 wrong tokens in a second, want 1", n)
+	}
+	// The bearer token still opens every admin endpoint: only logins wait.
+	if code, _ := adminDo(t, http.MethodGet, gw.URL+"/status", "", "Authorization", "Bearer "+testToken); code != 200 {
+		t.Fatalf("GET /status with the bearer token during the throttle: %d", code)
+	}
+}
+
 // history is GET /admin/dashboard/history.
 type history struct {
 	Step       float64               `json:"step_seconds"`

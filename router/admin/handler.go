@@ -37,6 +37,7 @@ type Handler struct {
 	gw      Gateway
 	log     *slog.Logger
 	history *History
+	logins  loginLimit
 }
 
 // New makes the operator surface of gw.

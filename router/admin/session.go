@@ -146,12 +146,19 @@ func (h *Handler) serveLogin(ctx *fasthttp.RequestCtx, guard *Guard) {
 		reply.Error(ctx, errCrossOrigin(string(o)))
 		return
 	}
+	now := time.Now()
+	if wait := h.logins.wait(now); wait > 0 {
+		reply.Error(ctx, errLoginThrottled(wait))
+		return
+	}
 	tok := ctx.PostArgs().Peek("token")
 	if len(tok) == 0 {
 		tok = Bearer(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
 	}
 	if len(tok) == 0 || subtle.ConstantTimeCompare(tok, guard.token) != 1 {
-		h.log.Warn("admin login refused: wrong token", "remote", ctx.RemoteIP().String())
+		if log, unlogged := h.logins.failed(now); log {
+			h.log.Warn("admin login refused: wrong token", "remote", ctx.RemoteIP().String(), "unlogged_since_last", unlogged)
+		}
 		if strings.Contains(string(ctx.Request.Header.Peek("Accept")), "text/html") {
 			loginPage(ctx, 403, next, "That is not the admin token.")
 			return
