@@ -287,25 +287,52 @@ func driveUsers(url string, o longOpts, cluster []*node) ([]longTurn, []windowSa
 	return turns, windows
 }
 
-// streamTurn streams one chat turn and returns it and the answer's text.
+// streamTurn streams one chat turn and returns it and the answer's text;
+// its TTFT is the first content.
 func streamTurn(client *http.Client, url string, msgs []chatMsg, maxTokens int) (r longTurn, answer string) {
+	c := streamChat(client, url, msgs, maxTokens, true)
+	r = longTurn{start: c.start, ttft: c.ttft, node: c.node, err: c.err, promptToks: c.promptTokens}
+	r.spilled = strings.HasPrefix(r.node, "spillover:")
+	return r, c.answer
+}
+
+// chatStream is one streamed chat turn as the client saw it.
+type chatStream struct {
+	start        time.Time
+	ttft         time.Duration // to the first event, or the first content
+	end          time.Time
+	node         string // X-Upstream
+	answer       string
+	promptTokens int // from the usage chunk
+	err          error
+}
+
+// streamChat streams one chat turn (with usage) and reads it to the end.
+// TTFT runs to the first content when firstContent is set (an engine may
+// send the role first, at once), else to the first event.
+func streamChat(client *http.Client, url string, msgs []chatMsg, maxTokens int, firstContent bool) chatStream {
 	body, _ := json.Marshal(map[string]any{"model": "qwen3-8b", "messages": msgs, "max_tokens": maxTokens, "stream": true,
 		"stream_options": map[string]any{"include_usage": true}})
-	r.start = time.Now()
+	return streamBody(client, url, body, firstContent)
+}
+
+// streamBody is streamChat with the request body made.
+func streamBody(client *http.Client, url string, body []byte, firstContent bool) (c chatStream) {
+	c.start = time.Now()
+	defer func() { c.end = time.Now() }()
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, url, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {
-		r.err = err
-		return r, ""
+		c.err = err
+		return c
 	}
 	defer resp.Body.Close()
-	r.node = resp.Header.Get("X-Upstream")
-	r.spilled = resp.Header.Get("X-Spillover") != "" || strings.HasPrefix(r.node, "spillover:")
+	c.node = resp.Header.Get("X-Upstream")
 	if resp.StatusCode != 200 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
-		r.err = fmt.Errorf("status %d: %s", resp.StatusCode, b)
-		return r, ""
+		c.err = fmt.Errorf("status %d: %s", resp.StatusCode, b)
+		return c
 	}
 	var sb strings.Builder
 	br := bufio.NewReader(resp.Body)
@@ -313,10 +340,14 @@ func streamTurn(client *http.Client, url string, msgs []chatMsg, maxTokens int) 
 		line, err := br.ReadBytes('\n')
 		if data, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("data: ")); ok {
 			if string(data) == "[DONE]" {
-				if r.ttft == 0 {
-					r.ttft = time.Since(r.start)
+				if c.ttft == 0 {
+					c.ttft = time.Since(c.start)
 				}
-				return r, sb.String()
+				c.answer = sb.String()
+				return c
+			}
+			if c.ttft == 0 && !firstContent {
+				c.ttft = time.Since(c.start)
 			}
 			var chunk struct {
 				Choices []struct {
@@ -330,19 +361,19 @@ func streamTurn(client *http.Client, url string, msgs []chatMsg, maxTokens int) 
 			}
 			if json.Unmarshal(data, &chunk) == nil {
 				if len(chunk.Choices) > 0 && chunk.Choices[0].Delta.Content != "" {
-					if r.ttft == 0 {
-						r.ttft = time.Since(r.start)
+					if c.ttft == 0 {
+						c.ttft = time.Since(c.start)
 					}
 					sb.WriteString(chunk.Choices[0].Delta.Content)
 				}
 				if chunk.Usage != nil {
-					r.promptToks = chunk.Usage.PromptTokens
+					c.promptTokens = chunk.Usage.PromptTokens
 				}
 			}
 		}
 		if err != nil {
-			r.err = fmt.Errorf("stream ended without [DONE]: %w", err)
-			return r, ""
+			c.err = fmt.Errorf("stream ended without [DONE]: %w", err)
+			return c
 		}
 	}
 }

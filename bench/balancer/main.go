@@ -16,13 +16,9 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -358,39 +354,9 @@ func replay(url string, jobs []job, warm time.Duration) summary {
 	return summarise(res, start.Add(warm), jobs[len(jobs)-1].at-warm)
 }
 
-func send(client *http.Client, url string, j job) (r result) {
-	r.start = time.Now()
-	defer func() { r.end = time.Now(); r.e2e = r.end.Sub(r.start) }()
-	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, url, bytes.NewReader(j.body()))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		r.err = err
-		return r
-	}
-	defer resp.Body.Close()
-	r.node = resp.Header.Get("X-Upstream")
-	if resp.StatusCode != 200 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
-		r.err = fmt.Errorf("status %d: %s", resp.StatusCode, b)
-		return r
-	}
-	br := bufio.NewReader(resp.Body)
-	for {
-		line, err := br.ReadBytes('\n')
-		if data, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("data: ")); ok {
-			if string(data) == "[DONE]" {
-				return r
-			}
-			if r.ttft == 0 {
-				r.ttft = time.Since(r.start)
-			}
-		}
-		if err != nil {
-			r.err = fmt.Errorf("stream ended without [DONE]: %w", err)
-			return r
-		}
-	}
+func send(client *http.Client, url string, j job) result {
+	c := streamBody(client, url, j.body(), false)
+	return result{start: c.start, ttft: c.ttft, end: c.end, e2e: c.end.Sub(c.start), node: c.node, err: c.err}
 }
 
 // summarise reduces the measured requests (those that arrived after the

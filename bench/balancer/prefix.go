@@ -1,12 +1,7 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"os/exec"
@@ -195,52 +190,10 @@ type chatMsg struct {
 }
 
 // sendChat streams one chat turn and returns its result and the answer's
-// text.
+// text; its TTFT is the first event.
 func sendChat(client *http.Client, url string, msgs []chatMsg, maxTokens int) (r result, answer string) {
-	body, _ := json.Marshal(map[string]any{"model": "qwen3-8b", "messages": msgs, "max_tokens": maxTokens, "stream": true})
-	r.start = time.Now()
-	defer func() { r.end = time.Now(); r.e2e = r.end.Sub(r.start) }()
-	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, url, bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		r.err = err
-		return r, ""
-	}
-	defer resp.Body.Close()
-	r.node = resp.Header.Get("X-Upstream")
-	if resp.StatusCode != 200 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
-		r.err = fmt.Errorf("status %d: %s", resp.StatusCode, b)
-		return r, ""
-	}
-	var sb strings.Builder
-	br := bufio.NewReader(resp.Body)
-	for {
-		line, err := br.ReadBytes('\n')
-		if data, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("data: ")); ok {
-			if string(data) == "[DONE]" {
-				return r, sb.String()
-			}
-			if r.ttft == 0 {
-				r.ttft = time.Since(r.start)
-			}
-			var chunk struct {
-				Choices []struct {
-					Delta struct {
-						Content string `json:"content"`
-					} `json:"delta"`
-				} `json:"choices"`
-			}
-			if json.Unmarshal(data, &chunk) == nil && len(chunk.Choices) > 0 {
-				sb.WriteString(chunk.Choices[0].Delta.Content)
-			}
-		}
-		if err != nil {
-			r.err = fmt.Errorf("stream ended without [DONE]: %w", err)
-			return r, ""
-		}
-	}
+	c := streamChat(client, url, msgs, maxTokens, false)
+	return result{start: c.start, ttft: c.ttft, end: c.end, e2e: c.end.Sub(c.start), node: c.node, err: c.err}, c.answer
 }
 
 // nodesHitRate is the cluster's prefix-cache hit rate from the nodes'
