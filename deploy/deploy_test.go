@@ -387,7 +387,9 @@ func TestDockerfileBuildCommand(t *testing.T) {
 			t.Fatalf("the build command lacks %s: %s", want, build)
 		}
 	}
-	for _, re := range []string{`(?m)^FROM gcr\.io/distroless/static\S*:nonroot AS frontdoor$`, `(?m)^USER nonroot:nonroot$`,
+	// The base images are build arguments whose defaults are the public ones.
+	for _, re := range []string{`(?m)^ARG BUILD_IMAGE=golang:\$\{GO_VERSION\}-bookworm$`, `(?m)^FROM \$\{BUILD_IMAGE\} AS build$`,
+		`(?m)^ARG RUNTIME_IMAGE=gcr\.io/distroless/static\S*:nonroot$`, `(?m)^FROM \$\{RUNTIME_IMAGE\} AS frontdoor$`, `(?m)^USER nonroot:nonroot$`,
 		`(?m)^EXPOSE 8080$`, `(?m)^HEALTHCHECK .*CMD \["/frontdoor", "healthcheck"`, `(?m)^ARG VERSION=`} {
 		if !regexp.MustCompile(re).MatchString(df) {
 			t.Fatalf("Dockerfile: no line matching %s", re)
