@@ -93,8 +93,14 @@ func newE2E(t *testing.T) *e2e {
 	if _, err := os.Stat("/usr/bin/docker"); err == nil {
 		e.docker = "/usr/bin/docker" // Debian's, matching its daemon
 	}
-	if out, err := exec.Command(e.docker, "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
-		missing("Docker cannot run here (`docker info`: %v: %s); make e2e installs docker.io and starts dockerd as root", err, strings.TrimSpace(string(out)))
+	if out, err := exec.Command(e.docker, "info").CombinedOutput(); err != nil {
+		why := err.Error()
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, "Cannot connect") || strings.Contains(l, "ERROR") || strings.Contains(l, "denied") {
+				why = strings.TrimSpace(l)
+			}
+		}
+		missing("Docker cannot run here (docker info: %s); make e2e installs docker.io and starts dockerd as root", why)
 	}
 	var err error
 	if e.deployDir, err = filepath.Abs("."); err != nil {
