@@ -3,12 +3,41 @@ GO       ?= go
 PKGS     ?= ./...
 BENCHTIME ?= 2s
 
-.PHONY: test crossbuild build lint bench fuzz redis-server chromium demo clean
+.PHONY: test e2e docker crossbuild build lint bench fuzz redis-server chromium demo clean
 
 ## test: the cross-builds, then every test with the race detector against a
 ## real redis-server, and the dashboard in a real headless Chromium.
 test: crossbuild redis-server chromium
 	FRONTDOOR_REQUIRE_REDIS=1 $(GO) test -race -count=1 $(PKGS)
+
+## e2e: the containers for real (deploy/e2e_test.go, TestE2E): build the
+## images from deploy/Dockerfile on local stand-in base images (debootstrap,
+## cached as frontdoor-local/*), run the image read-only, and run the Compose
+## stack (nginx, both replicas, Redis with RediSearch, the simulators) in
+## Docker. Not part of `make test`; CI runs it where Docker is (.ci/e2e).
+e2e: docker
+	FRONTDOOR_E2E=require $(GO) test -count=1 -v -run '^TestE2E$$' -timeout 30m ./deploy/
+
+## docker: make sure Debian's docker.io, docker-compose and debootstrap are
+## installed (apt-get, as root) and that dockerd runs (started as root when it
+## does not; its log is /var/log/frontdoor-dockerd.log).
+E2E_PKGS = docker.io docker-compose debootstrap
+docker:
+	@if [ ! -x /usr/bin/docker ] || ! command -v dockerd >/dev/null 2>&1 || ! command -v docker-compose >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing $(E2E_PKGS) with apt-get"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(E2E_PKGS) >/dev/null; \
+		else \
+			echo "missing packages; install them with: sudo apt-get install -y $(E2E_PKGS)"; exit 1; \
+		fi; \
+	fi
+	@if ! /usr/bin/docker info >/dev/null 2>&1; then \
+		if [ "$$(id -u)" != "0" ]; then echo "dockerd is not running and only root starts it here"; exit 1; fi; \
+		echo "starting dockerd (log: /var/log/frontdoor-dockerd.log)"; \
+		nohup dockerd >/var/log/frontdoor-dockerd.log 2>&1 & \
+		for i in $$(seq 30); do /usr/bin/docker info >/dev/null 2>&1 && break; sleep 1; done; \
+		/usr/bin/docker info >/dev/null || { tail -20 /var/log/frontdoor-dockerd.log; exit 1; }; \
+	fi
 
 ## crossbuild: everything must build for the platforms people run it on.
 crossbuild:

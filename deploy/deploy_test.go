@@ -14,15 +14,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
@@ -36,6 +41,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
+	"frontdoor/balancer"
 	"frontdoor/router"
 )
 
@@ -387,7 +393,9 @@ func TestDockerfileBuildCommand(t *testing.T) {
 			t.Fatalf("the build command lacks %s: %s", want, build)
 		}
 	}
-	for _, re := range []string{`(?m)^FROM gcr\.io/distroless/static\S*:nonroot AS frontdoor$`, `(?m)^USER nonroot:nonroot$`,
+	// The base images are build arguments whose defaults are the public ones.
+	for _, re := range []string{`(?m)^ARG BUILD_IMAGE=golang:\$\{GO_VERSION\}-bookworm$`, `(?m)^FROM \$\{BUILD_IMAGE\} AS build$`,
+		`(?m)^ARG RUNTIME_IMAGE=gcr\.io/distroless/static\S*:nonroot$`, `(?m)^FROM \$\{RUNTIME_IMAGE\} AS frontdoor$`, `(?m)^USER nonroot:nonroot$`,
 		`(?m)^EXPOSE 8080$`, `(?m)^HEALTHCHECK .*CMD \["/frontdoor", "healthcheck"`, `(?m)^ARG VERSION=`} {
 		if !regexp.MustCompile(re).MatchString(df) {
 			t.Fatalf("Dockerfile: no line matching %s", re)
@@ -469,4 +477,146 @@ func TestDeployDependenciesStayOutOfTheBinary(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The base Deployment fits the image: the user of the Dockerfile's
+// USER nonroot (65532), a read-only root filesystem, the config mounted
+// where the image's CMD reads it, and probes on paths and the port the
+// binary serves.
+func TestK8sDeploymentMatchesImage(t *testing.T) {
+	df, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	image := string(df[bytes.LastIndex(df, []byte("\nFROM ")):]) // the frontdoor stage
+	if !regexp.MustCompile(`(?m)^USER nonroot:nonroot$`).MatchString(image) {
+		t.Fatal("the image's USER is not nonroot:nonroot (distroless's 65532)")
+	}
+	var cmd []string
+	if m := regexp.MustCompile(`(?m)^CMD (\[.*\])$`).FindStringSubmatch(image); m == nil || json.Unmarshal([]byte(m[1]), &cmd) != nil {
+		t.Fatal("the image has no CMD in exec form")
+	}
+	m := regexp.MustCompile(`(?m)^EXPOSE (\d+)$`).FindStringSubmatch(image)
+	if m == nil {
+		t.Fatal("the image EXPOSEs no port")
+	}
+	port, _ := strconv.Atoi(m[1])
+	configPath := ""
+	for i, a := range cmd {
+		if a == "--config" && i+1 < len(cmd) {
+			configPath = cmd[i+1]
+		}
+	}
+	if configPath == "" {
+		t.Fatalf("the image's CMD %q names no --config", cmd)
+	}
+
+	b, err := os.ReadFile("k8s/base/deployment.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := decodeStrict(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := obj.(*appsv1.Deployment).Spec.Template.Spec
+	c := pod.Containers[0]
+	psc, csc := pod.SecurityContext, c.SecurityContext
+	if psc == nil || csc == nil || psc.RunAsUser == nil || *psc.RunAsUser != 65532 || psc.RunAsGroup == nil || *psc.RunAsGroup != 65532 ||
+		psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot {
+		t.Errorf("the pod does not run as the image's user 65532:65532, non-root: %+v", psc)
+	}
+	if csc == nil || csc.ReadOnlyRootFilesystem == nil || !*csc.ReadOnlyRootFilesystem ||
+		csc.AllowPrivilegeEscalation == nil || *csc.AllowPrivilegeEscalation {
+		t.Errorf("the container's root filesystem is not read-only, or it may escalate: %+v", csc)
+	}
+	if !slices.Equal(c.Args, cmd) {
+		t.Errorf("the container's args %q differ from the image's CMD %q", c.Args, cmd)
+	}
+
+	// The config file: a read-only mount of the ConfigMap's key at the path.
+	var mount *corev1.VolumeMount
+	for i, vm := range c.VolumeMounts {
+		if strings.HasPrefix(configPath, strings.TrimSuffix(vm.MountPath, "/")+"/") {
+			mount = &c.VolumeMounts[i]
+		}
+	}
+	if mount == nil || !mount.ReadOnly {
+		t.Fatalf("no read-only volume mount holds %s: %+v", configPath, c.VolumeMounts)
+	}
+	key := strings.TrimPrefix(configPath, strings.TrimSuffix(mount.MountPath, "/")+"/")
+	var cmName string
+	for _, v := range pod.Volumes {
+		if v.Name == mount.Name && v.ConfigMap != nil {
+			cmName = v.ConfigMap.Name
+		}
+	}
+	b, err = os.ReadFile("k8s/base/configmap.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmObj, err := decodeStrict(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := cmObj.(*corev1.ConfigMap)
+	if cm.Name != cmName || cm.Data[key] == "" {
+		t.Fatalf("volume %s: ConfigMap %q with key %q, want %s's %s", mount.Name, cmName, key, cm.Name, key)
+	}
+	cfg := checkFrontdoorConfig(t, "k8s/base/configmap.yaml", cm.Data[key])
+
+	// The port: the image's, the config's listener's, and the probes'.
+	var hp *corev1.ContainerPort
+	for i, p := range c.Ports {
+		if p.Name == "http" {
+			hp = &c.Ports[i]
+		}
+	}
+	if hp == nil || int(hp.ContainerPort) != port || !strings.HasSuffix(cfg.Listen, ":"+strconv.Itoa(port)) {
+		t.Fatalf("ports: container %+v, image EXPOSE %d, config listen %q", hp, port, cfg.Listen)
+	}
+
+	// The probes' paths, asked of a running gateway.
+	gcfg := router.DefaultConfig()
+	gcfg.Listen = "127.0.0.1:0"
+	gcfg.Logging.AccessLog = false
+	gcfg.Balancer.HealthInterval = 3600e9
+	gcfg.Nodes = []balancer.NodeConfig{{Name: "gpu", URL: "http://127.0.0.1:1", Kind: "vllm", Models: []string{"m"}, MaxConcurrency: 1, Weight: 1}}
+	gw, err := router.New(gcfg, router.Deps{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = gw.Serve(ln) }()
+	t.Cleanup(func() { _ = gw.Shutdown(context.Background()) })
+	probes := map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe, "startup": c.StartupProbe}
+	for name, p := range probes {
+		if p == nil || p.HTTPGet == nil {
+			t.Errorf("%s probe: not an HTTP GET", name)
+			continue
+		}
+		if p.HTTPGet.Port.String() != hp.Name && p.HTTPGet.Port.IntValue() != port {
+			t.Errorf("%s probe: port %s, not the container's %s (%d)", name, p.HTTPGet.Port.String(), hp.Name, port)
+		}
+		resp, err := httpGet("http://" + ln.Addr().String() + p.HTTPGet.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// /readyz is 503 here (the node is down), not 404.
+		if ok := resp.StatusCode == 200 || (name == "readiness" && resp.StatusCode == 503); !ok {
+			t.Errorf("%s probe: GET %s: %s", name, p.HTTPGet.Path, resp.Status)
+		}
+	}
+}
+
+func httpGet(url string) (*http.Response, error) {
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body.Close()
+	return resp, nil
 }
