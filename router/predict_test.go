@@ -2,7 +2,6 @@ package router
 
 import (
 	"fmt"
-	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -55,17 +54,6 @@ func warmPredictor(t *testing.T, gw *testGateway) balancer.NodeStatus {
 	return st
 }
 
-func scrapeText(t *testing.T, gw *testGateway) string {
-	t.Helper()
-	resp, err := httpClient.Get(gw.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
-}
-
 // With max_predicted_ttft below what the local node is learned to take,
 // a request spills at once, though the node has free slots, and is
 // counted with reason predicted_slo; a tenant that may not leave is
@@ -93,7 +81,7 @@ func TestPredictedSpillGoesToHostedAtOnce(t *testing.T) {
 	if got := local.Stats().Received; got != before {
 		t.Fatalf("the local node received %d requests predicted too slow", got-before)
 	}
-	m := scrapeText(t, gw)
+	m := metricsText(t, gw)
 	if v := metricValue(t, m, `frontdoor_spillover_total{reason="predicted_slo",model="qwen3-8b"}`); v != 5 {
 		t.Fatalf("predicted spills counted %v, want 5:\n%s", v, m)
 	}
@@ -134,7 +122,7 @@ func TestPredictedSpillOffStaysLocal(t *testing.T) {
 	if dash.Stats().Received != 0 {
 		t.Fatalf("the hosted API received %d requests without max_predicted_ttft", dash.Stats().Received)
 	}
-	m := scrapeText(t, gw)
+	m := metricsText(t, gw)
 	if v := metricValue(t, m, `frontdoor_ttft_prediction_error_seconds_count`); v < 5 {
 		t.Fatalf("prediction errors counted %v, want >= 5", v)
 	}

@@ -31,6 +31,19 @@ func chatTurns(system string, turns ...string) string {
 	return string(b)
 }
 
+// conversation is conversation c's messages at its turn: questions and
+// the answers between them.
+func conversation(c, turn int) []string {
+	var turns []string
+	for i := 1; i <= turn; i++ {
+		turns = append(turns, fmt.Sprintf("question %d of conversation %d", i, c))
+		if i < turn {
+			turns = append(turns, fmt.Sprintf("answer %d", i))
+		}
+	}
+	return turns
+}
+
 // TestPrefixRouting: with the prefix weight, every turn of a conversation
 // goes where its earlier turns went (the node whose prefix cache holds
 // them), and /admin/nodes shows the nodes' own prefix-cache hit rate.
@@ -48,14 +61,7 @@ func TestPrefixRouting(t *testing.T) {
 	for turn := 1; turn <= 3; turn++ {
 		for c := range 6 {
 			system := fmt.Sprintf("system prompt %d: ", c) + strings.Repeat(fmt.Sprintf("rule %d applies. ", c), 300)
-			var turns []string
-			for i := 1; i <= turn; i++ {
-				turns = append(turns, fmt.Sprintf("question %d of conversation %d", i, c))
-				if i < turn {
-					turns = append(turns, fmt.Sprintf("answer %d", i))
-				}
-			}
-			resp, body := post(t, gw.URL+"/v1/chat/completions", chatTurns(system, turns...))
+			resp, body := post(t, gw.URL+"/v1/chat/completions", chatTurns(system, conversation(c, turn)...))
 			if resp.StatusCode != 200 {
 				t.Fatalf("status %d: %s", resp.StatusCode, body)
 			}
@@ -153,14 +159,7 @@ func TestPrefixModelOnLLMD(t *testing.T) {
 	system := "You answer questions about rivers. " + strings.Repeat("Rivers flow to the sea and carry silt. ", 60)
 	for turn := 1; turn <= 4; turn++ {
 		for c := range 4 {
-			var turns []string
-			for i := 1; i <= turn; i++ {
-				turns = append(turns, fmt.Sprintf("question %d of conversation %d", i, c))
-				if i < turn {
-					turns = append(turns, fmt.Sprintf("answer %d", i))
-				}
-			}
-			resp, body := post(t, gw.URL+"/v1/chat/completions", chatTurns(system, turns...))
+			resp, body := post(t, gw.URL+"/v1/chat/completions", chatTurns(system, conversation(c, turn)...))
 			if resp.StatusCode != 200 {
 				t.Fatalf("status %d: %s", resp.StatusCode, body)
 			}
