@@ -39,6 +39,19 @@ docker:
 		/usr/bin/docker info >/dev/null || { tail -20 /var/log/frontdoor-dockerd.log; exit 1; }; \
 	fi
 
+## soak: make test RUNS times in a row (default 20) from a clean clone of
+## HEAD in a temporary directory, one line per run (result, seconds, load);
+## it stops at the first failure and keeps that run's log.
+RUNS ?= 20
+soak:
+	@dir=$$(mktemp -d); git clone -q . "$$dir/repo" && cd "$$dir/repo" && \
+	for i in $$(seq 1 $(RUNS)); do \
+		start=$$(date +%s); \
+		if $(MAKE) -s test > "$$dir/run-$$i.log" 2>&1; then r=PASS; else r=FAIL; fi; \
+		echo "run $$i $$r $$(( $$(date +%s) - start ))s $$(git rev-parse --short HEAD) load $$(cut -d' ' -f1-3 /proc/loadavg)"; \
+		if [ $$r = FAIL ]; then echo "log: $$dir/run-$$i.log"; exit 1; fi; \
+	done; rm -rf "$$dir"
+
 ## crossbuild: everything must build for the platforms people run it on.
 crossbuild:
 	GOOS=linux GOARCH=arm64 $(GO) build $(PKGS)
