@@ -452,3 +452,42 @@ func TestRedisReleasedLeaseNotRestored(t *testing.T) {
 		t.Fatalf("Status = %+v: a released lease counted as restored", st)
 	}
 }
+
+// TestRedisRenewalLostAnswerLeavesNoLease: a lease released while a
+// renewal runs is added back by the renewal's script; when that answer is
+// lost, it is removed as an orphan (what left 3 leases behind in
+// TestRedisConcurrencyStress/every_7th_answer_lost). The release happens
+// inside the renewal's script call, so nothing depends on timing.
+func TestRedisRenewalLostAnswerLeavesNoLease(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t)
+	c := newClient(t, srv, time.Second)
+	h := &faultHook{}
+	c.AddHook(h)
+	a := mustNew(t, redisConfig(nil), map[string]Limits{"acme": {MaxConcurrency: 2}}, c)
+	p, rej := a.Enter(context.Background(), "acme")
+	if rej != nil {
+		t.Fatal(rej)
+	}
+	sha := renewScript.Hash()
+	var once sync.Once
+	h.before = func(cmd redis.Cmder) {
+		if len(cmd.Args()) > 1 && fmt.Sprint(cmd.Args()[1]) == sha {
+			once.Do(p.Release) // released after the renewal's snapshot
+		}
+	}
+	h.ran.Store(true) // the script runs, its answer is lost
+	h.only.Store(&sha)
+	h.every.Store(1)
+	if err := a.rs.renew(); err == nil {
+		t.Fatal("renewal with its answer lost: no error")
+	}
+	h.every.Store(0)
+	if err := a.rs.renew(); err != nil {
+		t.Fatal(err)
+	}
+	key := (*a.tenants.Load())["acme"].concKey
+	if n := c.ZCard(context.Background(), key).Val(); n != 0 {
+		t.Fatalf("%d leases left in Redis after the next renewal, want 0", n)
+	}
+}

@@ -366,19 +366,28 @@ func (r *redisBackend) renew() error {
 	for ts, ids := range byTenant {
 		args := append([]any{r.now(), r.ttlMS}, ids...)
 		added, err := renewScript.Run(ctx, r.c, []string{ts.concKey}, args...).StringSlice()
-		if err != nil {
-			fail(fmt.Errorf("admission lease renewal: %w", err))
-			continue
-		}
+		// A lease released since the snapshot may have been added back by
+		// the script, even when its answer was lost: remove it now, or at
+		// the next renewal as an orphan.
 		var gone []any
 		for _, id := range ids {
 			if _, live := r.leases.Load(id); !live {
 				gone = append(gone, id)
 			}
 		}
+		if err != nil {
+			fail(fmt.Errorf("admission lease renewal: %w", err))
+			for _, id := range gone {
+				r.orphans.Store(id, ts)
+			}
+			continue
+		}
 		if len(gone) > 0 {
 			if err := r.c.ZRem(ctx, ts.concKey, gone...).Err(); err != nil {
 				fail(fmt.Errorf("admission lease renewal: removing released leases: %w", err))
+				for _, id := range gone {
+					r.orphans.Store(id, ts)
+				}
 			}
 		}
 		var restored int64
