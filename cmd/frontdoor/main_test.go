@@ -474,6 +474,11 @@ func startServeEnv(t *testing.T, cfg string, env []string) (base string, cmd *ex
 	return base, cmd, logs, path
 }
 
+// lazyString formats as its function's result when a message is printed.
+type lazyString func() string
+
+func (f lazyString) String() string { return f() }
+
 // Two gateway processes share one plain Redis: an answer cached through
 // one is an exact and a semantic hit on the other.
 func TestTwoProcessesShareTheCache(t *testing.T) {
@@ -499,24 +504,32 @@ func TestTwoProcessesShareTheCache(t *testing.T) {
 		}
 		return resp.Header.Get("X-Cache")
 	}
-	if xc := ask(a, "Which ocean is the largest?"); xc != "miss" {
-		t.Fatalf("first ask on A: %q", xc)
-	}
-	testenv.Eventually(t, 3*time.Second, func() bool { return ask(b, "Which ocean is the largest?") == "hit-exact" },
-		"the answer cached through A is not an exact hit on B")
-	// Wait until B's vector index has A's entry (synced through a Redis
-	// Stream), then ask reworded.
-	testenv.Eventually(t, 10*time.Second, func() bool {
-		req, _ := http.NewRequest(http.MethodGet, b+"/admin/cache/stats", nil)
+	stats := func(base string) string {
+		req, _ := http.NewRequest(http.MethodGet, base+"/admin/cache/stats", nil)
 		req.Header.Set("Authorization", "Bearer "+testAdminToken)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			return false
+			return err.Error()
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
-		return strings.Contains(string(body), `"vector_entries":1`)
-	}, "A's vector never reached B's index; B's log:\n%s", logsB)
+		return string(body)
+	}
+	if xc := ask(a, "Which ocean is the largest?"); xc != "miss" {
+		t.Fatalf("first ask on A: %q", xc)
+	}
+	// A's write-back is asynchronous; A's own index has the vector once
+	// the write is in Redis. Asking B before that would be a miss that B
+	// writes back itself, and B's index would then hold two vectors.
+	testenv.Eventually(t, 10*time.Second, func() bool { return strings.Contains(stats(a), `"vector_entries":1`) },
+		"A's write-back did not finish: %s", lazyString(func() string { return stats(a) }))
+	if xc := ask(b, "Which ocean is the largest?"); xc != "hit-exact" {
+		t.Fatalf("the answer cached through A is %q on B, want hit-exact", xc)
+	}
+	// Wait until B's vector index has A's entry (synced through a Redis
+	// Stream), then ask reworded.
+	testenv.Eventually(t, 10*time.Second, func() bool { return strings.Contains(stats(b), `"vector_entries":1`) },
+		"A's vector never reached B's index; B's stats: %s; B's log:\n%s", lazyString(func() string { return stats(b) }), logsB)
 	received := node.Stats().Received
 	if xc := ask(b, "which ocean is the largest"); xc != "hit-semantic" {
 		t.Fatalf("reworded on B: %q", xc)
