@@ -173,6 +173,20 @@ func (g *flightGroup) peek(key string) *flight {
 	return g.m[key]
 }
 
+// finishedByEntry returns the answer of a finished flight whose answer
+// will be stored under entry id, or nil: the entry of an answer served
+// from a flight may not be stored yet.
+func (g *flightGroup) finishedByEntry(id string) *adapters.Answer {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, f := range g.m {
+		if f.entryID == id {
+			return f.finished()
+		}
+	}
+	return nil
+}
+
 // leave unregisters a finished flight.
 func (g *flightGroup) leave(f *flight) {
 	if !f.shared {

@@ -429,6 +429,14 @@ func (g *Gateway) serveReplayedRecord(ctx *fasthttp.RequestCtx, rec *respRecord,
 		e, _ = getter.GetByID(context.Background(), rec.entry)
 	}
 	if e == nil {
+		// Served from a flight whose write-back is still under way.
+		if a := g.flights.finishedByEntry(rec.entry); a != nil {
+			g.responseIDs.found.Inc()
+			ctx.Response.Header.SetCanonical(headerCacheEntry, []byte(rec.entry))
+			ctx.SetContentType("application/json")
+			ctx.SetBody(adapters.AppendCompletionJSON(nil, adapters.EndpointResponses, rec.id, rec.created, a))
+			return
+		}
 		g.responseIDs.gone.Inc()
 		g.writeError(ctx, errResponseNotFound(rec.id, "It was served from frontdoor's cache, and its entry has since left the cache."))
 		return

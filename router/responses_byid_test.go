@@ -1,12 +1,16 @@
 package router
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"frontdoor/cache"
 	sim "frontdoor/internal/gpusim"
 	"frontdoor/internal/testenv"
 )
@@ -286,4 +290,74 @@ func TestResponsesSharedAcrossReplicas(t *testing.T) {
 	if !strings.Contains(two.Logs.String(), "shared id records in Redis failed") {
 		t.Error("no WARN line for the failing Redis")
 	}
+}
+
+type lazyGet func() string
+
+func (f lazyGet) String() string { return f() }
+
+// heldStore holds its first Put before storing anything, until release is
+// closed: a write-back that has not landed.
+type heldStore struct {
+	cache.Store
+	once    sync.Once
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *heldStore) Put(ctx context.Context, e *cache.Entry, vec []float32, ttl time.Duration) error {
+	first := false
+	s.once.Do(func() { first = true; close(s.entered) })
+	if first {
+		<-s.release
+	}
+	return s.Store.Put(ctx, e, vec, ttl)
+}
+
+// GetByID passes through: GET /v1/responses/{id} needs it.
+func (s *heldStore) GetByID(ctx context.Context, id string) (*cache.Entry, error) {
+	return s.Store.(cache.EntryGetter).GetByID(ctx, id)
+}
+
+// TestResponsesByIDBeforeWriteBack: a response served from a finished
+// flight, whose entry is not stored yet, is found by GET at once, then
+// from its entry once stored.
+func TestResponsesByIDBeforeWriteBack(t *testing.T) {
+	cfg := testConfig(testenv.GPUSim(t, nil))
+	cfg.Cache.Backend = "memory"
+	store := &heldStore{Store: cache.NewMemoryStore(64<<20, cfg.Cache.Embedder.Dims), entered: make(chan struct{}), release: make(chan struct{})}
+	gw := startGatewayWith(t, cfg, Deps{Store: store})
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(store.release)
+		}
+	}
+	t.Cleanup(release) // before the gateway's shutdown
+	ask := func() (*http.Response, map[string]any) { return postResponses(t, gw, respBody("asked twice", "")) }
+	if r, _ := ask(); r.Header.Get("X-Cache") != "miss" {
+		t.Fatalf("first ask: %q", r.Header.Get("X-Cache"))
+	}
+	select {
+	case <-store.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the answer was never written back")
+	}
+	r, hit := ask()
+	if r.Header.Get("X-Cache") != "hit-exact" {
+		t.Fatalf("second ask, its write-back held: %q", r.Header.Get("X-Cache"))
+	}
+	id, _ := hit["id"].(string)
+	if resp, got := byID(t, "GET", gw.URL+"/v1/responses/"+id, ""); resp.StatusCode != 200 || !equalJSON(got, hit) {
+		t.Fatalf("GET before the write-back landed: %d %v, want %v", resp.StatusCode, got, hit)
+	}
+	release()
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		resp, got := byID(t, "GET", gw.URL+"/v1/responses/"+id, "")
+		return resp.StatusCode == 200 && equalJSON(got, hit) && resp.Header.Get("X-Cache-Entry") != ""
+	}, "GET after the write-back landed: %v", lazyGet(func() string {
+		resp, got := byID(t, "GET", gw.URL+"/v1/responses/"+id, "")
+		return fmt.Sprint(resp.StatusCode, resp.Header, got, " want ", hit)
+	}))
 }
