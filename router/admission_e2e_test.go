@@ -139,7 +139,9 @@ func bucketAdmits(sent []time.Time, rate, burst float64) int {
 // token bucket admits (510 when the sender keeps time) ± 3%, alone and
 // with two gateways sharing one Redis quota. The gateway decides somewhere
 // between a request's send and its answer, so the reference is the exact
-// bucket over either set of times: on a loaded machine they differ.
+// bucket over either set of times: on a loaded machine they differ. A
+// decision that fell back to the local share (Redis slower than its
+// timeout) widens the bound by one.
 func TestAdmissionRateAccuracy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("20 s of load")
@@ -159,13 +161,26 @@ func TestAdmissionRateAccuracy(t *testing.T) {
 			}
 			ok, rej, bad, sent, answered := driveRate(t, urls, "sk-rate", 2000, 5*time.Millisecond)
 			bySend, byAnswer := float64(bucketAdmits(sent, 50, 10)), float64(bucketAdmits(answered, 50, 10))
-			t.Logf("%s: admitted %d, rejected %d (an exact bucket over the send times: %.0f, over the answer times: %.0f)",
-				backend, ok, rej, bySend, byAnswer)
+			// A Redis call slower than its timeout (a loaded machine) is
+			// decided locally at the quota ÷ replicas, by design and
+			// counted: each such decision may admit one request more.
+			fallbacks := 0.0
+			for _, u := range urls {
+				resp, err := httpClient.Get(u + "/metrics")
+				if err != nil {
+					t.Fatal(err)
+				}
+				mb, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				fallbacks += metricValue(t, string(mb), "frontdoor_admission_fallback_total")
+			}
+			t.Logf("%s: admitted %d, rejected %d (an exact bucket over the send times: %.0f, over the answer times: %.0f); %.0f decisions fell back",
+				backend, ok, rej, bySend, byAnswer, fallbacks)
 			if bad != 0 {
 				t.Fatalf("%d requests failed or were rejected without a valid Retry-After", bad)
 			}
-			if lo, hi := min(bySend, byAnswer), max(bySend, byAnswer); float64(ok) < lo*0.97 || float64(ok) > hi*1.03 {
-				t.Fatalf("admitted %d, want %.0f to %.0f ± 3%%", ok, lo, hi)
+			if lo, hi := min(bySend, byAnswer), max(bySend, byAnswer); float64(ok) < lo*0.97-fallbacks || float64(ok) > hi*1.03+fallbacks {
+				t.Fatalf("admitted %d, want %.0f to %.0f ± 3%% (± %.0f decisions that fell back)", ok, lo, hi, fallbacks)
 			}
 		})
 	}
