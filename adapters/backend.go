@@ -349,7 +349,7 @@ func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamR
 	}
 	out.sse.Unread() // the first Next hands it out: its bytes are still held
 	if out.conn != nil {
-		out.conn.before = out.beforeRead
+		out.conn.stream = out
 	}
 	return out, nil
 }
@@ -395,12 +395,12 @@ func isTimeout(err error) bool {
 type trackedConn struct {
 	net.Conn
 	local  connAddr
-	before func() error // while a stream is read: its beforeRead
+	stream *UpstreamResponse // while a stream is read: its beforeRead runs before each read
 }
 
 func (c *trackedConn) Read(p []byte) (int, error) {
-	if c.before != nil {
-		if err := c.before(); err != nil {
+	if c.stream != nil {
+		if err := c.stream.beforeRead(); err != nil {
 			return 0, err
 		}
 	}

@@ -176,7 +176,7 @@ func (r *Request) UpstreamBody(model string) []byte {
 		return r.Body
 	}
 	if wantUsage && model == r.Model && !r.rewritten && r.root.Get("stream_options") == nil {
-		if b := appendMember(make([]byte, 0, len(r.Body)+len(includeUsageMember)), r.Body, includeUsageMember); b != nil {
+		if b := appendMember(make([]byte, 0, len(r.Body)+1+len(includeUsageMember)), r.Body, includeUsageMember); b != nil {
 			return b
 		}
 	}

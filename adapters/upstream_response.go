@@ -106,7 +106,7 @@ func (r *UpstreamResponse) Interrupt() {
 // the upstream sees the request end at once.
 func (r *UpstreamResponse) Close() {
 	if r.conn != nil {
-		r.conn.before = nil
+		r.conn.stream = nil
 	}
 	if r.sse != nil {
 		ReleaseSSEReader(r.sse)

@@ -39,6 +39,13 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.N
 	g.commitStream(ctx, x, node, resp)
 }
 
+// The headers of a relayed stream, canonical already.
+var (
+	headerCacheControl   = []byte(fasthttp.HeaderCacheControl)
+	headerAccelBuffering = []byte("X-Accel-Buffering")
+	noCache, no          = []byte("no-cache"), []byte("no")
+)
+
 // commitStream relays a streamed answer: the handler returns and the pump
 // runs in fasthttp's body writer; the stream's end settles and stores.
 func (g *Gateway) commitStream(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.Node, resp *adapters.UpstreamResponse) {
@@ -53,8 +60,8 @@ func (g *Gateway) commitStream(ctx *fasthttp.RequestCtx, x *exchange, node *bala
 	}
 	ctx.SetStatusCode(resp.Status)
 	ctx.SetContentType("text/event-stream")
-	h.Set(fasthttp.HeaderCacheControl, "no-cache")
-	h.Set("X-Accel-Buffering", "no")
+	h.SetCanonical(headerCacheControl, noCache)
+	h.SetCanonical(headerAccelBuffering, no)
 	var asm *adapters.Assembler // the whole answer, for the cache
 	if f != nil {
 		f.streaming, f.status = true, resp.Status
