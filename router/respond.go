@@ -77,6 +77,9 @@ func (g *Gateway) commitStream(ctx *fasthttp.RequestCtx, x *exchange, node *bala
 	g.live.add(resp)
 	g.metrics.streams.Add(1)
 	setStreamBody(ctx, func(w flushWriter) {
+		// The handler and finish are done with the route to the node: an
+		// open stream need not hold it.
+		x.upstreamReq, x.tries, x.prefix, x.hints = adapters.UpstreamRequest{}, attempts{}, nil, balancer.Hints{}
 		r := pumped{broken: true, cut: notStoredCut} // until the pump returns (it may panic)
 		defer func() {
 			if r := recover(); r != nil {
