@@ -325,23 +325,30 @@ func IsUsageOnly(data []byte) bool {
 	if i < 0 {
 		return false
 	}
-	rest := bytes.TrimLeft(data[i+len(choicesKey):], jsonSpace)
-	if len(rest) == 0 || rest[0] != '[' {
+	j := skipJSONSpace(data, i+len(choicesKey))
+	if j == len(data) || data[j] != '[' {
 		return false
 	}
-	rest = bytes.TrimLeft(rest[1:], jsonSpace)
-	if len(rest) == 0 || rest[0] != ']' {
+	j = skipJSONSpace(data, j+1)
+	if j == len(data) || data[j] != ']' {
 		return false
 	}
 	return bytes.Contains(data, usageKey)
+}
+
+// skipJSONSpace is the index of the first byte of b from i on that is not
+// JSON whitespace, or len(b).
+func skipJSONSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	return i
 }
 
 var (
 	choicesKey = []byte(`"choices":`)
 	usageKey   = []byte(`"usage":`)
 )
-
-const jsonSpace = " \t\r\n"
 
 // AppendCompletionJSON renders a as a non-streaming answer: chat.completion
 // for chat, text_completion for completions.

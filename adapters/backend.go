@@ -331,7 +331,7 @@ func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamR
 	// Engines send stream headers before the first token, so the first-byte
 	// timeout covers the first event too; until it has arrived nothing has
 	// reached the client and the request may still go to another node.
-	out.sse = NewSSEReader(stream)
+	out.sse, out.stream = AcquireSSEReader(stream), true
 	firstBy, firstIsTotal := start.Add(b.cfg.FirstByte), false
 	if !firstBy.Before(total) {
 		firstBy, firstIsTotal = total, true
@@ -339,7 +339,7 @@ func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamR
 	if out.conn != nil {
 		_ = out.conn.Conn.SetReadDeadline(firstBy)
 	}
-	ev, err := out.sse.Next()
+	_, err := out.sse.Next()
 	if err != nil {
 		out.Close()
 		if errors.Is(err, io.EOF) {
@@ -347,9 +347,9 @@ func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamR
 		}
 		return nil, b.classify(err, firstIsTotal)
 	}
-	out.first = ev.Clone()
+	out.sse.Unread() // the first Next hands it out: its bytes are still held
 	if out.conn != nil {
-		out.conn.before = out.beforeRead
+		out.conn.stream = out
 	}
 	return out, nil
 }
@@ -395,12 +395,12 @@ func isTimeout(err error) bool {
 type trackedConn struct {
 	net.Conn
 	local  connAddr
-	before func() error // while a stream is read: its beforeRead
+	stream *UpstreamResponse // while a stream is read: its beforeRead runs before each read
 }
 
 func (c *trackedConn) Read(p []byte) (int, error) {
-	if c.before != nil {
-		if err := c.before(); err != nil {
+	if c.stream != nil {
+		if err := c.stream.beforeRead(); err != nil {
 			return 0, err
 		}
 	}

@@ -1,6 +1,7 @@
 package adapters
 
 import (
+	"bytes"
 	"hash/fnv"
 
 	"github.com/valyala/fastjson"
@@ -174,6 +175,11 @@ func (r *Request) UpstreamBody(model string) []byte {
 	if !wantUsage && model == r.Model && !r.rewritten {
 		return r.Body
 	}
+	if wantUsage && model == r.Model && !r.rewritten && r.root.Get("stream_options") == nil {
+		if b := appendMember(make([]byte, 0, len(r.Body)+1+len(includeUsageMember)), r.Body, includeUsageMember); b != nil {
+			return b
+		}
+	}
 	var arena fastjson.Arena
 	if model != r.Model {
 		r.root.Set("model", arena.NewString(model))
@@ -187,4 +193,27 @@ func (r *Request) UpstreamBody(model string) []byte {
 		so.Set("include_usage", arena.NewTrue())
 	}
 	return AppendJSONValue(nil, r.root)
+}
+
+// includeUsageMember asks a node for the usage chunk of a stream.
+const includeUsageMember = `"stream_options":{"include_usage":true}`
+
+// appendMember appends to dst the JSON object obj with member added last:
+// the client's bytes as they came, the member spliced in before the
+// closing brace, so that asking for the usage chunk needs no re-encoding.
+// obj must be a valid JSON object without that member's key; nil when it
+// has no member to follow.
+func appendMember(dst, obj []byte, member string) []byte {
+	end := bytes.LastIndexByte(obj, '}')
+	if end < 0 {
+		return nil
+	}
+	body := bytes.TrimRight(obj[:end], " \t\r\n")
+	if len(body) == 0 || body[len(body)-1] == '{' {
+		return nil // an empty object: no comma
+	}
+	dst = append(dst, body...)
+	dst = append(dst, ',')
+	dst = append(dst, member...)
+	return append(dst, obj[end:]...)
 }

@@ -302,3 +302,60 @@ func BenchmarkAppendJSONValue(b *testing.B) {
 		})
 	}
 }
+
+// TestUpstreamBodyAsksForUsage: a stream that did not ask for the usage
+// chunk asks for it upstream, with the client's bytes kept as they came
+// when only that changes, and the same JSON as re-encoding gives.
+func TestUpstreamBodyAsksForUsage(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{`{"model":"m","prompt":"hi","stream":true}`,
+			`{"model":"m","prompt":"hi","stream":true,"stream_options":{"include_usage":true}}`},
+		{"{ \"model\" : \"m\",\n \"stream\": true, \"prompt\": \"}\\u00e9\" }\n\t",
+			"{ \"model\" : \"m\",\n \"stream\": true, \"prompt\": \"}\\u00e9\"," + `"stream_options":{"include_usage":true}` + "}\n\t"},
+		{`{"model":"m","stream":true,"prompt":"x","stream_options":{}}`, ""},
+		{`{"model":"m","stream":true,"prompt":"x","stream_options":null}`, ""},
+		{`{"model":"m","stream":true,"prompt":"x","stream_options":{"include_usage":false}}`, ""},
+	} {
+		r, apiErr := ParseRequest(EndpointCompletion, []byte(tc.body))
+		if apiErr != nil {
+			t.Fatalf("%s: %v", tc.body, apiErr)
+		}
+		got := r.UpstreamBody("m")
+		if tc.want != "" && string(got) != tc.want {
+			t.Errorf("%s:\n got %s\nwant %s", tc.body, got, tc.want)
+		}
+		if !fastjson.GetBool(got, "stream_options", "include_usage") || fastjson.GetString(got, "prompt") != fastjson.GetString([]byte(tc.body), "prompt") {
+			t.Errorf("%s: upstream body %s does not ask for usage", tc.body, got)
+		}
+		if err := fastjson.ValidateBytes(got); err != nil {
+			t.Errorf("%s: %s is not JSON: %v", tc.body, got, err)
+		}
+		r.Release()
+	}
+}
+
+// FuzzAppendMember: splicing a member into any JSON object gives the
+// object with that member added, or nil for an empty one.
+func FuzzAppendMember(f *testing.F) {
+	for _, s := range []string{`{"a":1}`, `{}`, " { \"a\" : [ \"}\" ] }\n", `{"a":{"b":{}}}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, obj string) {
+		v, err := fastjson.Parse(obj)
+		if err != nil || v.Type() != fastjson.TypeObject || v.Exists("stream_options") {
+			return
+		}
+		got := appendMember(nil, []byte(obj), includeUsageMember)
+		n := v.GetObject().Len()
+		if n == 0 {
+			if got != nil {
+				t.Fatalf("%q: an empty object got %q", obj, got)
+			}
+			return
+		}
+		w, err := fastjson.ParseBytes(got)
+		if err != nil || w.Type() != fastjson.TypeObject || w.GetObject().Len() != n+1 || !w.GetBool("stream_options", "include_usage") {
+			t.Fatalf("%q: got %q (%v)", obj, got, err)
+		}
+	})
+}

@@ -1,11 +1,11 @@
 package adapters
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // SSE framing bytes.
@@ -37,103 +37,287 @@ func (e *SSEEvent) Clone() *SSEEvent {
 // IsDone reports whether the event is OpenAI's "data: [DONE]" terminator.
 func (e *SSEEvent) IsDone() bool { return bytes.Equal(e.Data, sseDone) }
 
-// SSEReader splits a text/event-stream into events.
+// SSEReader splits a text/event-stream into events. Events are handed out
+// as slices of the reader's buffer, without a copy: Raw is the event's
+// bytes as received, Data the value of its one data line (joined into a
+// reused buffer only when it has several), Name the value of its event
+// line. The bytes are consumed by the next call to Next, so they stay
+// valid until then.
+//
+// The buffer is taken from a pool when bytes arrive and given back once
+// they are all consumed: a stream waiting for its next event holds none
+// (it waits in a one-byte read). An event longer than the pooled buffer is
+// read into a larger one, up to 4 MiB.
 type SSEReader struct {
-	br   *bufio.Reader
-	long []byte // a line longer than br's buffer, gathered
-	raw  []byte
-	data []byte
-	name []byte
+	src     io.Reader
+	small   *[]byte // the pooled buffer held, if any
+	buf     []byte  // the buffer in use: *small, big, or nil
+	big     []byte  // a buffer grown for a long event, kept for the next
+	r, w    int     // buf[r:w] is read and not yet consumed
+	pending int     // bytes of the last event, consumed by the next Next
+	scanned int     // buf[r:r+scanned] holds no event's end
+	field   bool    // a field line lies in buf[r:r+scanned]
+	err     error   // the read error, once buf holds no event
+	again   bool    // Next hands out last again (Unread)
+	last    SSEEvent
+	data    []byte // several data lines, joined
+	one     [1]byte
 }
 
-// sseBufSize is the reader's buffer. Events are a few hundred bytes and
-// r (an upstream body) is buffered already; longer lines are gathered.
+// sseBufSize is the pooled buffer. Events are a few hundred bytes and the
+// source (an upstream body) is buffered already.
 const sseBufSize = 2 << 10
 
+// sseBufs holds the buffers of readers between their reads.
+var sseBufs = sync.Pool{New: func() any { b := make([]byte, sseBufSize); return &b }}
+
 // NewSSEReader reads events from r.
-func NewSSEReader(r io.Reader) *SSEReader {
-	return &SSEReader{br: bufio.NewReaderSize(r, sseBufSize)}
+func NewSSEReader(r io.Reader) *SSEReader { return &SSEReader{src: r} }
+
+var sseReaders = sync.Pool{New: func() any { return new(SSEReader) }}
+
+// AcquireSSEReader is NewSSEReader from a pool; ReleaseSSEReader gives it
+// back once its events are no longer used.
+func AcquireSSEReader(r io.Reader) *SSEReader {
+	s := sseReaders.Get().(*SSEReader)
+	s.Reset(r)
+	return s
 }
 
+// ReleaseSSEReader returns s to the pool of AcquireSSEReader. Neither s
+// nor any event it returned may be used after.
+func ReleaseSSEReader(s *SSEReader) {
+	s.Reset(nil)
+	sseReaders.Put(s)
+}
+
+// maxKept bounds the grown buffers a reader keeps for its next long event.
+const maxKept = 64 << 10
+
 // Reset reuses the reader for r.
-func (s *SSEReader) Reset(r io.Reader) { s.br.Reset(r) }
+func (s *SSEReader) Reset(r io.Reader) {
+	s.putSmall()
+	if cap(s.big) > maxKept {
+		s.big = nil
+	}
+	if cap(s.data) > maxKept {
+		s.data = nil
+	}
+	s.src, s.buf, s.r, s.w, s.pending, s.scanned, s.field = r, nil, 0, 0, 0, 0, false
+	s.err, s.again, s.last = nil, false, SSEEvent{}
+}
+
+func (s *SSEReader) putSmall() {
+	if s.small != nil {
+		sseBufs.Put(s.small)
+		s.small = nil
+	}
+}
 
 // Buffered reports whether more bytes are already buffered, so the caller can
 // hold a flush until the buffer runs dry.
-func (s *SSEReader) Buffered() bool { return s.br.Buffered() > 0 }
+func (s *SSEReader) Buffered() bool { return s.again || s.w-s.r > s.pending }
+
+// Unread makes the next call to Next return the event the last one
+// returned, whose bytes are still held.
+func (s *SSEReader) Unread() { s.again = true }
 
 // Next returns the next event. A stream that ends without a blank line after
 // its last event still yields that event; then io.EOF follows.
 func (s *SSEReader) Next() (SSEEvent, error) {
-	s.raw, s.data, s.name = s.raw[:0], s.data[:0], s.name[:0]
-	hasField := false
+	if s.again {
+		s.again = false
+		return s.last, nil
+	}
+	s.consume()
 	for {
-		line, err := s.br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			// A long line: gather it whole.
-			full := append(s.long[:0], line...)
-			for errors.Is(err, bufio.ErrBufferFull) {
-				line, err = s.br.ReadSlice('\n')
-				full = append(full, line...)
-				if len(full) > maxSSEEvent {
-					return SSEEvent{}, ErrSSEEventTooLarge
+		b := s.buf[s.r:s.w]
+		if end := s.eventEnd(b); end >= 0 {
+			return s.hand(b[:end], false), nil
+		}
+		if s.err != nil {
+			if errors.Is(s.err, io.EOF) {
+				if ev, n, ok := s.scan(b, true); ok {
+					s.pending, s.last = n, ev
+					return ev, nil
 				}
 			}
-			s.long = full
-			line = full
+			return SSEEvent{}, s.err
 		}
-		if len(line) > 0 {
-			s.raw = append(s.raw, line...)
-			if len(s.raw) > maxSSEEvent {
-				return SSEEvent{}, ErrSSEEventTooLarge
-			}
-			content := bytes.TrimRight(line, "\r\n")
-			if len(content) == 0 {
-				if hasField {
-					return s.event(), nil
-				}
-				s.raw = s.raw[:0] // stray blank line
-				continue
-			}
-			if s.field(content) {
-				hasField = true
-			}
-		}
-		if err != nil {
-			if hasField && errors.Is(err, io.EOF) {
-				return s.event(), nil
-			}
+		if err := s.fill(); err != nil {
 			return SSEEvent{}, err
 		}
 	}
 }
 
-func (s *SSEReader) event() SSEEvent {
-	return SSEEvent{Raw: s.raw, Data: s.data, Name: s.name}
+// hand returns the event that b (up to its end) holds.
+func (s *SSEReader) hand(b []byte, atEOF bool) SSEEvent {
+	ev, n, _ := s.scan(b, atEOF)
+	s.pending, s.last = n, ev
+	return ev
 }
 
-// field records one line and reports whether it was a field, not a comment.
-func (s *SSEReader) field(line []byte) bool {
-	if line[0] == ':' {
-		return false
+// consume drops the last event's bytes, and gives the buffer back once it
+// holds nothing more.
+func (s *SSEReader) consume() {
+	s.r += s.pending
+	s.pending, s.scanned, s.field = 0, 0, false
+	if s.r == s.w {
+		s.putSmall()
+		s.buf, s.r, s.w = nil, 0, 0
 	}
-	name, value := line, []byte(nil)
+}
+
+// eventEnd is how many bytes of b, which starts at an event's boundary,
+// the first whole event takes (with what comes before it: blank lines,
+// comments), or -1. It goes on from where the last call stopped.
+func (s *SSEReader) eventEnd(b []byte) int {
+	for {
+		i := bytes.IndexByte(b[s.scanned:], '\n')
+		if i < 0 {
+			return -1
+		}
+		line, next := b[s.scanned:s.scanned+i], s.scanned+i+1
+		line = bytes.TrimRight(line, "\r\n")
+		switch {
+		case len(line) > 0:
+			s.field = s.field || line[0] != ':'
+		case s.field:
+			return next
+		}
+		s.scanned = next
+	}
+}
+
+// fill reads more of the stream. With nothing buffered it waits in a
+// one-byte read, holding no buffer.
+func (s *SSEReader) fill() error {
+	if s.r == s.w {
+		n, err := s.readEmpty(s.one[:])
+		if n == 1 {
+			s.small = sseBufs.Get().(*[]byte)
+			s.buf, s.r, s.w = *s.small, 0, 1
+			s.buf[0] = s.one[0]
+		}
+		s.err = err
+		return nil
+	}
+	if s.w == len(s.buf) {
+		if err := s.makeRoom(); err != nil {
+			return err
+		}
+	}
+	n, err := s.readEmpty(s.buf[s.w:])
+	s.w += n
+	s.err = err
+	return nil
+}
+
+// makeRoom slides the unconsumed bytes to the front of the buffer, or
+// moves them to a larger one when they fill it.
+func (s *SSEReader) makeRoom() error {
+	if s.r > 0 {
+		copy(s.buf, s.buf[s.r:s.w])
+		s.w -= s.r
+		s.r = 0
+		return nil
+	}
+	if len(s.buf) >= maxSSEEvent {
+		return ErrSSEEventTooLarge
+	}
+	size := min(2*len(s.buf), maxSSEEvent)
+	if cap(s.big) < size {
+		s.big = make([]byte, size)
+	}
+	big := s.big[:size]
+	copy(big, s.buf[:s.w])
+	s.putSmall()
+	s.buf = big
+	return nil
+}
+
+// readEmpty reads into p, retrying a read that returns nothing and no
+// error, as bufio does.
+func (s *SSEReader) readEmpty(p []byte) (int, error) {
+	for range 100 {
+		n, err := s.src.Read(p)
+		if n > 0 || err != nil {
+			return n, err
+		}
+	}
+	return 0, io.ErrNoProgress
+}
+
+// scan parses the event at the start of buf: its lines up to and
+// including the blank line that ends it, or at the end of the stream
+// (atEOF) up to the end of buf. It skips what no event holds (blank lines,
+// comments before a blank line). n is how many bytes of buf the event and
+// what it skipped take.
+func (s *SSEReader) scan(buf []byte, atEOF bool) (ev SSEEvent, n int, ok bool) {
+	start, pos := 0, 0
+	hasField, datas := false, 0
+	var data, name []byte
+	for pos < len(buf) {
+		end := len(buf)
+		next := end
+		if i := bytes.IndexByte(buf[pos:], '\n'); i >= 0 {
+			end, next = pos+i, pos+i+1
+		} else if !atEOF {
+			return ev, 0, false // the line is not whole yet
+		}
+		content := bytes.TrimRight(buf[pos:end], "\r\n")
+		if len(content) == 0 {
+			if hasField {
+				return s.event(buf[start:next], data, name, datas), next, true
+			}
+			start = next // stray blank line, and the comments before it
+		} else if content[0] != ':' {
+			hasField = true
+			f, value := sseField(content)
+			switch string(f) {
+			case "data":
+				switch datas++; datas {
+				case 1:
+					data = value
+				case 2:
+					s.data = append(s.data[:0], data...)
+					fallthrough
+				default:
+					if len(s.data) > 0 {
+						s.data = append(s.data, '\n')
+					}
+					s.data = append(s.data, value...)
+				}
+			case "event":
+				name = value
+			}
+		}
+		pos = next
+	}
+	if atEOF && hasField {
+		return s.event(buf[start:], data, name, datas), len(buf), true
+	}
+	return ev, 0, false
+}
+
+func (s *SSEReader) event(raw, data, name []byte, datas int) SSEEvent {
+	if datas > 1 {
+		data = s.data
+	}
+	return SSEEvent{Raw: raw, Data: data, Name: name}
+}
+
+// sseField splits a field line into its name and value (one leading space
+// of the value dropped).
+func sseField(line []byte) (name, value []byte) {
+	name = line
 	if i := bytes.IndexByte(line, ':'); i >= 0 {
 		name, value = line[:i], line[i+1:]
 		if len(value) > 0 && value[0] == ' ' {
 			value = value[1:]
 		}
 	}
-	switch string(name) {
-	case "data":
-		if len(s.data) > 0 {
-			s.data = append(s.data, '\n')
-		}
-		s.data = append(s.data, value...)
-	case "event":
-		s.name = append(s.name[:0], value...)
-	}
-	return true
+	return name, value
 }
 
 // AppendSSEData appends one "data: <payload>\n\n" event to dst. The payload

@@ -26,8 +26,8 @@ type UpstreamResponse struct {
 
 	resp     *fasthttp.Response
 	conn     *trackedConn
-	sse      *SSEReader
-	first    *SSEEvent    // read before Send returned; handed out by the first Next
+	sse      *SSEReader   // pooled; nil once closed
+	stream   bool         // the body is an event stream, read with Next
 	onRead   func() error // see OnRead
 	idle     time.Duration
 	total    time.Duration // the whole exchange's allowance, for messages
@@ -36,7 +36,7 @@ type UpstreamResponse struct {
 }
 
 // Streaming reports whether the body is read with Next.
-func (r *UpstreamResponse) Streaming() bool { return r.sse != nil }
+func (r *UpstreamResponse) Streaming() bool { return r.stream }
 
 // Next returns the next SSE event of a streaming answer. Each read waits at
 // most the idle timeout (and never past the total deadline).
@@ -44,18 +44,13 @@ func (r *UpstreamResponse) Next() (SSEEvent, error) {
 	if r.sse == nil {
 		return SSEEvent{}, io.EOF
 	}
-	if r.first != nil {
-		ev := *r.first
-		r.first = nil
-		return r.rename(ev), nil
-	}
 	if r.conn == nil && r.onRead != nil && !r.sse.Buffered() {
 		if err := r.onRead(); err != nil {
 			return SSEEvent{}, err
 		}
 	}
 	ev, err := r.sse.Next()
-	if err != nil && isTimeout(err) {
+	if err != nil && err != io.EOF && isTimeout(err) {
 		if r.atTotal {
 			return ev, fmt.Errorf("upstream stream cut: %w (%s)", ErrTotalTimeout, r.total)
 		}
@@ -111,7 +106,11 @@ func (r *UpstreamResponse) Interrupt() {
 // the upstream sees the request end at once.
 func (r *UpstreamResponse) Close() {
 	if r.conn != nil {
-		r.conn.before = nil
+		r.conn.stream = nil
+	}
+	if r.sse != nil {
+		ReleaseSSEReader(r.sse)
+		r.sse = nil
 	}
 	if r.resp != nil {
 		_ = r.resp.CloseBodyStream()

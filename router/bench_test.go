@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -97,4 +98,30 @@ func benchHandlerPassThrough(b *testing.B, accessLog bool) {
 			b.Fatalf("status %d: %s", ctx.Response.StatusCode(), ctx.Response.Body())
 		}
 	}
+}
+
+// BenchmarkStreamPassThrough is a streamed request (16 tokens) through the
+// gateway to an in-process gpusim with zero TTFT and ITL, read to [DONE].
+func BenchmarkStreamPassThrough(b *testing.B) {
+	gw, _ := simAndGateway(b, 1, nil)
+	url := gw.URL + "/v1/chat/completions"
+	body := []byte(chatBody("What is the capital of France? Answer in one word.", `"stream":true,"temperature":0.7,"max_tokens":16`))
+	client := &fasthttp.Client{MaxConnsPerHost: 256}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		for pb.Next() {
+			req.SetRequestURI(url)
+			req.Header.SetMethod("POST")
+			req.Header.SetContentType("application/json")
+			req.SetBodyRaw(body)
+			if err := client.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+				b.Fatalf("%v %d", err, resp.StatusCode())
+			}
+			if !bytes.HasSuffix(resp.Body(), []byte("data: [DONE]\n\n")) {
+				b.Fatalf("stream not whole: %q", resp.Body())
+			}
+		}
+	})
 }

@@ -39,6 +39,13 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.N
 	g.commitStream(ctx, x, node, resp)
 }
 
+// The headers of a relayed stream, canonical already.
+var (
+	headerCacheControl   = []byte(fasthttp.HeaderCacheControl)
+	headerAccelBuffering = []byte("X-Accel-Buffering")
+	noCache, no          = []byte("no-cache"), []byte("no")
+)
+
 // commitStream relays a streamed answer: the handler returns and the pump
 // runs in fasthttp's body writer; the stream's end settles and stores.
 func (g *Gateway) commitStream(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.Node, resp *adapters.UpstreamResponse) {
@@ -53,8 +60,8 @@ func (g *Gateway) commitStream(ctx *fasthttp.RequestCtx, x *exchange, node *bala
 	}
 	ctx.SetStatusCode(resp.Status)
 	ctx.SetContentType("text/event-stream")
-	h.Set(fasthttp.HeaderCacheControl, "no-cache")
-	h.Set("X-Accel-Buffering", "no")
+	h.SetCanonical(headerCacheControl, noCache)
+	h.SetCanonical(headerAccelBuffering, no)
 	var asm *adapters.Assembler // the whole answer, for the cache
 	if f != nil {
 		f.streaming, f.status = true, resp.Status
@@ -70,6 +77,9 @@ func (g *Gateway) commitStream(ctx *fasthttp.RequestCtx, x *exchange, node *bala
 	g.live.add(resp)
 	g.metrics.streams.Add(1)
 	setStreamBody(ctx, func(w flushWriter) {
+		// The handler and finish are done with the route to the node: an
+		// open stream need not hold it.
+		x.upstreamReq, x.tries, x.prefix, x.hints = adapters.UpstreamRequest{}, attempts{}, nil, balancer.Hints{}
 		r := pumped{broken: true, cut: notStoredCut} // until the pump returns (it may panic)
 		defer func() {
 			if r := recover(); r != nil {

@@ -17,6 +17,10 @@ import (
 	"frontdoor/bench/internal/load"
 )
 
+// adminToken lets -profile fetch frontdoor's profiles (/debug/pprof/
+// wants the admin token).
+const adminToken = "bench-streams-profile-token"
+
 // target is one process to measure and how to reach it.
 type target struct {
 	name   string
@@ -82,7 +86,7 @@ func setup(o opts, bin string, maxConns int, simArgs ...string) (*env, []target,
 		base, p, err := e.procs.StartFrontdoor(load.Frontdoor{Dir: bin, Name: strings.NewReplacer(",", "", " ", "-", ":", "").Replace(fd.name),
 			Config: fmt.Sprintf("logging: {level: info}\n%snodes:\n  - {name: sim, url: http://%s, models: [qwen3-8b], max_concurrency: %d}\n",
 				fd.cache, simAddr, maxConns),
-			Bin: fd.bin, Env: append(strings.Fields(o.fdEnv), strings.Fields(fd.env)...)})
+			Bin: fd.bin, Env: append([]string{"FRONTDOOR_ADMIN_TOKEN=" + adminToken}, append(strings.Fields(o.fdEnv), strings.Fields(fd.env)...)...)})
 		if err != nil {
 			return e, nil, err
 		}

@@ -251,7 +251,12 @@ func profiler(dir string, t target, n int, d time.Duration) func() {
 		_ = os.MkdirAll(dir, 0o700)
 		secs := max(1, int(d.Seconds())-2)
 		get := func(path, file string) {
-			resp, err := http.Get(t.admin + path)
+			req, err := http.NewRequest(http.MethodGet, t.admin+path, nil)
+			if err != nil {
+				return
+			}
+			req.Header.Set("Authorization", "Bearer "+adminToken)
+			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				return
 			}
