@@ -1,7 +1,6 @@
 package cache
 
 import (
-	"math"
 	"slices"
 	"sync"
 
@@ -33,7 +32,8 @@ import (
 type ivf struct {
 	dims, words int
 	listSize    int // a list past this splits
-	rot         rotation
+	rot         *rotation
+	layout      uint64 // counts changes to the lists' numbering: added, dropped, moved
 
 	codes  rows[int8]   // dims a slot
 	bin    rows[uint64] // words a slot: the binary code
@@ -64,7 +64,7 @@ func newIVF(dims, listSize int) *ivf {
 	for padded < dims {
 		padded *= 2
 	}
-	return &ivf{dims: dims, words: padded / 64, listSize: listSize, rot: newRotation(padded), buf: make([]float32, padded)}
+	return &ivf{dims: dims, words: padded / 64, listSize: listSize, rot: sharedRotation(padded), buf: make([]float32, padded)}
 }
 
 // grow appends a free slot and returns it.
@@ -77,16 +77,23 @@ func (x *ivf) grow() int32 {
 	return s
 }
 
-// insert stores vec (L2-normalised, len dims) in the free slot s.
-func (x *ivf) insert(s int32, vec []float32) {
-	x.quantize(s, vec)
+// insert stores q's vector (L2-normalised, len dims) in the free slot s.
+// Its codes come from q, computed before the index was locked, and its list
+// is the nearest of those q's last search ranked nearest, re-measured now,
+// while no list has been added or dropped since (else all are ranked).
+func (x *ivf) insert(s int32, q *VecQuery) {
+	vec := q.vec
+	q8, scale := q.int8Codes()
+	copy(x.codes.row(s, x.dims), q8)
+	x.scales[s] = scale
 	code := x.bin.row(s, x.words)
-	x.rot.code(code, vec, x.buf)
-	li := x.nearestList(vec)
+	copy(code, q.codeOf(x.words))
+	li := x.nearestOf(q)
 	if li < 0 {
 		x.cents = append(x.cents, make([]float32, x.dims)...)
 		x.lists = append(x.lists, &ivfList{sum: make([]float32, x.dims), splitAt: x.listSize})
 		li = len(x.lists) - 1
+		x.layout++
 	}
 	l := x.lists[li]
 	x.loc[s] = ivfLoc{int32(li), int32(len(l.slots))}
@@ -97,24 +104,6 @@ func (x *ivf) insert(s int32, vec []float32) {
 	if len(l.slots) > l.splitAt {
 		x.split(li)
 	}
-}
-
-func (x *ivf) quantize(s int32, vec []float32) {
-	var maxAbs float32
-	for _, v := range vec {
-		maxAbs = max(maxAbs, abs32(v))
-	}
-	scale := maxAbs / 127
-	codes := x.codes.row(s, x.dims)
-	if scale == 0 {
-		clear(codes)
-	} else {
-		inv := 1 / scale
-		for i, v := range vec {
-			codes[i] = int8(math.Round(float64(v * inv)))
-		}
-	}
-	x.scales[s] = scale
 }
 
 // remove takes slot s out of its list; s becomes free.
@@ -167,6 +156,7 @@ func normalize(dst, v []float32) {
 
 // dropList removes the empty list li; the last list takes its place.
 func (x *ivf) dropList(li int) {
+	x.layout++
 	d := x.dims
 	end := len(x.lists) - 1
 	if li != end {
@@ -178,6 +168,42 @@ func (x *ivf) dropList(li int) {
 	}
 	x.lists[end] = nil
 	x.lists, x.cents = x.lists[:end], x.cents[:end*d]
+}
+
+// nearestOf is the list whose centroid is nearest q's vector (-1: none):
+// among the lists q holds a valid ranking of, else among all.
+func (x *ivf) nearestOf(q *VecQuery) int {
+	if !q.ranked(x) {
+		return x.nearestList(q.vec)
+	}
+	best, bestSim := -1, float32(-2)
+	for _, i := range q.rank.lists {
+		if sim := vek32.Dot(q.vec, x.cent(int(i))); sim > bestSim || sim == bestSim && int(i) < best {
+			best, bestSim = int(i), sim
+		}
+	}
+	return best
+}
+
+// rank keeps in q the n lists nearest q's vector, for its insert.
+func (x *ivf) rank(q *VecQuery, n int) {
+	var h minHeap
+	x.rankLists(q.vec, n, &h)
+	q.setRank(x, h)
+}
+
+// rankLists sets h to the n lists whose centroids are nearest vec, by
+// similarity x 2^20, the least similar on top.
+func (x *ivf) rankLists(vec []float32, n int, h *minHeap) {
+	*h = (*h)[:0]
+	for i := range x.lists {
+		sim := int(vek32.Dot(vec, x.cent(i)) * (1 << 20))
+		if len(*h) < n {
+			h.push(cand{sim, int32(i)})
+		} else if sim > (*h)[0].d {
+			h.replaceTop(cand{sim, int32(i)})
+		}
+	}
 }
 
 // nearestList is the list whose centroid is nearest vec (-1: none).
@@ -280,6 +306,7 @@ func (x *ivf) split(li int) {
 	l.sum, l.splitAt = sa, x.listSize
 	x.cents = append(x.cents, make([]float32, d)...)
 	x.lists = append(x.lists, nl)
+	x.layout++
 	x.center(li)
 	x.center(int(nli))
 	x.reassign(li, int(nli))

@@ -3,14 +3,10 @@ package cache
 import (
 	"math"
 	"math/bits"
-
-	"github.com/viterin/vek/vek32"
 )
 
 // ivfScratch is one search's working memory, pooled.
 type ivfScratch struct {
-	buf   []float32
-	q     []uint64
 	lists minHeap // the probes nearest lists by similarity (x 2^20), the least similar on top
 	dist  []uint8 // prefix distances of the scanned members, in scan order
 	pre   []cand  // the best candidates by their codes' first bits
@@ -25,25 +21,15 @@ const (
 	preFactor = 4
 )
 
-// search appends to sc.out up to n slots that keep accepts, of Hamming
-// distance at most maxD to vec's code, nearest first, from the probes lists
-// nearest vec. minSim bounds the distances as maxD does.
-func (x *ivf) search(vec []float32, probes, n int, minSim float32, sc *ivfScratch, keep func(int32) bool) []cand {
-	if len(sc.buf) != len(x.buf) {
-		sc.buf, sc.q = make([]float32, len(x.buf)), make([]uint64, x.words)
-	}
-	q := sc.q
-	x.rot.code(q, vec, sc.buf)
-	sc.lists, sc.dist, sc.pre, sc.found.h, sc.out = sc.lists[:0], sc.dist[:0], sc.pre[:0], sc.found.h[:0], sc.out[:0]
-	for i := range x.lists {
-		sim := int(vek32.Dot(vec, x.cent(i)) * (1 << 20))
-		if len(sc.lists) < probes {
-			sc.lists.push(cand{sim, int32(i)})
-		} else if sim > sc.lists[0].d {
-			sc.lists.pop()
-			sc.lists.push(cand{sim, int32(i)})
-		}
-	}
+// search appends to sc.out up to n slots that keep accepts, nearest first
+// by Hamming distance to the query's code, from the probes lists nearest
+// the query: those that could still have cosine minSim with it (see
+// hammingBound). It leaves the lists it ranked in the query, for its insert.
+func (x *ivf) search(vq *VecQuery, probes, n int, minSim float32, sc *ivfScratch, keep func(int32) bool) []cand {
+	q := vq.codeOf(x.words)
+	sc.dist, sc.pre, sc.found.h, sc.out = sc.dist[:0], sc.pre[:0], sc.found.h[:0], sc.out[:0]
+	x.rankLists(vq.vec, probes, &sc.lists)
+	vq.setRank(x, sc.lists)
 	// Two passes instead of a heap: the prefix distances and their
 	// histogram, then the members at or under the distance that admits
 	// n*preFactor of them.
