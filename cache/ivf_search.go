@@ -3,6 +3,7 @@ package cache
 import (
 	"math"
 	"math/bits"
+	"slices"
 )
 
 // ivfScratch is one search's working memory, pooled.
@@ -33,7 +34,7 @@ func (x *ivf) search(vq *VecQuery, probes, n int, minSim float32, sc *ivfScratch
 	// Two passes instead of a heap: the prefix distances and their
 	// histogram, then the members at or under the distance that admits
 	// n*preFactor of them.
-	var hist [preWords*64 + 1]int32
+	var hist [256]int32 // by prefix distance (at most preWords*64); a uint8 indexes it unchecked
 	for _, lc := range sc.lists {
 		sc.dist = scanPrefix(q, x.lists[lc.s], sc.dist, &hist)
 	}
@@ -79,12 +80,17 @@ func (x *ivf) search(vq *VecQuery, probes, n int, minSim float32, sc *ivfScratch
 // scanPrefix appends to dist the distances of q to list l's members by
 // their codes' first preWords words, and counts them in hist. Expiry is
 // checked later, on the few kept.
-func scanPrefix(q []uint64, l *ivfList, dist []uint8, hist *[preWords*64 + 1]int32) []uint8 {
+func scanPrefix(q []uint64, l *ivfList, dist []uint8, hist *[256]int32) []uint8 {
 	q0, q1 := q[0], q[1]
-	codes := l.codes[:2*len(l.slots)]
-	for i := range l.slots {
-		d := bits.OnesCount64(q0^codes[2*i]) + bits.OnesCount64(q1^codes[2*i+1])
-		dist = append(dist, uint8(d))
+	n := len(l.slots)
+	codes := l.codes[:2*n]
+	at := len(dist)
+	dist = slices.Grow(dist, n)[:at+n]
+	out := dist[at : at+n]
+	for i := range out {
+		c := codes[2*i : 2*i+2 : 2*i+2]
+		d := uint8(bits.OnesCount64(q0^c[0]) + bits.OnesCount64(q1^c[1]))
+		out[i] = d
 		hist[d]++
 	}
 	return dist

@@ -151,7 +151,7 @@ func run(o opts) error {
 	}
 	frontdoorBin := func(name, cache, bin string) (target, error) {
 		base, p, err := procs.StartFrontdoor(load.Frontdoor{Dir: dir, Name: name, Bin: bin,
-			Config: fmt.Sprintf("logging: {level: info}\n%snodes:\n  - {name: sim, url: http://%s, models: [%s], max_concurrency: 4096}\n",
+			Config: fmt.Sprintf("logging: {level: info}\nadmin: {allow_cidrs: [127.0.0.1/32]}\n%snodes:\n  - {name: sim, url: http://%s, models: [%s], max_concurrency: 4096}\n",
 				cache, simAddr, model)})
 		if err != nil {
 			return target{}, err
