@@ -33,7 +33,9 @@ type ivf struct {
 	dims, words int
 	listSize    int // a list past this splits
 	rot         *rotation
-	layout      uint64 // counts changes to the lists' numbering: added, dropped, moved
+	// layout counts the renumberings of the lists (a dropped list's
+	// number goes to the last one). A split only appends a list.
+	layout uint64
 
 	codes  rows[int8]   // dims a slot
 	bin    rows[uint64] // words a slot: the binary code
@@ -93,7 +95,6 @@ func (x *ivf) insert(s int32, q *VecQuery) {
 		x.cents = append(x.cents, make([]float32, x.dims)...)
 		x.lists = append(x.lists, &ivfList{sum: make([]float32, x.dims), splitAt: x.listSize})
 		li = len(x.lists) - 1
-		x.layout++
 	}
 	l := x.lists[li]
 	x.loc[s] = ivfLoc{int32(li), int32(len(l.slots))}
@@ -171,16 +172,24 @@ func (x *ivf) dropList(li int) {
 }
 
 // nearestOf is the list whose centroid is nearest q's vector (-1: none):
-// among the lists q holds a valid ranking of, else among all.
+// while q holds a ranking of x's lists and none was renumbered since, the
+// nearest of the lists it ranked and of those split off since, measured
+// now; else the nearest of all.
 func (x *ivf) nearestOf(q *VecQuery) int {
 	if !q.ranked(x) {
 		return x.nearestList(q.vec)
 	}
 	best, bestSim := -1, float32(-2)
-	for _, i := range q.rank.lists {
-		if sim := vek32.Dot(q.vec, x.cent(int(i))); sim > bestSim || sim == bestSim && int(i) < best {
-			best, bestSim = int(i), sim
+	try := func(i int) {
+		if sim := vek32.Dot(q.vec, x.cent(i)); sim > bestSim || sim == bestSim && i < best {
+			best, bestSim = i, sim
 		}
+	}
+	for _, i := range q.rank.lists {
+		try(int(i))
+	}
+	for i := q.rank.nLists; i < len(x.lists); i++ {
+		try(i)
 	}
 	return best
 }
@@ -306,7 +315,6 @@ func (x *ivf) split(li int) {
 	l.sum, l.splitAt = sa, x.listSize
 	x.cents = append(x.cents, make([]float32, d)...)
 	x.lists = append(x.lists, nl)
-	x.layout++
 	x.center(li)
 	x.center(int(nli))
 	x.reassign(li, int(nli))

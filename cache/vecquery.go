@@ -22,10 +22,11 @@ type VecQuery struct {
 	scale float32
 
 	// rank is the lists of one ivf nearest vec, as of that ivf's layout
-	// version: valid while no list was added, dropped or renumbered.
+	// version (valid while no list was renumbered) when it had nLists.
 	rank struct {
 		x      *ivf
 		layout uint64
+		nLists int
 		lists  []int32
 	}
 }
@@ -76,12 +77,12 @@ func (q *VecQuery) int8Codes() ([]int8, float32) {
 // ranked reports whether the query holds a ranking of x's lists that is
 // still valid.
 func (q *VecQuery) ranked(x *ivf) bool {
-	return q.rank.x == x && q.rank.layout == x.layout && len(q.rank.lists) > 0
+	return q.rank.x == x && q.rank.layout == x.layout && len(q.rank.lists) > 0 && q.rank.nLists <= len(x.lists)
 }
 
 // setRank keeps lists, the lists of x nearest the query, in any order.
 func (q *VecQuery) setRank(x *ivf, lists minHeap) {
-	q.rank.x, q.rank.layout = x, x.layout
+	q.rank.x, q.rank.layout, q.rank.nLists = x, x.layout, len(x.lists)
 	q.rank.lists = q.rank.lists[:0]
 	for _, c := range lists {
 		q.rank.lists = append(q.rank.lists, c.s)
