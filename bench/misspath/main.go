@@ -250,9 +250,10 @@ func run(o opts) error {
 				if h1, _ := hits(t.url); h1 != h0 {
 					return fmt.Errorf("%s: %.0f cache hits in a run of unique prompts", t.name, h1-h0)
 				}
-				samples[t.name] = append(samples[t.name], sample{res.Rate,
-					load.Micros(c1-c0) / float64(res.Requests), load.Micros(sc1-sc0) / float64(res.Requests),
-					float64(d1-d0) / float64(res.Requests)})
+				s := sample{res.Rate, load.Micros(c1-c0) / float64(res.Requests), load.Micros(sc1-sc0) / float64(res.Requests),
+					float64(d1-d0) / float64(res.Requests)}
+				samples[t.name] = append(samples[t.name], s)
+				fmt.Fprintf(os.Stderr, "round %d, %s: %.0f req/s, frontdoor %.1f µs/req\n", r+1, t.name, s.rps, s.cpu)
 			}
 		}
 		med := func(name string, f func(sample) float64) float64 { return load.Median(samples[name], f) }
