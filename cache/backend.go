@@ -63,7 +63,18 @@ type Observer interface {
 type Write struct {
 	Entry *Entry
 	Vec   []float32 // nil: exact only
+	// Query, optional, is Vec as the lookup prepared and searched it: a
+	// store with a local index reuses its codes and list ranking.
+	Query *VecQuery
 	TTL   time.Duration
+}
+
+// query returns w's prepared query when it is for w.Vec, else a new one.
+func (w *Write) query() *VecQuery {
+	if q := w.Query; q != nil && len(q.vec) == len(w.Vec) && len(w.Vec) > 0 && &q.vec[0] == &w.Vec[0] {
+		return q
+	}
+	return NewVecQuery(w.Vec)
 }
 
 // BatchPutter is a Store that stores several writes in one round trip.
@@ -158,6 +169,17 @@ func (b *Backend) Search(ctx context.Context, scope string, vec []float32, k int
 	var m []Match
 	err := b.read(ctx, "search", func(ctx context.Context) (err error) {
 		m, err = b.store.Search(ctx, scope, vec, k)
+		return err
+	})
+	return m, err
+}
+
+// SearchQuery returns up to k entries of scope of similarity at least
+// minSim, most similar first (QuerySearcher).
+func (b *Backend) SearchQuery(ctx context.Context, scope string, q *VecQuery, k int, minSim float32) ([]Match, error) {
+	var m []Match
+	err := b.read(ctx, "search", func(ctx context.Context) (err error) {
+		m, err = searchQuery(ctx, b.store, scope, q, k, minSim)
 		return err
 	})
 	return m, err

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
+
+	"frontdoor/embed"
 )
 
 const memBenchDims = 512 // the default embedder size
@@ -86,4 +89,89 @@ func BenchmarkMemoryGetHit(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// BenchmarkIndexMiss measures what a semantic cache miss asks of the
+// index: a search of one scope of n vectors (k=4) and the insert of the
+// query's vector after it. "near" queries have a stored twin at cosine
+// 0.97 (the miss path's near-identical prompts, rejected by a guard);
+// "far" ones are unrelated.
+func BenchmarkIndexMiss(b *testing.B) {
+	const n = 100_000
+	rng := rand.New(rand.NewPCG(7, 8))
+	queries := make(map[string][][]float32)
+	random := NewVectorIndex(memBenchDims)
+	for i := range n {
+		v := memUnit(rng, memBenchDims)
+		random.Add("s", fmt.Sprint("e", i), v, time.Time{})
+		if i < 4096 {
+			queries["near"] = append(queries["near"], viNear(rng, v, 0.97))
+			queries["far"] = append(queries["far"], memUnit(rng, memBenchDims))
+		}
+	}
+	// bench/misspath's prompts, embedded by the local embedder: a scope of
+	// near-identical texts that differ in one number.
+	emb := embed.NewLocal(memBenchDims)
+	prompt := func(i int) []float32 {
+		v, _ := emb.Embed(context.Background(), fmt.Sprintf("Order %d: what is the capital of France? Answer in one word.", i))
+		return v
+	}
+	prompts := NewVectorIndex(memBenchDims)
+	for i := range n {
+		prompts.Add("s", fmt.Sprint("e", i), prompt(i), time.Time{})
+	}
+	for i := range 4096 {
+		queries["prompts"] = append(queries["prompts"], prompt(n+i))
+	}
+	id := 0
+	for _, kind := range []string{"far", "near", "prompts"} {
+		qs := queries[kind]
+		x := random
+		if kind == "prompts" {
+			x = prompts
+		}
+		b.Run(kind+"/search+add", func(b *testing.B) {
+			defer reportCPU(b)()
+			i := 0
+			for b.Loop() {
+				q := qs[i%len(qs)]
+				x.Search("s", q, 4, time.Time{})
+				x.Add("s", fmt.Sprint("q", id), q, time.Time{})
+				x.Remove(fmt.Sprint("q", id)) // keep the scope at n
+				i++
+				id++
+			}
+		})
+		// The miss as the router makes it: one prepared query for the
+		// threshold search (the default 0.92) and the insert.
+		b.Run(kind+"/query", func(b *testing.B) {
+			defer reportCPU(b)()
+			i := 0
+			for b.Loop() {
+				q := NewVecQuery(qs[i%len(qs)])
+				x.SearchQuery("s", q, 4, 0.92, time.Time{})
+				x.AddQuery("s", fmt.Sprint("q", id), q, time.Time{})
+				x.Remove(fmt.Sprint("q", id))
+				i++
+				id++
+			}
+		})
+	}
+}
+
+// reportCPU reports the process's CPU time (user and system) per op from
+// now until the returned func is called: on a shared machine, steadier
+// than wall-clock ns/op.
+func reportCPU(b *testing.B) func() {
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	start := cpu()
+	return func() {
+		if b.N > 0 {
+			b.ReportMetric(float64(cpu()-start)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
+		}
+	}
 }

@@ -1,7 +1,6 @@
 package cache
 
 import (
-	"math"
 	"slices"
 	"sync"
 
@@ -33,7 +32,10 @@ import (
 type ivf struct {
 	dims, words int
 	listSize    int // a list past this splits
-	rot         rotation
+	rot         *rotation
+	// layout counts the renumberings of the lists (a dropped list's
+	// number goes to the last one). A split only appends a list.
+	layout uint64
 
 	codes  rows[int8]   // dims a slot
 	bin    rows[uint64] // words a slot: the binary code
@@ -64,7 +66,7 @@ func newIVF(dims, listSize int) *ivf {
 	for padded < dims {
 		padded *= 2
 	}
-	return &ivf{dims: dims, words: padded / 64, listSize: listSize, rot: newRotation(padded), buf: make([]float32, padded)}
+	return &ivf{dims: dims, words: padded / 64, listSize: listSize, rot: sharedRotation(padded), buf: make([]float32, padded)}
 }
 
 // grow appends a free slot and returns it.
@@ -77,12 +79,18 @@ func (x *ivf) grow() int32 {
 	return s
 }
 
-// insert stores vec (L2-normalised, len dims) in the free slot s.
-func (x *ivf) insert(s int32, vec []float32) {
-	x.quantize(s, vec)
+// insert stores q's vector (L2-normalised, len dims) in the free slot s.
+// Its codes come from q, computed before the index was locked, and its list
+// is the nearest of those q's last search ranked nearest, re-measured now,
+// while no list has been added or dropped since (else all are ranked).
+func (x *ivf) insert(s int32, q *VecQuery) {
+	vec := q.vec
+	q8, scale := q.int8Codes()
+	copy(x.codes.row(s, x.dims), q8)
+	x.scales[s] = scale
 	code := x.bin.row(s, x.words)
-	x.rot.code(code, vec, x.buf)
-	li := x.nearestList(vec)
+	copy(code, q.codeOf(x.words))
+	li := x.nearestOf(q)
 	if li < 0 {
 		x.cents = append(x.cents, make([]float32, x.dims)...)
 		x.lists = append(x.lists, &ivfList{sum: make([]float32, x.dims), splitAt: x.listSize})
@@ -97,24 +105,6 @@ func (x *ivf) insert(s int32, vec []float32) {
 	if len(l.slots) > l.splitAt {
 		x.split(li)
 	}
-}
-
-func (x *ivf) quantize(s int32, vec []float32) {
-	var maxAbs float32
-	for _, v := range vec {
-		maxAbs = max(maxAbs, abs32(v))
-	}
-	scale := maxAbs / 127
-	codes := x.codes.row(s, x.dims)
-	if scale == 0 {
-		clear(codes)
-	} else {
-		inv := 1 / scale
-		for i, v := range vec {
-			codes[i] = int8(math.Round(float64(v * inv)))
-		}
-	}
-	x.scales[s] = scale
 }
 
 // remove takes slot s out of its list; s becomes free.
@@ -167,6 +157,7 @@ func normalize(dst, v []float32) {
 
 // dropList removes the empty list li; the last list takes its place.
 func (x *ivf) dropList(li int) {
+	x.layout++
 	d := x.dims
 	end := len(x.lists) - 1
 	if li != end {
@@ -178,6 +169,50 @@ func (x *ivf) dropList(li int) {
 	}
 	x.lists[end] = nil
 	x.lists, x.cents = x.lists[:end], x.cents[:end*d]
+}
+
+// nearestOf is the list whose centroid is nearest q's vector (-1: none):
+// while q holds a ranking of x's lists and none was renumbered since, the
+// nearest of the lists it ranked and of those split off since, measured
+// now; else the nearest of all.
+func (x *ivf) nearestOf(q *VecQuery) int {
+	if !q.ranked(x) {
+		return x.nearestList(q.vec)
+	}
+	best, bestSim := -1, float32(-2)
+	try := func(i int) {
+		if sim := vek32.Dot(q.vec, x.cent(i)); sim > bestSim || sim == bestSim && i < best {
+			best, bestSim = i, sim
+		}
+	}
+	for _, i := range q.rank.lists {
+		try(int(i))
+	}
+	for i := q.rank.nLists; i < len(x.lists); i++ {
+		try(i)
+	}
+	return best
+}
+
+// rank keeps in q the n lists nearest q's vector, for its insert.
+func (x *ivf) rank(q *VecQuery, n int) {
+	var h minHeap
+	x.rankLists(q.vec, n, &h)
+	q.setRank(x, h)
+}
+
+// rankLists sets h to the n lists whose centroids are nearest vec, by
+// similarity x 2^20, the least similar on top.
+func (x *ivf) rankLists(vec []float32, n int, h *minHeap) {
+	*h = (*h)[:0]
+	for i := range x.lists {
+		sim := int(vek32.Dot(vec, x.cent(i)) * (1 << 20))
+		if len(*h) < n {
+			h.push(cand{sim, int32(i)})
+		} else if sim > (*h)[0].d {
+			h.replaceTop(cand{sim, int32(i)})
+		}
+	}
 }
 
 // nearestList is the list whose centroid is nearest vec (-1: none).

@@ -3,14 +3,11 @@ package cache
 import (
 	"math"
 	"math/bits"
-
-	"github.com/viterin/vek/vek32"
+	"slices"
 )
 
 // ivfScratch is one search's working memory, pooled.
 type ivfScratch struct {
-	buf   []float32
-	q     []uint64
 	lists minHeap // the probes nearest lists by similarity (x 2^20), the least similar on top
 	dist  []uint8 // prefix distances of the scanned members, in scan order
 	pre   []cand  // the best candidates by their codes' first bits
@@ -25,29 +22,19 @@ const (
 	preFactor = 4
 )
 
-// search appends to sc.out up to n slots that keep accepts, of Hamming
-// distance at most maxD to vec's code, nearest first, from the probes lists
-// nearest vec. minSim bounds the distances as maxD does.
-func (x *ivf) search(vec []float32, probes, n int, minSim float32, sc *ivfScratch, keep func(int32) bool) []cand {
-	if len(sc.buf) != len(x.buf) {
-		sc.buf, sc.q = make([]float32, len(x.buf)), make([]uint64, x.words)
-	}
-	q := sc.q
-	x.rot.code(q, vec, sc.buf)
-	sc.lists, sc.dist, sc.pre, sc.found.h, sc.out = sc.lists[:0], sc.dist[:0], sc.pre[:0], sc.found.h[:0], sc.out[:0]
-	for i := range x.lists {
-		sim := int(vek32.Dot(vec, x.cent(i)) * (1 << 20))
-		if len(sc.lists) < probes {
-			sc.lists.push(cand{sim, int32(i)})
-		} else if sim > sc.lists[0].d {
-			sc.lists.pop()
-			sc.lists.push(cand{sim, int32(i)})
-		}
-	}
+// search appends to sc.out up to n slots that keep accepts, nearest first
+// by Hamming distance to the query's code, from the probes lists nearest
+// the query: those that could still have cosine minSim with it (see
+// hammingBound). It leaves the lists it ranked in the query, for its insert.
+func (x *ivf) search(vq *VecQuery, probes, n int, minSim float32, sc *ivfScratch, keep func(int32) bool) []cand {
+	q := vq.codeOf(x.words)
+	sc.dist, sc.pre, sc.found.h, sc.out = sc.dist[:0], sc.pre[:0], sc.found.h[:0], sc.out[:0]
+	x.rankLists(vq.vec, probes, &sc.lists)
+	vq.setRank(x, sc.lists)
 	// Two passes instead of a heap: the prefix distances and their
 	// histogram, then the members at or under the distance that admits
 	// n*preFactor of them.
-	var hist [preWords*64 + 1]int32
+	var hist [256]int32 // by prefix distance (at most preWords*64); a uint8 indexes it unchecked
 	for _, lc := range sc.lists {
 		sc.dist = scanPrefix(q, x.lists[lc.s], sc.dist, &hist)
 	}
@@ -93,12 +80,17 @@ func (x *ivf) search(vec []float32, probes, n int, minSim float32, sc *ivfScratc
 // scanPrefix appends to dist the distances of q to list l's members by
 // their codes' first preWords words, and counts them in hist. Expiry is
 // checked later, on the few kept.
-func scanPrefix(q []uint64, l *ivfList, dist []uint8, hist *[preWords*64 + 1]int32) []uint8 {
+func scanPrefix(q []uint64, l *ivfList, dist []uint8, hist *[256]int32) []uint8 {
 	q0, q1 := q[0], q[1]
-	codes := l.codes[:2*len(l.slots)]
-	for i := range l.slots {
-		d := bits.OnesCount64(q0^codes[2*i]) + bits.OnesCount64(q1^codes[2*i+1])
-		dist = append(dist, uint8(d))
+	n := len(l.slots)
+	codes := l.codes[:2*n]
+	at := len(dist)
+	dist = slices.Grow(dist, n)[:at+n]
+	out := dist[at : at+n]
+	for i := range out {
+		c := codes[2*i : 2*i+2 : 2*i+2]
+		d := uint8(bits.OnesCount64(q0^c[0]) + bits.OnesCount64(q1^c[1]))
+		out[i] = d
 		hist[d]++
 	}
 	return dist

@@ -122,6 +122,15 @@ func (l *LazyStore) Search(ctx context.Context, scope string, vec []float32, k i
 	return s.Search(ctx, scope, vec, k)
 }
 
+// SearchQuery implements QuerySearcher.
+func (l *LazyStore) SearchQuery(ctx context.Context, scope string, q *VecQuery, k int, minSim float32) ([]Match, error) {
+	s, err := l.store()
+	if err != nil {
+		return nil, err
+	}
+	return searchQuery(ctx, s, scope, q, k, minSim)
+}
+
 // Delete implements Store.
 func (l *LazyStore) Delete(ctx context.Context, id string) error {
 	s, err := l.store()

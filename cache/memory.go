@@ -58,7 +58,10 @@ type MemoryStore struct {
 	closeOnce sync.Once
 }
 
-var _ Store = (*MemoryStore)(nil)
+var (
+	_ Store       = (*MemoryStore)(nil)
+	_ BatchPutter = (*MemoryStore)(nil)
+)
 
 // memItem is one stored entry. Its key, id and scope are those of e.
 type memItem struct {
@@ -148,6 +151,28 @@ func (m *MemoryStore) GetMany(ctx context.Context, keys []string) ([]*Entry, err
 // key or id. A ttl <= 0 never expires. An empty e.ID is set to NewEntryID().
 // An entry needs an exact key, a vector or both.
 func (m *MemoryStore) Put(ctx context.Context, e *Entry, vec []float32, ttl time.Duration) error {
+	return m.put(ctx, e, vec, nil, ttl)
+}
+
+// PutBatch stores each write as Put does, indexing a write's vector with
+// its prepared query (Write.Query) when it has one.
+func (m *MemoryStore) PutBatch(ctx context.Context, ws []Write) error {
+	var errs []error
+	for i := range ws {
+		w := &ws[i]
+		var q *VecQuery
+		if w.Vec != nil {
+			q = w.query()
+		}
+		if err := m.put(ctx, w.Entry, w.Vec, q, w.TTL); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// put is Put; q (nil: none yet) is vec prepared for the index.
+func (m *MemoryStore) put(ctx context.Context, e *Entry, vec []float32, q *VecQuery, ttl time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("cache: memory put: %w", err)
 	}
@@ -209,7 +234,10 @@ func (m *MemoryStore) Put(ctx context.Context, e *Entry, vec []float32, ttl time
 	}
 	m.unlockAndUnindex()
 	if it.hasVec {
-		m.index.Add(e.Scope, e.ID, vec, expires)
+		if q == nil {
+			q = NewVecQuery(vec)
+		}
+		m.index.AddQuery(e.Scope, e.ID, q, expires)
 	}
 	return nil
 }
@@ -219,18 +247,24 @@ func (m *MemoryStore) Put(ctx context.Context, e *Entry, vec []float32, ttl time
 // is left out; one re-Put under the same id may be paired with the
 // similarity of its old vector.
 func (m *MemoryStore) Search(ctx context.Context, scope string, vec []float32, k int) ([]Match, error) {
+	return m.SearchQuery(ctx, scope, NewVecQuery(vec), k, -1)
+}
+
+// SearchQuery is Search for the entries of similarity at least minSim
+// only; the index skips the candidates too far to reach it.
+func (m *MemoryStore) SearchQuery(ctx context.Context, scope string, q *VecQuery, k int, minSim float32) ([]Match, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("cache: memory search: %w", err)
 	}
-	if len(vec) != m.dims {
-		return nil, fmt.Errorf("cache: memory search: vector has %d dims, want %d", len(vec), m.dims)
+	if len(q.vec) != m.dims {
+		return nil, fmt.Errorf("cache: memory search: vector has %d dims, want %d", len(q.vec), m.dims)
 	}
 	if k <= 0 {
 		return nil, nil
 	}
 	now := time.Now()
 	// The index has its own lock: Gets are not held up by the scan.
-	hits := m.index.Search(scope, vec, k, now)
+	hits := m.index.SearchQuery(scope, q, k, minSim, now)
 	if len(hits) == 0 {
 		return nil, nil
 	}

@@ -63,6 +63,14 @@ func (r *RedisStore) GetMany(ctx context.Context, keys []string) ([]*Entry, erro
 
 // Search returns up to k live entries of scope, most similar first.
 func (r *RedisStore) Search(ctx context.Context, scope string, vec []float32, k int) ([]Match, error) {
+	return r.SearchQuery(ctx, scope, NewVecQuery(vec), k, -1)
+}
+
+// SearchQuery is Search for the entries of similarity at least minSim
+// only: the local index skips candidates too far to reach it; RediSearch's
+// KNN answer is filtered.
+func (r *RedisStore) SearchQuery(ctx context.Context, scope string, q *VecQuery, k int, minSim float32) ([]Match, error) {
+	vec := q.Vec()
 	if k <= 0 {
 		return nil, nil
 	}
@@ -70,10 +78,11 @@ func (r *RedisStore) Search(ctx context.Context, scope string, vec []float32, k 
 		return nil, fmt.Errorf("cache: redis search: vector has %d dims, want %d", len(vec), r.opt.Dims)
 	}
 	if r.mode == modeRedisearch {
-		return r.searchKNN(ctx, scope, vec, k)
+		ms, err := r.searchKNN(ctx, scope, vec, k)
+		return atLeast(ms, minSim), err
 	}
 	idx := r.idx.Load()
-	hits := idx.Search(scope, vec, k, time.Now())
+	hits := idx.SearchQuery(scope, q, k, minSim, time.Now())
 	if len(hits) == 0 {
 		return nil, nil
 	}

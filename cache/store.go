@@ -50,6 +50,46 @@ type Store interface {
 	Close() error
 }
 
+// QuerySearcher is a Store whose semantic search takes a prepared query
+// (NewVecQuery) and a least similarity: it returns up to k live entries of
+// scope of similarity at least minSim, most similar first, and may skip the
+// work that candidates too far to reach minSim would cost. The query keeps
+// what the search computed, for a Write of the same vector (Write.Query).
+type QuerySearcher interface {
+	SearchQuery(ctx context.Context, scope string, q *VecQuery, k int, minSim float32) ([]Match, error)
+}
+
+// searchQuery searches s for q: with SearchQuery when s has it, else with
+// Search and a filter, so that both give the hits at or above minSim.
+func searchQuery(ctx context.Context, s Store, scope string, q *VecQuery, k int, minSim float32) ([]Match, error) {
+	if qs, ok := s.(QuerySearcher); ok {
+		return qs.SearchQuery(ctx, scope, q, k, minSim)
+	}
+	ms, err := s.Search(ctx, scope, q.Vec(), k)
+	return atLeast(ms, minSim), err
+}
+
+// atLeast keeps the matches of similarity at least minSim (all when minSim
+// is -1 or less).
+func atLeast(ms []Match, minSim float32) []Match {
+	if minSim <= -1 {
+		return ms
+	}
+	kept := ms[:0]
+	for _, m := range ms {
+		if m.Similarity >= minSim {
+			kept = append(kept, m)
+		}
+	}
+	return kept
+}
+
+var (
+	_ QuerySearcher = (*MemoryStore)(nil)
+	_ QuerySearcher = (*RedisStore)(nil)
+	_ QuerySearcher = (*LazyStore)(nil)
+)
+
 // EntryGetter is a Store that can return an entry by its id, for an
 // operator auditing a hit (GET /admin/cache/{id}).
 type EntryGetter interface {

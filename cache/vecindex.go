@@ -68,9 +68,9 @@ type VectorIndex struct {
 
 // scopeIndex is one scope's vectors, flat or in lists.
 type scopeIndex interface {
-	add(id string, vec []float32, exp int64)
+	add(id string, q *VecQuery, exp int64)
 	remove(id string) bool
-	search(vec []float32, k int, minSim float32, nowNs int64) []IndexHit
+	search(q *VecQuery, k int, minSim float32, nowNs int64) []IndexHit
 	appendExpired(dst []string, nowNs int64) []string
 	expiry(id string) int64
 	size() int
@@ -106,13 +106,35 @@ func (x *VectorIndex) SetSearch(probes, rerank int) {
 // Add indexes vec under id in scope, replacing an earlier vector of id.
 // A zero expires never expires.
 func (x *VectorIndex) Add(scope, id string, vec []float32, expires time.Time) {
-	if len(vec) != x.dims {
+	x.AddQuery(scope, id, NewVecQuery(vec), expires)
+}
+
+// insertRank is how many lists an insert that no search ranked for ranks
+// nearest (under the read lock), to pick the nearest under the write lock.
+const insertRank = 8
+
+// AddQuery is Add for a prepared query: a search's query, whose codes and
+// list ranking the insert reuses. The write lock is held only to place the
+// vector: its codes are computed before, and the lists are ranked before
+// under the read lock when no search ranked them; under the write lock the
+// insert re-measures only the few nearest ranked.
+func (x *VectorIndex) AddQuery(scope, id string, q *VecQuery, expires time.Time) {
+	if len(q.vec) != x.dims {
 		return
 	}
 	var exp int64
 	if !expires.IsZero() {
 		exp = expires.UnixNano()
 	}
+	q.int8Codes()
+	x.mu.RLock()
+	if g, ok := x.scopes[scope].(*listScope); ok {
+		q.codeOf(g.x.words)
+		if !q.ranked(g.x) {
+			g.x.rank(q, insertRank)
+		}
+	}
+	x.mu.RUnlock()
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.removeLocked(id)
@@ -129,7 +151,7 @@ func (x *VectorIndex) Add(scope, id string, vec []float32, expires time.Time) {
 		s = g
 		x.scopes[scope] = s
 	}
-	s.add(id, vec, exp)
+	s.add(id, q, exp)
 	x.where[id] = s
 }
 
@@ -168,7 +190,13 @@ func (x *VectorIndex) Search(scope string, vec []float32, k int, now time.Time) 
 // too far by Hamming distance to reach minSim are never re-ranked, so a
 // query without a close match (a cache miss) costs only the scan.
 func (x *VectorIndex) SearchMin(scope string, vec []float32, k int, minSim float32, now time.Time) []IndexHit {
-	if len(vec) != x.dims || k <= 0 {
+	return x.SearchQuery(scope, NewVecQuery(vec), k, minSim, now)
+}
+
+// SearchQuery is SearchMin for a prepared query, which keeps what the
+// search computed for an insert of the same vector (AddQuery).
+func (x *VectorIndex) SearchQuery(scope string, q *VecQuery, k int, minSim float32, now time.Time) []IndexHit {
+	if len(q.vec) != x.dims || k <= 0 {
 		return nil
 	}
 	x.mu.RLock()
@@ -177,7 +205,7 @@ func (x *VectorIndex) SearchMin(scope string, vec []float32, k int, minSim float
 	if s == nil {
 		return nil
 	}
-	return s.search(vec, k, minSim, now.UnixNano())
+	return s.search(q, k, minSim, now.UnixNano())
 }
 
 // flatScope keeps float32 vectors, scanned exactly.
@@ -191,10 +219,10 @@ type flatScope struct {
 
 func (s *flatScope) size() int { return len(s.ids) }
 
-func (s *flatScope) add(id string, vec []float32, exp int64) {
+func (s *flatScope) add(id string, q *VecQuery, exp int64) {
 	s.pos[id] = len(s.ids)
 	s.ids = append(s.ids, id)
-	s.vecs = append(s.vecs, vec...)
+	s.vecs = append(s.vecs, q.vec...)
 	s.expires = append(s.expires, exp)
 }
 
@@ -227,7 +255,8 @@ func (s *flatScope) appendExpired(dst []string, nowNs int64) []string {
 	return dst
 }
 
-func (s *flatScope) search(vec []float32, k int, minSim float32, nowNs int64) []IndexHit {
+func (s *flatScope) search(q *VecQuery, k int, minSim float32, nowNs int64) []IndexHit {
+	vec := q.vec
 	hits := make([]IndexHit, 0, min(k, len(s.ids))+1)
 	for i := range s.ids {
 		if e := s.expires[i]; e != 0 && e <= nowNs {
@@ -264,7 +293,7 @@ func pushHit(hits []IndexHit, k int, h IndexHit) []IndexHit {
 func (s *flatScope) toLists(cfg IndexConfig) *listScope {
 	g := newListScope(s.dims, cfg)
 	for i, id := range s.ids {
-		g.add(id, s.vecs[i*s.dims:(i+1)*s.dims], s.expires[i])
+		g.add(id, NewVecQuery(s.vecs[i*s.dims:(i+1)*s.dims]), s.expires[i])
 	}
 	return g
 }
@@ -286,7 +315,7 @@ func newListScope(dims int, cfg IndexConfig) *listScope {
 
 func (s *listScope) size() int { return len(s.pos) }
 
-func (s *listScope) add(id string, vec []float32, exp int64) {
+func (s *listScope) add(id string, q *VecQuery, exp int64) {
 	var slot int32
 	if n := len(s.free); n > 0 {
 		slot, s.free = s.free[n-1], s.free[:n-1]
@@ -297,7 +326,7 @@ func (s *listScope) add(id string, vec []float32, exp int64) {
 		s.expires = append(s.expires, exp)
 	}
 	s.pos[id] = slot
-	s.x.insert(slot, vec)
+	s.x.insert(slot, q)
 }
 
 func (s *listScope) remove(id string) bool {
@@ -323,7 +352,7 @@ func (s *listScope) appendExpired(dst []string, nowNs int64) []string {
 	return dst
 }
 
-func (s *listScope) search(vec []float32, k int, minSim float32, nowNs int64) []IndexHit {
+func (s *listScope) search(q *VecQuery, k int, minSim float32, nowNs int64) []IndexHit {
 	sc, _ := s.scratch.Get().(*ivfScratch)
 	if sc == nil {
 		sc = &ivfScratch{}
@@ -333,10 +362,10 @@ func (s *listScope) search(vec []float32, k int, minSim float32, nowNs int64) []
 		e := s.expires[slot]
 		return e == 0 || e > nowNs
 	}
-	found := s.x.search(vec, s.probes, max(s.rerank, k), minSim, sc, live)
+	found := s.x.search(q, s.probes, max(s.rerank, k), minSim, sc, live)
 	hits := make([]IndexHit, 0, min(k, len(found))+1)
 	for _, c := range found {
-		if sim := s.x.similarity(vec, c.s); sim >= minSim {
+		if sim := s.x.similarity(q.vec, c.s); sim >= minSim {
 			hits = pushHit(hits, k, IndexHit{ID: s.ids[c.s], Similarity: sim})
 		}
 	}

@@ -530,3 +530,127 @@ func TestVectorIndexSearchMin(t *testing.T) {
 		}
 	}
 }
+
+// TestVecQueryMatchesRecomputation: a miss's prepared query (searched, then
+// inserted with the codes and list ranking the search left in it) builds
+// exactly the index that plain Adds build, and searches with it return
+// exactly what searches of the bare vector return.
+func TestVecQueryMatchesRecomputation(t *testing.T) {
+	const dims, n = 128, 3000
+	rng := rand.New(rand.NewPCG(51, 52))
+	plain, prepared := NewVectorIndexWith(dims, smallLists), NewVectorIndexWith(dims, smallLists)
+	vecs := make([][]float32, n)
+	now := time.Now()
+	for i := range n {
+		if i > 0 && i%3 == 0 { // near twins too, as prompts that differ in a word
+			vecs[i] = viNear(rng, vecs[rng.IntN(i)], 0.9+0.09*rng.Float32())
+		} else {
+			vecs[i] = memUnit(rng, dims)
+		}
+		id := fmt.Sprint("v", i)
+		plain.Add("s", id, vecs[i], time.Time{})
+		q := NewVecQuery(vecs[i])
+		if i%2 == 0 { // half of them searched first, as a miss is
+			prepared.SearchQuery("s", q, 4, 0.5, now)
+		}
+		prepared.AddQuery("s", id, q, time.Time{})
+	}
+	for i := range 300 {
+		v := viNear(rng, vecs[rng.IntN(n)], 0.8+0.2*rng.Float32())
+		for _, minSim := range []float32{-1, 0.9} {
+			want := plain.SearchMin("s", v, 4, minSim, now)
+			q := NewVecQuery(v)
+			got := prepared.SearchQuery("s", q, 4, minSim, now)
+			viSameHits(t, fmt.Sprintf("query %d minSim %.1f", i, minSim), got, want)
+			// the query reused: its cached codes and ranking change nothing
+			viSameHits(t, fmt.Sprintf("query %d minSim %.1f, again", i, minSim), prepared.SearchQuery("s", q, 4, minSim, now), want)
+		}
+	}
+	pl, pr := plain.scopes["s"].(*listScope), prepared.scopes["s"].(*listScope)
+	if len(pl.x.lists) != len(pr.x.lists) {
+		t.Fatalf("%d lists; plain Adds made %d", len(pr.x.lists), len(pl.x.lists))
+	}
+	for id, slot := range pl.pos {
+		if a, b := pl.x.loc[slot], pr.x.loc[pr.pos[id]]; a != b {
+			t.Fatalf("%s at %+v; plain Adds put it at %+v", id, b, a)
+		}
+	}
+}
+
+// TestVecQueryStaleRanking: a query whose search ranked the lists before
+// other inserts split them is inserted into the nearest list all the same
+// (the ranking is dropped when the lists' numbering changed).
+func TestVecQueryStaleRanking(t *testing.T) {
+	const dims = 64
+	rng := rand.New(rand.NewPCG(53, 54))
+	x := NewVectorIndexWith(dims, smallLists)
+	for i := range 600 {
+		x.Add("s", fmt.Sprint("v", i), memUnit(rng, dims), time.Time{})
+	}
+	now := time.Now()
+	for i := range 200 {
+		v := memUnit(rng, dims)
+		q := NewVecQuery(v)
+		x.SearchQuery("s", q, 4, 0.92, now)
+		for j := range 40 { // enough inserts in between to split lists
+			x.Add("s", fmt.Sprint("w", i, "-", j), memUnit(rng, dims), time.Time{})
+		}
+		id := fmt.Sprint("q", i)
+		x.AddQuery("s", id, q, time.Time{})
+		g := x.scopes["s"].(*listScope)
+		at := g.x.loc[g.pos[id]].list
+		if want := g.x.nearestList(v); int(at) != want {
+			// Centroids drift with inserts; only a list out of the
+			// ranking's reach may be nearer now, and then by a hair.
+			d := vek32.Dot(v, g.x.cent(want)) - vek32.Dot(v, g.x.cent(int(at)))
+			if d > 0.01 {
+				t.Fatalf("query %d went to list %d; list %d is nearer by %.4f", i, at, want, d)
+			}
+		}
+		if hits := x.Search("s", v, 1, now); len(hits) != 1 || hits[0].ID != id {
+			t.Fatalf("query %d: its own vector not found first: %+v", i, hits)
+		}
+	}
+}
+
+// TestVecQueryConcurrent runs prepared searches and inserts (the miss path)
+// against plain ones, removals and sweeps, in lists that split often; run
+// it under -race.
+func TestVecQueryConcurrent(t *testing.T) {
+	const dims = 64
+	x := NewVectorIndexWith(dims, smallLists)
+	var wg sync.WaitGroup
+	for w := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 55))
+			for i := 0; i < 2000; i++ {
+				id := fmt.Sprint("w", w, "-", rng.IntN(1200))
+				now := time.Now()
+				switch rng.IntN(8) {
+				case 0:
+					x.Remove(id)
+				case 1:
+					x.Sweep(now)
+				case 2, 3:
+					x.Add("s", id, memUnit(rng, dims), now.Add(time.Duration(rng.IntN(50))*time.Millisecond))
+				default:
+					v := memUnit(rng, dims)
+					q := NewVecQuery(v)
+					for _, h := range x.SearchQuery("s", q, 4, 0.2, now) {
+						if h.ID == "" || h.Similarity < 0.2 {
+							t.Errorf("hit %+v", h)
+							return
+						}
+					}
+					x.AddQuery("s", id, q, time.Time{})
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if x.Len() > 3600 {
+		t.Fatalf("Len = %d; at most 3600 ids were used", x.Len())
+	}
+}

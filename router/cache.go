@@ -30,13 +30,14 @@ type cachePlan struct {
 	semantic     bool    // a semantic lookup/store applies
 	threshold    float32 // least similarity for a semantic hit
 	ttl          time.Duration
-	vec          []float32  // embedding of keys.Query, once computed
-	lookupFailed bool       // the lookup failed: a bypass, but the answer is still written back
-	only         byte       // X-Cache-Only: onlyAny or onlyExact; the request never goes upstream
-	tag          string     // X-Cache-Tag: the stored entry's tag
-	curated      bool       // an import or warm-up: the entry is a vetted answer
-	similarity   float32    // of the best semantic candidate, for the trace
-	promote      *promotion // a near-miss on a curated entry, for the judge to approve
+	vec          []float32       // embedding of keys.Query, once computed
+	vq           *cache.VecQuery // vec as the lookup searched it: the write-back reuses its codes and list ranking
+	lookupFailed bool            // the lookup failed: a bypass, but the answer is still written back
+	only         byte            // X-Cache-Only: onlyAny or onlyExact; the request never goes upstream
+	tag          string          // X-Cache-Tag: the stored entry's tag
+	curated      bool            // an import or warm-up: the entry is a vetted answer
+	similarity   float32         // of the best semantic candidate, for the trace
+	promote      *promotion      // a near-miss on a curated entry, for the judge to approve
 }
 
 // Lookup-only requests (X-Cache-Only: 1, or exact for exact hits only) are
@@ -247,8 +248,12 @@ func (g *Gateway) lookupSemantic(ctx *fasthttp.RequestCtx, x *exchange, p *cache
 		p.semantic = false // the exact cache still works; counted and logged by the backend's observer
 		return false
 	}
-	p.vec = vec
-	matches, err := g.storeSearch(p.keys.Scope, vec)
+	p.vec, p.vq = vec, cache.NewVecQuery(vec)
+	// A candidate from grey up is judged even when it misses; one below it
+	// is neither served nor judged, so the search skips those (the guards
+	// only see candidates at or above grey too).
+	grey := p.threshold - g.verify.greyZone()
+	matches, err := g.storeSearch(p.keys.Scope, p.vq, grey)
 	if err != nil {
 		return false
 	}
@@ -256,7 +261,6 @@ func (g *Gateway) lookupSemantic(ctx *fasthttp.RequestCtx, x *exchange, p *cache
 		g.cm.similarity.Update(float64(matches[0].Similarity))
 		p.similarity = matches[0].Similarity
 	}
-	grey := p.threshold - g.verify.greyZone() // a candidate from here up is judged even when it misses
 	for _, m := range matches {
 		if m.Similarity < grey {
 			break
@@ -306,8 +310,10 @@ func (g *Gateway) storeGet(key string) (*cache.Entry, error) {
 	return g.backend.Get(context.Background(), key)
 }
 
-func (g *Gateway) storeSearch(scope string, vec []float32) ([]cache.Match, error) {
-	return g.backend.Search(context.Background(), scope, vec, 4)
+// storeSearch returns up to 4 candidates of scope of similarity at least
+// minSim, most similar first.
+func (g *Gateway) storeSearch(scope string, q *cache.VecQuery, minSim float32) ([]cache.Match, error) {
+	return g.backend.SearchQuery(context.Background(), scope, q, 4, minSim)
 }
 
 func entryAnswer(e *cache.Entry) *adapters.Answer {
@@ -443,5 +449,9 @@ func (g *Gateway) cacheWrite(f *flight, p *cachePlan, a *adapters.Answer) (w cac
 	if e.ExactKey == "" && vec == nil {
 		return w, false
 	}
-	return cache.Write{Entry: e, Vec: vec, TTL: p.ttl}, true
+	w = cache.Write{Entry: e, Vec: vec, TTL: p.ttl}
+	if vec != nil {
+		w.Query = p.vq // the lookup's (a store uses it only for this very vec)
+	}
+	return w, true
 }

@@ -15,7 +15,9 @@
 //
 //	go run ./bench/misspath [-preload 100000] [-rounds 5] [-duration 5s] [-conc 32] [-stream] [-dims 512,256] [-exact] [-profile cpu.pprof]
 //
-// -exact adds frontdoor with the exact cache only, which shows what the
+// -baseline adds a default-config frontdoor run from another binary (say,
+// built from an earlier commit), preloaded alike, for a before/after
+// comparison in one run. -exact adds frontdoor with the exact cache only, which shows what the
 // semantic cache's part of a miss costs. -dims runs one default-config frontdoor per vector length listed (each
 // preloaded alike), to compare embedding sizes side by side. -profile
 // writes a CPU profile of each default-config frontdoor, taken from
@@ -49,6 +51,7 @@ type opts struct {
 	dims                  []int
 	dimsFlag              string
 	exact                 bool
+	baseline              string
 }
 
 func main() {
@@ -60,6 +63,7 @@ func main() {
 	flag.BoolVar(&o.stream, "stream", false, "also measure streaming requests")
 	flag.StringVar(&o.dimsFlag, "dims", "0", "cache.embedder.dims of the default-config frontdoor (0: the default); a comma-separated list runs one frontdoor each")
 	flag.BoolVar(&o.exact, "exact", false, "also measure frontdoor with the exact cache only (semantic off)")
+	flag.StringVar(&o.baseline, "baseline", "", "also run a default-config frontdoor from this binary (e.g. built from an earlier commit)")
 	flag.StringVar(&o.profile, "profile", "", "write a CPU profile of the default-config frontdoor under load to this file")
 	flag.Parse()
 	for _, f := range strings.Split(o.dimsFlag, ",") {
@@ -145,15 +149,16 @@ func run(o opts) error {
 	if err := start(sim, "http://"+simAddr+"/health"); err != nil {
 		return err
 	}
-	frontdoor := func(name, cache string) (target, error) {
-		base, p, err := procs.StartFrontdoor(load.Frontdoor{Dir: dir, Name: name,
-			Config: fmt.Sprintf("logging: {level: info}\n%snodes:\n  - {name: sim, url: http://%s, models: [%s], max_concurrency: 4096}\n",
+	frontdoorBin := func(name, cache, bin string) (target, error) {
+		base, p, err := procs.StartFrontdoor(load.Frontdoor{Dir: dir, Name: name, Bin: bin,
+			Config: fmt.Sprintf("logging: {level: info}\nadmin: {allow_cidrs: [127.0.0.1/32]}\n%snodes:\n  - {name: sim, url: http://%s, models: [%s], max_concurrency: 4096}\n",
 				cache, simAddr, model)})
 		if err != nil {
 			return target{}, err
 		}
 		return target{name: name, url: base, pid: p.Pid()}, nil
 	}
+	frontdoor := func(name, cache string) (target, error) { return frontdoorBin(name, cache, "") }
 	off, err := frontdoor("cache-off", "cache: {backend: off}\n")
 	if err != nil {
 		return err
@@ -171,6 +176,14 @@ func run(o opts) error {
 		t.name = name
 		defs = append(defs, t)
 	}
+	if o.baseline != "" {
+		t, err := frontdoorBin("baseline", "", o.baseline)
+		if err != nil {
+			return err
+		}
+		t.name = "default (baseline binary)"
+		defs = append(defs, t)
+	}
 
 	var exact []target
 	if o.exact {
@@ -184,8 +197,8 @@ func run(o opts) error {
 		exact = append(exact, t)
 	}
 
-	fmt.Printf("command: go run ./bench/misspath -preload %d -rounds %d -duration %s -conc %d -stream=%v -dims %s -exact=%v\n",
-		o.preload, o.rounds, o.dur, o.conc, o.stream, o.dimsFlag, o.exact)
+	fmt.Printf("command: go run ./bench/misspath -preload %d -rounds %d -duration %s -conc %d -stream=%v -dims %s -exact=%v -baseline %q\n",
+		o.preload, o.rounds, o.dur, o.conc, o.stream, o.dimsFlag, o.exact, o.baseline)
 	for _, def := range defs {
 		t0 := time.Now()
 		cpu0, _ := load.CPUTime(def.pid)
@@ -237,9 +250,10 @@ func run(o opts) error {
 				if h1, _ := hits(t.url); h1 != h0 {
 					return fmt.Errorf("%s: %.0f cache hits in a run of unique prompts", t.name, h1-h0)
 				}
-				samples[t.name] = append(samples[t.name], sample{res.Rate,
-					load.Micros(c1-c0) / float64(res.Requests), load.Micros(sc1-sc0) / float64(res.Requests),
-					float64(d1-d0) / float64(res.Requests)})
+				s := sample{res.Rate, load.Micros(c1-c0) / float64(res.Requests), load.Micros(sc1-sc0) / float64(res.Requests),
+					float64(d1-d0) / float64(res.Requests)}
+				samples[t.name] = append(samples[t.name], s)
+				fmt.Fprintf(os.Stderr, "round %d, %s: %.0f req/s, frontdoor %.1f µs/req\n", r+1, t.name, s.rps, s.cpu)
 			}
 		}
 		med := func(name string, f func(sample) float64) float64 { return load.Median(samples[name], f) }
@@ -272,7 +286,10 @@ func run(o opts) error {
 	if o.profile != "" {
 		for i, def := range defs {
 			path := o.profile
-			if len(defs) > 1 {
+			switch {
+			case i >= len(o.dims):
+				path = o.profile + ".baseline"
+			case len(defs) > 1:
 				path = fmt.Sprintf("%s.%d", o.profile, o.dims[i])
 			}
 			if err := profile(o, dir, def, path); err != nil {

@@ -40,7 +40,7 @@ var metricHelp = map[string]string{
 	"frontdoor_cache_verify_dropped_total":      "Audits of semantic hits and checks of near-misses dropped because the judge queue was full.",
 	"frontdoor_cache_false_hit_ratio":           "Share of judged semantic hits that were wrong (no over yes+no), since start.",
 	"frontdoor_cache_embedder_up":               "1 when the embedder answered lately, 0 while it fails.",
-	"frontdoor_cache_similarity":                "Cosine similarity of the best semantic candidate of each semantic lookup.",
+	"frontdoor_cache_similarity":                "Cosine similarity of the best semantic candidate of each semantic lookup that has one at or above the threshold less the grey zone.",
 	"frontdoor_cache_tokens_saved_total":        "Upstream tokens (prompt + completion) not spent because the cache answered.",
 	"frontdoor_cache_entries":                   "Entries in the cache store (refreshed every few seconds).",
 	"frontdoor_cache_vector_entries":            "Entries with an embedding in the cache store (refreshed every few seconds).",
