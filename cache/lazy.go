@@ -67,6 +67,18 @@ func NewLazyStore(build func(context.Context) (Store, error), retry time.Duratio
 	return l
 }
 
+var _ IndexSyncer = (*LazyStore)(nil)
+
+// IndexSync implements IndexSyncer for the connected store, if it has one.
+func (l *LazyStore) IndexSync() *IndexSyncHealth {
+	if b := l.cur.Load(); b != nil {
+		if s, ok := b.s.(IndexSyncer); ok {
+			return s.IndexSync()
+		}
+	}
+	return nil
+}
+
 // Ready reports whether the store is connected.
 func (l *LazyStore) Ready() bool { return l.cur.Load() != nil }
 

@@ -65,6 +65,10 @@ type RedisOptions struct {
 	// local index's sync), so that they neither wait for nor hold the
 	// lookups' connections. Default: the store's client.
 	Writer redis.UniversalClient
+	// OnSyncError, when set, is called from the local index's sync
+	// goroutine with each failed step (the index then misses what other
+	// replicas store until the sync recovers). See IndexSync.
+	OnSyncError func(err error)
 
 	sweepEvery time.Duration // local mode: how often expired vectors are dropped; default 30s
 }
@@ -89,6 +93,13 @@ type RedisStore struct {
 	// own maps ids this store indexed in Put to the index it used, so that
 	// the sync goroutine skips refetching them when their event comes back.
 	own sync.Map
+
+	// The local index's sync: see IndexSync.
+	syncFailing  atomic.Bool
+	syncFailures atomic.Int64
+	syncResyncs  atomic.Int64
+	syncLastErr  atomic.Pointer[string]
+	syncLastFail atomic.Int64 // unix ns
 
 	cancel    context.CancelFunc
 	done      chan struct{} // closed when the sync goroutine returns
@@ -175,7 +186,7 @@ func NewRedisStore(ctx context.Context, client redis.UniversalClient, opt RedisO
 	r.idx.Store(NewVectorIndexWith(opt.Dims, opt.LocalIndex))
 	lastID, err := r.resync(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("cache: redis: load vectors: %w", err)
+		return nil, err // says "index reload"
 	}
 	syncCtx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -188,6 +199,53 @@ func (r *RedisStore) Mode() string { return r.mode }
 
 // Fallback says why vector_search auto chose the in-process index, or "".
 func (r *RedisStore) Fallback() string { return r.fallback }
+
+// IndexSyncHealth is the health of a local-mode store's in-process index,
+// kept in step with Redis through the events stream.
+type IndexSyncHealth struct {
+	State     string    `json:"state"`    // ok, failing (the index misses what other replicas store)
+	Failures  int64     `json:"failures"` // failed sync steps
+	Resyncs   int64     `json:"resyncs"`  // full reloads after events were lost
+	LastError string    `json:"last_error,omitempty"`
+	LastFail  time.Time `json:"last_failure,omitzero"`
+}
+
+// IndexSyncer is a store with an in-process index synced from elsewhere.
+type IndexSyncer interface {
+	// IndexSync reports the sync's health; nil when there is none (vector
+	// search in RediSearch, or not connected yet).
+	IndexSync() *IndexSyncHealth
+}
+
+var _ IndexSyncer = (*RedisStore)(nil)
+
+// IndexSync implements IndexSyncer.
+func (r *RedisStore) IndexSync() *IndexSyncHealth {
+	if r.mode != modeLocal {
+		return nil
+	}
+	h := &IndexSyncHealth{State: "ok", Failures: r.syncFailures.Load(), Resyncs: r.syncResyncs.Load()}
+	if r.syncFailing.Load() {
+		h.State = "failing"
+	}
+	if p := r.syncLastErr.Load(); p != nil {
+		h.LastError = *p
+		h.LastFail = time.Unix(0, r.syncLastFail.Load())
+	}
+	return h
+}
+
+// syncFailed records a failed sync step.
+func (r *RedisStore) syncFailed(err error) {
+	r.syncFailing.Store(true)
+	r.syncFailures.Add(1)
+	msg := err.Error()
+	r.syncLastErr.Store(&msg)
+	r.syncLastFail.Store(time.Now().UnixNano())
+	if r.opt.OnSyncError != nil {
+		r.opt.OnSyncError(err)
+	}
+}
 
 // IndexName is the RediSearch index (redisearch mode).
 func (r *RedisStore) IndexName() string { return r.keyIndex }

@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -32,12 +33,16 @@ func (r *RedisStore) syncLoop(ctx context.Context, lastID string) {
 			lastID, err = r.syncOnce(ctx, lastID)
 		}
 		if err == nil {
+			if failing {
+				r.syncFailing.Store(false)
+			}
 			failing, backoff = false, 0
 			continue
 		}
 		if ctx.Err() != nil {
 			return
 		}
+		r.syncFailed(err)
 		failing = true
 		backoff = min(max(2*backoff, 50*time.Millisecond), 2*time.Second)
 		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
@@ -62,14 +67,14 @@ func (r *RedisStore) syncOnce(ctx context.Context, lastID string) (string, error
 		return lastID, nil
 	}
 	if err != nil {
-		return lastID, err
+		return lastID, fmt.Errorf("cache: redis: index sync: %w", err)
 	}
 	for _, s := range streams {
 		if len(s.Messages) == 0 {
 			continue
 		}
 		if err := r.applyEvents(ctx, s.Messages); err != nil {
-			return lastID, err // read the batch again
+			return lastID, fmt.Errorf("cache: redis: index sync: %w", err) // read the batch again
 		}
 		lastID = s.Messages[len(s.Messages)-1].ID
 	}
@@ -130,11 +135,12 @@ func (r *RedisStore) recoverSync(ctx context.Context, lastID string) (string, er
 	case isNoSuchKey(err):
 		gap = true // Redis restarted empty, or the stream was deleted
 	default:
-		return lastID, err
+		return lastID, fmt.Errorf("cache: redis: index sync: %w", err)
 	}
 	if !gap {
 		return lastID, nil
 	}
+	r.syncResyncs.Add(1)
 	return r.resync(ctx)
 }
 
@@ -146,7 +152,7 @@ func (r *RedisStore) resync(ctx context.Context) (string, error) {
 	last, err := r.w.XRevRangeN(cctx, r.keyEvents, "+", "-", 1).Result()
 	cancel()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("cache: redis: index reload: %w", err)
 	}
 	lastID := "0-0"
 	if len(last) > 0 {
@@ -169,7 +175,7 @@ func (r *RedisStore) resync(ctx context.Context) (string, error) {
 		return nil
 	})
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("cache: redis: index reload: %w", err)
 	}
 	r.idx.Store(fresh)
 	r.own.Clear() // marks of the old index would never match again

@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -591,7 +592,9 @@ func TestRedisKilled(t *testing.T) {
 		// The production default timeout: with Redis down, go-redis retries the
 		// dial until the call's deadline.
 		a := newTestRedisStore(t, c, RedisOptions{VectorSearch: m.vs, ReadTimeout: 50 * time.Millisecond})
-		b := newTestRedisStore(t, newTestRedisClient(t, r.Addr(), 100*time.Millisecond), RedisOptions{VectorSearch: m.vs})
+		var syncErrs atomic.Int64
+		b := newTestRedisStore(t, newTestRedisClient(t, r.Addr(), 100*time.Millisecond), RedisOptions{VectorSearch: m.vs,
+			OnSyncError: func(error) { syncErrs.Add(1) }})
 		ctx := context.Background()
 		rng := rand.New(rand.NewPCG(10, 10))
 		e, v := rdsEntry("t", "s", "before"), rdsUnit(rng)
@@ -626,6 +629,14 @@ func TestRedisKilled(t *testing.T) {
 			}
 		}
 		time.Sleep(300 * time.Millisecond) // the sync goroutines fail and back off
+		// B's index sync says it is failing: in its health and to its owner.
+		if h := b.IndexSync(); m.vs != modeLocal {
+			if h != nil {
+				t.Fatalf("IndexSync in %s mode: %+v, want nil", m.vs, h)
+			}
+		} else if h == nil || h.State != "failing" || h.Failures == 0 || h.LastError == "" || h.LastFail.IsZero() || syncErrs.Load() == 0 {
+			t.Fatalf("IndexSync with Redis down: %+v, %d reported, want failing", h, syncErrs.Load())
+		}
 
 		r.Start() // empty again: the restart lost every key
 		rdsEventually(t, 3*time.Second, "Put works after restart", func() bool {
@@ -638,6 +649,9 @@ func TestRedisKilled(t *testing.T) {
 		rdsEventually(t, 5*time.Second, "B sees a Put made after the restart", func() bool { return rdsHasHit(b, "s", v2, e2.ID) })
 		if m.vs != modeLocal {
 			return
+		}
+		if h := b.IndexSync(); h.State != "ok" || h.Resyncs == 0 {
+			t.Fatalf("IndexSync after Redis came back empty: %+v, want ok after a reload", h)
 		}
 		// B reloaded: the vector lost with the restart is gone from its index.
 		rdsEventually(t, 2*time.Second, "B dropped the lost vector", func() bool {

@@ -554,6 +554,19 @@ func TestCacheSurvivesRedisOutage(t *testing.T) {
 		if !strings.Contains(gw.Logs.String(), `"level":"WARN","msg":"cache: read breaker open; lookups bypass the store","from":"closed","last_error":"cache: redis get: `) {
 			t.Fatalf("no WARN line with the error for the open breaker:\n%s", gw.Logs.String())
 		}
+		local := backend == "redis" // the in-process index, synced through Redis
+		if local {
+			testenv.Eventually(t, 5*time.Second, func() bool {
+				h := gatewayStatus(t, gw).Cache.IndexSync
+				return h != nil && h.State == "failing" && h.LastError != ""
+			}, "/status never showed the index sync failing")
+			if metricValue(t, metricsText(t, gw), `frontdoor_cache_index_sync_errors_total`) < 1 ||
+				!strings.Contains(gw.Logs.String(), `"level":"WARN","msg":"cache: the in-process index's sync with Redis failed`) {
+				t.Fatalf("the index sync's failure is not in the metrics or the log:\n%s", gw.Logs.String())
+			}
+		} else if h := gatewayStatus(t, gw).Cache.IndexSync; h != nil {
+			t.Fatalf("index_sync with RediSearch: %+v, want none", h)
+		}
 		r.Start()
 		back := time.Now()
 		for {
@@ -575,6 +588,12 @@ func TestCacheSurvivesRedisOutage(t *testing.T) {
 			eventuallyHit(t, gw, cbody("what is the tallest mountain on earth", ""), "hit-semantic")
 		}
 		testenv.Eventually(t, 3*time.Second, func() bool { return gatewayStatus(t, gw).Cache.Up }, "/status never showed the backend up again")
+		if local {
+			testenv.Eventually(t, 5*time.Second, func() bool {
+				h := gatewayStatus(t, gw).Cache.IndexSync
+				return h.State == "ok" && h.Resyncs > 0
+			}, "/status never showed the index sync recovered")
+		}
 		if !strings.Contains(gw.Logs.String(), `"level":"WARN","msg":"cache: read breaker closed; lookups reach the store again"`) {
 			t.Fatalf("no WARN line for the closed breaker:\n%s", gw.Logs.String())
 		}

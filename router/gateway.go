@@ -58,15 +58,16 @@ type liveConfig struct {
 
 // Gateway is the frontdoor server.
 type Gateway struct {
-	rt       atomic.Pointer[liveConfig]
-	log      *slog.Logger
-	pool     *balancer.Pool
-	fixed    map[string]adapters.Backend // Deps.Backends, by node name
-	backends sync.Map                    // *balancer.Node -> adapters.Backend, built on first use
-	metrics  *gatewayMetrics
-	upLog    *telemetry.RateLog // rate-limited lines about nodes' answers
-	bodies   *bodyRefusals
-	server   *fasthttp.Server
+	onIndexSyncError func(error) // a Redis store's index sync failed: metric and WARN
+	rt               atomic.Pointer[liveConfig]
+	log              *slog.Logger
+	pool             *balancer.Pool
+	fixed            map[string]adapters.Backend // Deps.Backends, by node name
+	backends         sync.Map                    // *balancer.Node -> adapters.Backend, built on first use
+	metrics          *gatewayMetrics
+	upLog            *telemetry.RateLog // rate-limited lines about nodes' answers
+	bodies           *bodyRefusals
+	server           *fasthttp.Server
 	// adminServer serves admin.listen: the same routes, every request
 	// trusted as an admin (handleAdminListener).
 	adminServer *fasthttp.Server
@@ -341,6 +342,14 @@ func (g *Gateway) buildCache(deps Deps, set *metrics.Set) error {
 		g.embedder = e
 	}
 	g.store = deps.Store
+	if g.store == nil && c.Backend == "redis" {
+		// Before the store: its sync goroutine may fail at once.
+		errs, warn := set.NewCounter(`frontdoor_cache_index_sync_errors_total`), telemetry.NewRateLog(g.log, 10*time.Second)
+		g.onIndexSyncError = func(err error) {
+			errs.Inc()
+			warn.Warn("index-sync", "cache: the in-process index's sync with Redis failed; semantic lookups miss what other replicas store until it recovers", "error", err.Error())
+		}
+	}
 	if g.store == nil && c.Backend != "off" {
 		if err := g.buildStore(deps); err != nil {
 			return err
@@ -414,7 +423,8 @@ func (g *Gateway) buildStore(deps Deps) error {
 		// The cache's keys live under <key_prefix>c:, apart from admission's.
 		opts := cache.RedisOptions{Prefix: g.conf().Redis.KeyPrefix + "c:", Dims: dims, Embedder: name,
 			VectorSearch: c.VectorSearch, Index: c.RedisIndex, LocalIndex: c.LocalIndex,
-			ReadTimeout: c.Reads.Timeout.D(), WriteTimeout: c.Writes.Timeout.D(), Writer: writes}
+			ReadTimeout: c.Reads.Timeout.D(), WriteTimeout: c.Writes.Timeout.D(), Writer: writes,
+			OnSyncError: g.onIndexSyncError}
 		g.store = cache.NewLazyStore(func(ctx context.Context) (cache.Store, error) {
 			st, err := cache.NewRedisStore(ctx, reads, opts)
 			if err != nil {

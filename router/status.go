@@ -1,9 +1,11 @@
 package router
 
 import (
+	"time"
+
+	"frontdoor/cache"
 	"frontdoor/internal/buildinfo"
 	"frontdoor/router/admin"
-	"time"
 )
 
 var startTime = time.Now()
@@ -34,6 +36,9 @@ func (g *Gateway) status() admin.Status {
 			Entries: g.cm.entries.Load(), Vectors: g.cm.vectors.Load(), Bytes: g.cm.bytes.Load(),
 			Saved: g.cm.tokensSaved.Get(), Health: g.backend.Health(), Dropped: g.cm.dropped()}
 		st.Cache.Embedder = g.backend.EmbedderHealth()
+		if s, ok := g.store.(cache.IndexSyncer); ok {
+			st.Cache.IndexSync = s.IndexSync()
+		}
 		st.Cache.Verify = g.verify.status()
 	}
 	if s := g.rt.Load().spill; s != nil {

@@ -57,7 +57,10 @@ type CacheStatus struct {
 	cache.Health
 	Dropped  uint64                `json:"writes_dropped"`
 	Embedder *cache.EmbedderHealth `json:"embedder,omitempty"`
-	Verify   *VerifyStatus         `json:"verify,omitempty"`
+	// IndexSync is the in-process vector index's sync with Redis
+	// (backend redis without RediSearch).
+	IndexSync *cache.IndexSyncHealth `json:"index_sync,omitempty"`
+	Verify    *VerifyStatus          `json:"verify,omitempty"`
 }
 
 // SpillStatus is the spill-over part of /status.
