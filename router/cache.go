@@ -250,10 +250,12 @@ func (g *Gateway) lookupSemantic(ctx *fasthttp.RequestCtx, x *exchange, p *cache
 	}
 	p.vec, p.vq = vec, cache.NewVecQuery(vec)
 	// A candidate from grey up is judged even when it misses; one below it
-	// is neither served nor judged, so the search skips those (the guards
-	// only see candidates at or above grey too).
+	// is neither served nor judged (the guards only see candidates at or
+	// above grey too). The search still looks similarityWindow lower, so
+	// that frontdoor_cache_similarity shows the near misses a threshold is
+	// tuned by; below that it skips (the threshold search's saving).
 	grey := p.threshold - g.verify.greyZone()
-	matches, err := g.storeSearch(p.keys.Scope, p.vq, grey)
+	matches, err := g.storeSearch(p.keys.Scope, p.vq, grey-similarityWindow)
 	if err != nil {
 		return false
 	}
@@ -309,6 +311,11 @@ func (g *Gateway) semanticScope(x *exchange, p *cachePlan) bool {
 func (g *Gateway) storeGet(key string) (*cache.Entry, error) {
 	return g.backend.Get(context.Background(), key)
 }
+
+// similarityWindow is how far under the lowest similarity that could be
+// served or judged a semantic lookup still looks, for the similarity
+// histogram.
+const similarityWindow = 0.1
 
 // storeSearch returns up to 4 candidates of scope of similarity at least
 // minSim, most similar first.

@@ -744,3 +744,28 @@ func TestCacheAutoFallbackIsLogged(t *testing.T) {
 		t.Fatalf("Stats = %+v, %v", st, err)
 	}
 }
+
+// TestSimilarityHistogramSeesNearMisses: a lookup whose best candidate is
+// just under the threshold is a miss, and frontdoor_cache_similarity still
+// observes it (the threshold search looks similarityWindow lower), while an
+// unrelated question's candidates are not observed.
+func TestSimilarityHistogramSeesNearMisses(t *testing.T) {
+	// The local embedder puts the two questions at 0.82: under 0.9, within
+	// 0.1 of it.
+	gw, _ := cacheGateway(t, "memory", func(c *Config) { c.Cache.Semantic.Threshold = 0.9 })
+	askStored(t, gw, cbody("What is the capital of France?", ""))
+	count := func() float64 { return metricValue(t, metricsText(t, gw), `frontdoor_cache_similarity_count`) }
+	before := count()
+	if xc, _, _ := ask(t, gw, cbody("tell me, what is the capital city of france", "")); xc != "miss" {
+		t.Fatalf("a near miss under a 0.9 threshold: X-Cache %q", xc)
+	}
+	if got := count(); got != before+1 {
+		t.Fatalf("frontdoor_cache_similarity_count %v after a near miss, want %v", got, before+1)
+	}
+	if xc, _, _ := ask(t, gw, cbody("Describe the life cycle of a monarch butterfly", "")); xc != "miss" {
+		t.Fatalf("an unrelated question: X-Cache %q", xc)
+	}
+	if got := count(); got != before+1 {
+		t.Fatalf("frontdoor_cache_similarity_count %v after an unrelated question, want %v (nothing within the window)", got, before+1)
+	}
+}
