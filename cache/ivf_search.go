@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"encoding/binary"
 	"math"
 	"math/bits"
 	"slices"
@@ -48,20 +49,7 @@ func (x *ivf) search(vq *VecQuery, probes, n int, minSim float32, sc *ivfScratch
 	if cut == limit {
 		atCut = int(hist[cut])
 	}
-	j := 0
-	for _, lc := range sc.lists {
-		l := x.lists[lc.s]
-		dist := sc.dist[j : j+len(l.slots)]
-		j += len(l.slots)
-		for i, d := range dist {
-			if int(d) < cut || int(d) == cut && atCut > 0 {
-				if int(d) == cut {
-					atCut--
-				}
-				sc.pre = append(sc.pre, cand{int(d), l.slots[i]})
-			}
-		}
-	}
+	sc.pre = takeUpTo(x, sc, cut, atCut)
 	worst := hammingBound(minSim, x.words*64) + 1
 	for _, c := range sc.pre {
 		if d := hamming(q, x.bin.row(c.s, x.words)); d < worst && keep(c.s) {
@@ -75,6 +63,42 @@ func (x *ivf) search(vq *VecQuery, probes, n int, minSim float32, sc *ivfScratch
 		sc.out[i], sc.out[j] = sc.out[j], sc.out[i]
 	}
 	return sc.out
+}
+
+// takeUpTo appends to sc.pre, in scan order, the scanned members at a
+// prefix distance under cut and the first atCut at cut. Most members are
+// farther: eight distances at a time are skipped while none is at or
+// under cut.
+func takeUpTo(x *ivf, sc *ivfScratch, cut, atCut int) []cand {
+	pre := sc.pre
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	swar := cut < 128 // a distance is at most 128; the test below needs cut+1 <= 128
+	under := uint64(cut+1) * ones
+	j := 0
+	for _, lc := range sc.lists {
+		l := x.lists[lc.s]
+		dist := sc.dist[j : j+len(l.slots)]
+		j += len(l.slots)
+		for i := 0; i < len(dist); {
+			if swar && i+8 <= len(dist) {
+				// a byte under cut+1 sets its high bit here (and only
+				// then, or above one that does): "haszero" on w-under
+				if w := binary.LittleEndian.Uint64(dist[i:]); (w-under)&^w&highs == 0 {
+					i += 8
+					continue
+				}
+			}
+			for end := min(i+8, len(dist)); i < end; i++ {
+				if d := int(dist[i]); d < cut || d == cut && atCut > 0 {
+					if d == cut {
+						atCut--
+					}
+					pre = append(pre, cand{d, l.slots[i]})
+				}
+			}
+		}
+	}
+	return pre
 }
 
 // scanPrefix appends to dist the distances of q to list l's members by

@@ -77,6 +77,31 @@ func startGatewayOn(t testing.TB, cfg Config, deps Deps, ln net.Listener) *testG
 	return &testGateway{Gateway: gw, URL: "http://" + ln.Addr().String(), Logs: logs}
 }
 
+// probedHealthy probes the gateway's nodes until each has passed a probe
+// and is healthy. A gateway probes its nodes once at start (tests set
+// health_interval to an hour); on a loaded machine that probe can miss its
+// 2s timeout, which marks a node that never passed one unhealthy, and a
+// test of what a node answers would get a 503 without ever reaching it.
+// Once a node has passed a probe, one late failure leaves it healthy
+// (health_failures is 2).
+func probedHealthy(t testing.TB, gw *testGateway) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		gw.Pool().ProbeAll()
+		healthy := true
+		for _, n := range gw.Pool().Nodes() {
+			healthy = healthy && n.Healthy()
+		}
+		if healthy {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the gateway's nodes did not pass a health probe within 30s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // simAndGateway starts n default sims and a gateway in front of them.
 func simAndGateway(t testing.TB, n int, mutate func(*sim.Config)) (*testGateway, []*sim.Server) {
 	t.Helper()

@@ -126,6 +126,7 @@ func TestUpstreamMalformedAnswers(t *testing.T) {
 				bad := startFakeNode(t, tc.answer, tc.hold)
 				cfg := twoNodeConfig(bad.URL(), good)
 				gw := startGateway(t, cfg)
+				probedHealthy(t, gw)
 				resp, b := post(t, gw.URL+"/v1/chat/completions", body)
 				if resp.StatusCode != 200 || resp.Header.Get("X-Upstream") != "gpu-a" || resp.Header.Get("X-Upstream-Attempts") != "2" {
 					t.Fatalf("stream %v: %d from %q after %s attempts: %s", stream, resp.StatusCode,
@@ -146,6 +147,7 @@ func TestUpstreamMalformedAnswers(t *testing.T) {
 				cfg.Cache.Backend = "memory"
 				cfg.Nodes = []balancer.NodeConfig{{Name: "gpu-a", URL: bad.URL(), Kind: "vllm", Models: []string{"qwen3-8b"}, MaxConcurrency: 10, Weight: 1}}
 				gw = startGateway(t, cfg)
+				probedHealthy(t, gw)
 				for i := range 2 {
 					resp, b = post(t, gw.URL+"/v1/chat/completions", body)
 					var env struct {
