@@ -137,22 +137,24 @@ func TestPredictedSpillOffStaysLocal(t *testing.T) {
 
 // When some free nodes are predicted within the limit and others over it,
 // the request goes to one within it, though the picker prefers the other,
-// and nothing spills.
+// and nothing spills. The fast node's TTFTs are measured as the requests
+// go (the predictor learns from each): the limit is far above its 10ms, so
+// that a loaded machine's slower answers keep it within.
 func TestPredictedLimitPrefersANodeWithinIt(t *testing.T) {
-	slow := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT, c.ITL, c.OutputTokens = 400*time.Millisecond, time.Millisecond, 3 })
+	slow := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT, c.ITL, c.OutputTokens = 4*time.Second, time.Millisecond, 3 })
 	fast := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT, c.ITL, c.OutputTokens = 10*time.Millisecond, time.Millisecond, 3 })
 	dash := dashSim(t, nil)
 	cfg := testConfig(slow, fast)
 	cfg.Nodes[0].Weight = 10 // the picker's favourite by far
 	spillConfig(t, &cfg, dash)
-	cfg.Spillover.MaxPredictedTTFT = units.Duration(200 * time.Millisecond)
+	cfg.Spillover.MaxPredictedTTFT = units.Duration(2 * time.Second)
 	gw := startGateway(t, cfg)
 	teach := func(n *balancer.Node, ttft time.Duration) {
 		for i := 0; i < balancer.PredictMinObservations; i++ {
 			gw.pool.ObserveTTFT(n, gw.pool.PredictTTFT(n, balancer.Hints{PromptTokens: 10}), ttft)
 		}
 	}
-	teach(gw.pool.Node("gpu-a"), 400*time.Millisecond)
+	teach(gw.pool.Node("gpu-a"), 4*time.Second)
 	teach(gw.pool.Node("gpu-b"), 10*time.Millisecond)
 	for i := 0; i < 5; i++ {
 		resp, body := post(t, gw.URL+"/v1/chat/completions", chatBody(fmt.Sprintf("q %d", i), `"stream":true`))
