@@ -44,14 +44,16 @@ func (e *SSEEvent) IsDone() bool { return bytes.Equal(e.Data, sseDone) }
 // line. The bytes are consumed by the next call to Next, so they stay
 // valid until then.
 //
-// The buffer is taken from a pool when bytes arrive and given back once
-// they are all consumed: a stream waiting for its next event holds none
-// (it waits in a one-byte read). An event longer than the pooled buffer is
-// read into a larger one, up to 4 MiB.
+// A read with nothing buffered goes into a small array of the reader's
+// own (first), where a node's event, which comes in a read of its own, is
+// handed out from; only bytes that outgrow it move to a buffer taken from
+// a pool, given back once they are all consumed: a stream waiting for its
+// next event holds no pooled buffer. An event longer than the pooled
+// buffer is read into a larger one, up to 4 MiB.
 type SSEReader struct {
 	src     io.Reader
 	small   *[]byte // the pooled buffer held, if any
-	buf     []byte  // the buffer in use: *small, big, or nil
+	buf     []byte  // the buffer in use: first, *small, big, or nil
 	big     []byte  // a buffer grown for a long event, kept for the next
 	r, w    int     // buf[r:w] is read and not yet consumed
 	pending int     // bytes of the last event, consumed by the next Next
@@ -60,13 +62,18 @@ type SSEReader struct {
 	err     error   // the read error, once buf holds no event
 	again   bool    // Next hands out last again (Unread)
 	last    SSEEvent
-	data    []byte // several data lines, joined
-	one     [1]byte
+	data    []byte             // several data lines, joined
+	first   [sseFirstSize]byte // what a read with nothing buffered goes into
 }
 
 // sseBufSize is the pooled buffer. Events are a few hundred bytes and the
 // source (an upstream body) is buffered already.
 const sseBufSize = 2 << 10
+
+// sseFirstSize is the reader's own array, which the first read after its
+// buffered events are consumed goes into: big enough for the event of a
+// token (about 250 bytes from vLLM), small beside the pooled buffer.
+const sseFirstSize = 512
 
 // sseBufs holds the buffers of readers between their reads.
 var sseBufs = sync.Pool{New: func() any { b := make([]byte, sseBufSize); return &b }}
@@ -132,6 +139,12 @@ func (s *SSEReader) Next() (SSEEvent, error) {
 	s.consume()
 	for {
 		b := s.buf[s.r:s.w]
+		if s.scanned == 0 {
+			if ev, n, ok := oneDataLine(b); ok {
+				s.pending, s.last = n, ev
+				return ev, nil
+			}
+		}
 		if end := s.eventEnd(b); end >= 0 {
 			return s.hand(b[:end], false), nil
 		}
@@ -148,6 +161,26 @@ func (s *SSEReader) Next() (SSEEvent, error) {
 			return SSEEvent{}, err
 		}
 	}
+}
+
+// oneDataLine splits off the event every engine sends, when b starts with
+// it whole: one data line, ended by a bare LF, and the blank line (a bare
+// LF) after it. It is what eventEnd and scan make of those bytes, found
+// with one search for the line's end; ok is false for anything else, which
+// the general path reads.
+func oneDataLine(b []byte) (ev SSEEvent, n int, ok bool) {
+	if !bytes.HasPrefix(b, sseDataPrefix) {
+		return ev, 0, false
+	}
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 || i+1 >= len(b) || b[i+1] != '\n' || b[i-1] == '\r' {
+		return ev, 0, false
+	}
+	value := b[len(sseDataPrefix):i]
+	if len(value) > 0 && value[0] == ' ' {
+		value = value[1:]
+	}
+	return SSEEvent{Raw: b[:i+2], Data: value}, i + 2, true
 }
 
 // hand returns the event that b (up to its end) holds.
@@ -189,16 +222,12 @@ func (s *SSEReader) eventEnd(b []byte) int {
 	}
 }
 
-// fill reads more of the stream. With nothing buffered it waits in a
-// one-byte read, holding no buffer.
+// fill reads more of the stream. With nothing buffered it reads into
+// first, holding no pooled buffer.
 func (s *SSEReader) fill() error {
 	if s.r == s.w {
-		n, err := s.readEmpty(s.one[:])
-		if n == 1 {
-			s.small = sseBufs.Get().(*[]byte)
-			s.buf, s.r, s.w = *s.small, 0, 1
-			s.buf[0] = s.one[0]
-		}
+		n, err := s.readEmpty(s.first[:])
+		s.buf, s.r, s.w = s.first[:], 0, n
 		s.err = err
 		return nil
 	}
@@ -213,9 +242,17 @@ func (s *SSEReader) fill() error {
 	return nil
 }
 
-// makeRoom slides the unconsumed bytes to the front of the buffer, or
-// moves them to a larger one when they fill it.
+// makeRoom makes room after the unconsumed bytes: it moves them from a
+// full first to a pooled buffer, slides them to the front of the buffer,
+// or, when they fill it, moves them to a larger one.
 func (s *SSEReader) makeRoom() error {
+	if s.small == nil && len(s.buf) == sseFirstSize {
+		// first is full: more is coming than one event a read.
+		s.small = sseBufs.Get().(*[]byte)
+		s.w = copy(*s.small, s.buf[s.r:s.w])
+		s.buf, s.r = *s.small, 0
+		return nil
+	}
 	if s.r > 0 {
 		copy(s.buf, s.buf[s.r:s.w])
 		s.w -= s.r

@@ -226,3 +226,35 @@ func BenchmarkSSENext(b *testing.B) {
 		}
 	}
 }
+
+// eventReader hands out its bytes one event a read, as an engine's chunks
+// arrive (each flush of the node is one chunk of its answer).
+type eventReader struct {
+	b   []byte
+	off int
+}
+
+func (e *eventReader) Read(p []byte) (int, error) {
+	rest := e.b[e.off:]
+	if i := bytes.Index(rest, []byte("\n\n")); i >= 0 {
+		rest = rest[:i+2]
+	}
+	n := copy(p, rest)
+	e.off = (e.off + n) % len(e.b)
+	return n, nil
+}
+
+// BenchmarkSSENextPerRead is BenchmarkSSENext with each event in a read of
+// its own, as a node's tokens arrive: the reader's buffer is given back
+// and taken again for every event.
+func BenchmarkSSENextPerRead(b *testing.B) {
+	ev := "data: {\"id\":\"chatcmpl-5916b453be108dc30000000000000001\",\"object\":\"chat.completion.chunk\",\"created\":1796301454,\"model\":\"qwen3-8b\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"people \"},\"logprobs\":null,\"finish_reason\":null}]}\n\n"
+	sr := NewSSEReader(&eventReader{b: []byte(ev)})
+	b.SetBytes(int64(len(ev)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := sr.Next(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
