@@ -321,7 +321,7 @@ func (s *Assembler) Answer() (*Answer, error) {
 // array, and "usage" follows. It runs on every event, so it stops at the
 // choices key instead of searching the whole event for "choices":[].
 func IsUsageOnly(data []byte) bool {
-	i := bytes.Index(data, choicesKey)
+	i := indexChoicesKey(data)
 	if i < 0 {
 		return false
 	}
@@ -334,6 +334,22 @@ func IsUsageOnly(data []byte) bool {
 		return false
 	}
 	return bytes.Contains(data, usageKey)
+}
+
+// indexChoicesKey is bytes.Index(data, choicesKey), found by its 'h': a
+// chunk is full of quotes, which make the general search slow, and holds
+// few h's before its choices key.
+func indexChoicesKey(data []byte) int {
+	for off := 0; ; {
+		j := bytes.IndexByte(data[off:], 'h')
+		if j < 0 {
+			return -1
+		}
+		if i := off + j - 2; i >= 0 && bytes.HasPrefix(data[i:], choicesKey) {
+			return i
+		}
+		off += j + 1
+	}
 }
 
 // skipJSONSpace is the index of the first byte of b from i on that is not

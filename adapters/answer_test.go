@@ -256,7 +256,11 @@ func TestIsUsageOnly(t *testing.T) {
 func FuzzIsUsageOnly(f *testing.F) {
 	f.Add([]byte(`{"choices":[],"usage":{}}`))
 	f.Add([]byte(`{"choices":[{"delta":{}}]}`))
+	f.Add([]byte(`{"hh":"h\"choices\":","choices\":[],"choices":[],"usage":{}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		if got, want := indexChoicesKey(data), bytes.Index(data, choicesKey); got != want {
+			t.Fatalf("indexChoicesKey(%q) = %d, want %d", data, got, want)
+		}
 		got := IsUsageOnly(data)
 		// Without whitespace, it agrees with the plain search it replaced
 		// whenever the first choices key is the one holding [].
@@ -292,6 +296,17 @@ func BenchmarkCheckJSONAnswer(b *testing.B) {
 	for b.Loop() {
 		if err := checkJSONAnswer(body, "choices"); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkIsUsageOnly is the check of every event of a stream for the
+// usage chunk, on an event that is not one.
+func BenchmarkIsUsageOnly(b *testing.B) {
+	data := []byte(`{"id":"chatcmpl-5916b453be108dc30000000000000001","object":"chat.completion.chunk","created":1796301454,"model":"qwen3-8b","choices":[{"index":0,"delta":{"content":"people "},"logprobs":null,"finish_reason":null}]}`)
+	for b.Loop() {
+		if IsUsageOnly(data) {
+			b.Fatal("usage")
 		}
 	}
 }
