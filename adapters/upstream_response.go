@@ -26,9 +26,9 @@ type UpstreamResponse struct {
 
 	resp     *fasthttp.Response
 	conn     *trackedConn
-	sse      *SSEReader   // pooled; nil once closed
-	stream   bool         // the body is an event stream, read with Next
-	onRead   func() error // see OnRead
+	sse      *SSEReader // pooled; nil once closed
+	stream   bool       // the body is an event stream, read with Next
+	onRead   ReadHook   // see OnRead
 	idle     time.Duration
 	total    time.Duration // the whole exchange's allowance, for messages
 	deadline time.Time
@@ -45,7 +45,7 @@ func (r *UpstreamResponse) Next() (SSEEvent, error) {
 		return SSEEvent{}, io.EOF
 	}
 	if r.conn == nil && r.onRead != nil && !r.sse.Buffered() {
-		if err := r.onRead(); err != nil {
+		if err := r.onRead.BeforeRead(); err != nil {
 			return SSEEvent{}, err
 		}
 	}
@@ -67,21 +67,26 @@ func (r *UpstreamResponse) rename(ev SSEEvent) SSEEvent {
 	return ev
 }
 
-// OnRead sets f to run each time reading the stream is about to read the
+// ReadHook is called by a stream's reader before it reads (see OnRead).
+type ReadHook interface {
+	BeforeRead() error
+}
+
+// OnRead sets h to run each time reading the stream is about to read the
 // upstream's socket, where it may wait for the node: a caller that batches
-// events (a pump writing to a client) flushes them in f, so what arrived in
+// events (a pump writing to a client) flushes them in h, so what arrived in
 // one read leaves in one write and no event waits for the next. Without a
-// socket to watch, f runs before every Next that finds the event reader's
-// buffer empty. An error from f fails that read, and so Next.
-func (r *UpstreamResponse) OnRead(f func() error) {
-	r.onRead = f
+// socket to watch, h runs before every Next that finds the event reader's
+// buffer empty. An error from h fails that read, and so Next.
+func (r *UpstreamResponse) OnRead(h ReadHook) {
+	r.onRead = h
 }
 
 // beforeRead runs before each read of a stream's socket: the caller's
 // OnRead, then the idle deadline for this read (never past the total one).
 func (r *UpstreamResponse) beforeRead() error {
 	if r.onRead != nil {
-		if err := r.onRead(); err != nil {
+		if err := r.onRead.BeforeRead(); err != nil {
 			return err
 		}
 	}

@@ -385,9 +385,9 @@ func (g *Gateway) replay(ctx *fasthttp.RequestCtx, x *exchange, a *adapters.Answ
 	pace := g.conf().Cache.StreamReplay.Pace.D()
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
-	done := x.handOff()
+	handed := x.handOff()
 	setStreamBody(ctx, func(w flushWriter) {
-		defer done(-1)
+		defer handed.done(-1)
 		for i, ev := range events {
 			if _, err := w.Write(ev); err != nil {
 				return

@@ -249,18 +249,26 @@ func (g *Gateway) chargeTokens(ctx *fasthttp.RequestCtx, x *exchange, tokens int
 }
 
 // handOff moves the admission release and the settlement to a stream
-// writer, which calls the returned func when the stream ends with the
-// total tokens used (negative: unknown).
-func (x *exchange) handOff() func(usage int) {
+// writer, which calls done on what it returns when the stream ends with
+// the total tokens used (negative: unknown).
+func (x *exchange) handOff() handedOff {
 	x.streamOwned = true
-	pass, charge, obs := x.pass, x.charge, x.obs
-	return func(usage int) {
-		if charge != nil {
-			charge.Settle(usage)
-		}
-		pass.Release()
-		obs.End()
+	return handedOff{x.pass, x.charge, x.obs}
+}
+
+// handedOff is what a stream writer settles and releases at its end.
+type handedOff struct {
+	pass   *admission.Pass
+	charge *admission.Charge
+	obs    *telemetry.Request
+}
+
+func (h handedOff) done(usage int) {
+	if h.charge != nil {
+		h.charge.Settle(usage)
 	}
+	h.pass.Release()
+	h.obs.End()
 }
 
 // attempts is how far forward has got through the candidate nodes.

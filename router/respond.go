@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 )
 
@@ -52,12 +53,6 @@ func (g *Gateway) commitStream(ctx *fasthttp.RequestCtx, x *exchange, node *bala
 	h := &ctx.Response.Header
 	f := x.flight
 	first := time.Now()
-	release := func() {
-		if node != nil && x.streamEvents > 1 {
-			g.pool.ReportTokens(node, x.streamEvents-1, time.Since(first))
-		}
-		x.slot.release()
-	}
 	ctx.SetStatusCode(resp.Status)
 	ctx.SetContentType("text/event-stream")
 	h.SetCanonical(headerCacheControl, noCache)
@@ -68,7 +63,7 @@ func (g *Gateway) commitStream(ctx *fasthttp.RequestCtx, x *exchange, node *bala
 		close(f.ready)
 		asm = adapters.NewAssembler(x.endpoint)
 	}
-	done := x.handOff()
+	handed := x.handOff()
 	tenantName := x.tenant.name
 	wantUsage := x.req.IncludeUsage
 	tap := g.newRespTap(x) // nil but for the Responses API
@@ -87,7 +82,10 @@ func (g *Gateway) commitStream(ctx *fasthttp.RequestCtx, x *exchange, node *bala
 			}
 			g.live.remove(resp)
 			resp.Close()
-			release()
+			if node != nil && x.streamEvents > 1 {
+				g.pool.ReportTokens(node, x.streamEvents-1, time.Since(first))
+			}
+			x.slot.release()
 			g.metrics.streams.Add(-1)
 			g.streams.Done()
 			var answer *adapters.Answer
@@ -114,7 +112,7 @@ func (g *Gateway) commitStream(ctx *fasthttp.RequestCtx, x *exchange, node *bala
 				g.metrics.dash.upstream(upstream, r.usage)
 				x.obs.Usage(r.usage)
 			}
-			done(usage)
+			handed.done(usage)
 			if f != nil {
 				f.finish(answer, r.broken)
 				go g.writeBack(f, plan, answer)
@@ -243,20 +241,10 @@ func (g *Gateway) settle(x *exchange, u adapters.Usage, known bool) {
 // once, unless followers of the flight still read it. It reports whether
 // the stream broke.
 func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse, f *flight, asm *adapters.Assembler, wantUsage bool, tap *respTap) (r pumped) {
-	clientOK := true
-	alone := func() bool { return f == nil || f.followers.Load() == 0 }
-	resp.OnRead(func() error {
-		if clientOK && w.Flush() != nil {
-			clientOK = false
-			g.metrics.clientAborts.Inc()
-		}
-		if !clientOK && alone() {
-			return errClientGone // no reader left: stop reading the node
-		}
-		return nil
-	})
+	c := &pumpClient{w: w, f: f, aborts: g.metrics.clientAborts, ok: true}
+	resp.OnRead(c)
 	for ; ; r.events++ {
-		if !clientOK && alone() {
+		if !c.ok && c.alone() {
 			r.broken, r.cut = true, notStoredClientGone
 			return r
 		}
@@ -265,7 +253,7 @@ func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse
 			if errors.Is(err, io.EOF) {
 				return r
 			}
-			if !clientOK && alone() {
+			if !c.ok && c.alone() {
 				r.broken, r.cut = true, notStoredClientGone
 				return r
 			}
@@ -280,7 +268,7 @@ func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse
 			if f != nil {
 				f.publish(errEvent, false)
 			}
-			if clientOK {
+			if c.ok {
 				_, _ = w.Write(errEvent)
 				_ = w.Flush()
 			}
@@ -299,14 +287,44 @@ func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse
 		if f != nil {
 			f.publish(ev.Raw, usageOnly)
 		}
-		if clientOK && (!usageOnly || wantUsage) {
+		if c.ok && (!usageOnly || wantUsage) {
 			if _, err := w.Write(ev.Raw); err != nil {
-				clientOK = false
-				g.metrics.clientAborts.Inc()
+				c.gone()
 			}
 		}
 	}
 }
+
+// pumpClient is a pump's client: the writer, and whether it still takes
+// the stream. Before each read of the node's socket it flushes what the
+// last read brought (adapters.ReadHook).
+type pumpClient struct {
+	w      flushWriter
+	f      *flight
+	aborts *metrics.Counter
+	ok     bool
+}
+
+// BeforeRead flushes what the client has been written, and stops the read
+// of the node once the client is gone and no follower reads it either.
+func (c *pumpClient) BeforeRead() error {
+	if c.ok && c.w.Flush() != nil {
+		c.gone()
+	}
+	if !c.ok && c.alone() {
+		return errClientGone // no reader left: stop reading the node
+	}
+	return nil
+}
+
+// gone records that the client went away.
+func (c *pumpClient) gone() {
+	c.ok = false
+	c.aborts.Inc()
+}
+
+// alone reports whether no follower of the flight reads the stream.
+func (c *pumpClient) alone() bool { return c.f == nil || c.f.followers.Load() == 0 }
 
 // follow serves a request from a flight led by an identical one. It
 // returns false when the leader got no usable answer, so the caller goes
@@ -359,9 +377,9 @@ func (g *Gateway) follow(ctx *fasthttp.RequestCtx, x *exchange, f *flight) bool 
 	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
 	wantUsage := x.req.IncludeUsage
 	f.followers.Add(1)
-	done := x.handOff()
+	handed := x.handOff()
 	setStreamBody(ctx, func(w flushWriter) {
-		defer done(-1)
+		defer handed.done(-1)
 		defer f.followers.Add(-1)
 		for i := 0; ; i++ {
 			ev, ok := f.next(i)
@@ -423,3 +441,4 @@ func (g *Gateway) finish(ctx *fasthttp.RequestCtx, x *exchange, panicked any) {
 			Cache: x.cache.result.header(), Duration: now.Sub(x.start)})
 	}
 }
+

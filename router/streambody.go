@@ -42,6 +42,7 @@ type flushWriter interface {
 type streamBody struct {
 	write func(w flushWriter)
 	once  sync.Once
+	cw    chunkWriter    // what write writes to, in WriteTo
 	pr    *io.PipeReader // only when fasthttp reads instead of calling WriteTo
 }
 
@@ -58,10 +59,11 @@ func (s *streamBody) SupportsBodyWriteTo() bool { return true }
 
 // WriteTo runs write against w, fasthttp's chunk framer.
 func (s *streamBody) WriteTo(w io.Writer) (int64, error) {
-	cw := &chunkWriter{w: w}
+	cw := &s.cw
 	ran := false
 	s.once.Do(func() {
 		ran = true
+		cw.w = w
 		defer cw.release()
 		s.write(cw)
 		_ = cw.Flush()
