@@ -52,9 +52,10 @@ func (d *dashCounts) tenant(name string) *tenantStat {
 	return nil
 }
 
-// observe counts a finished request for its tenant.
-func (d *dashCounts) observe(x *exchange) {
-	d.latency.add(time.Now(), time.Since(x.start))
+// observe counts a finished request for its tenant; it ended at now,
+// took after it started.
+func (d *dashCounts) observe(x *exchange, now time.Time, took time.Duration) {
+	d.latency.add(now, took)
 	if x.status >= 500 && x.status != 503 {
 		d.errors5xx.Add(1)
 	}

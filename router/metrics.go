@@ -97,7 +97,8 @@ func (m *gatewayMetrics) requestCounter(ep, status int) *metrics.Counter {
 	return c
 }
 
-func (m *gatewayMetrics) observe(x *exchange) {
+// observe counts a finished request, which took took.
+func (m *gatewayMetrics) observe(x *exchange, took time.Duration) {
 	ep := int(x.endpoint)
 	m.requestCounter(ep, x.status).Inc()
 	switch {
@@ -114,7 +115,7 @@ func (m *gatewayMetrics) observe(x *exchange) {
 	default:
 		m.classes2xx.Add(1)
 	}
-	m.durations[ep].UpdateDuration(x.start)
+	m.durations[ep].Update(took.Seconds())
 }
 
 // countTokens adds an answer's tokens; source is "upstream" or "cache".

@@ -425,20 +425,35 @@ func (g *Gateway) finish(ctx *fasthttp.RequestCtx, x *exchange, panicked any) {
 		x.pass.Release()
 	}
 	x.status = ctx.Response.StatusCode()
-	g.metrics.observe(x)
+	now := time.Now() // one reading of the clock for the metrics and the log line
+	took := now.Sub(x.start)
+	g.metrics.observe(x, took)
 	x.obs.Finished(telemetry.Outcome{Status: x.status, Attempts: x.attempts, Model: x.model, Upstream: x.upstream,
 		Cache: x.cache.result.header(), CacheReason: x.cache.reason.label()}, x.streamOwned)
 	g.cm.request(x.cache)
-	g.metrics.dash.observe(x)
+	g.metrics.dash.observe(x, now, took)
 	if g.conf().Logging.AccessLog {
 		model := x.model
 		if model == "" && x.req != nil {
 			model = x.req.Model
 		}
-		now := time.Now()
-		telemetry.LogAccess(g.log, now, &telemetry.AccessLine{RequestID: x.id, Path: string(ctx.Path()), Status: x.status,
+		telemetry.LogAccess(g.log, now, &telemetry.AccessLine{RequestID: x.id, Path: pathString(ctx.Path()), Status: x.status,
 			Model: model, Stream: x.req != nil && x.req.Stream, Upstream: x.upstream, Attempts: x.attempts,
-			Cache: x.cache.result.header(), Duration: now.Sub(x.start)})
+			Cache: x.cache.result.header(), Duration: took})
 	}
 }
 
+// pathString is string(path), without a copy for the inference paths.
+func pathString(path []byte) string {
+	switch string(path) {
+	case "/v1/chat/completions":
+		return "/v1/chat/completions"
+	case "/v1/completions":
+		return "/v1/completions"
+	case "/v1/responses":
+		return "/v1/responses"
+	case "/v1/embeddings":
+		return "/v1/embeddings"
+	}
+	return string(path)
+}
