@@ -164,9 +164,16 @@ func chatBodyOfSize(size int) []byte {
 }
 
 func BenchmarkParseRequest(b *testing.B) {
+	bodies := map[string][]byte{
+		// bench/streams' wrk request
+		"short": []byte(`{"model":"qwen3-8b","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"What is the capital of France? Answer in one word."}],"temperature":0.7,"max_tokens":16,"stream":true}`),
+	}
 	for _, size := range []int{2 << 10, 64 << 10} {
-		body := chatBodyOfSize(size)
-		b.Run(strconv.Itoa(size>>10)+"KiB", func(b *testing.B) {
+		bodies[strconv.Itoa(size>>10)+"KiB"] = chatBodyOfSize(size)
+	}
+	for _, name := range []string{"short", "2KiB", "64KiB"} {
+		body := bodies[name]
+		b.Run(name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
