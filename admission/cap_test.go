@@ -491,3 +491,52 @@ func TestRedisRenewalLostAnswerLeavesNoLease(t *testing.T) {
 		t.Fatalf("%d leases left in Redis after the next renewal, want 0", n)
 	}
 }
+
+// zremFault fails the next n ZREM commands before they are sent.
+type zremFault struct{ n atomic.Int64 }
+
+func (h *zremFault) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *zremFault) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() != "zrem" || h.n.Add(-1) < 0 {
+			return next(ctx, cmd)
+		}
+		err := fmt.Errorf("injected fault: %w", context.DeadlineExceeded)
+		cmd.SetErr(err)
+		return err
+	}
+}
+
+func (h *zremFault) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A release that Redis does not take (a timeout under load) leaves its
+// lease to the next renewal, which removes it: the slot is not held until
+// the lease's TTL. make soak found the leak (TestRedisConcurrencyStress at
+// load 10: every admitted lease left in Redis).
+func TestRedisFailedReleaseLeavesNoLease(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t)
+	c := newClient(t, srv, time.Second)
+	h := &zremFault{}
+	c.AddHook(h)
+	a := mustNew(t, redisConfig(nil), map[string]Limits{"acme": {MaxConcurrency: 2}}, c)
+	p, rej := a.Enter(context.Background(), "acme")
+	if rej != nil {
+		t.Fatal(rej)
+	}
+	key := (*a.tenants.Load())["acme"].concKey
+	h.n.Store(1)
+	p.Release()
+	if n := c.ZCard(context.Background(), key).Val(); n != 1 {
+		t.Fatalf("%d leases in Redis after the failed release, want its 1", n)
+	}
+	if err := a.rs.renew(); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.ZCard(context.Background(), key).Val(); n != 0 {
+		t.Fatalf("%d leases left in Redis after the next renewal, want 0", n)
+	}
+}

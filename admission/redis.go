@@ -333,12 +333,15 @@ func (r *redisBackend) adjust(adj []adjustment) error {
 	return nil
 }
 
-// release removes a lease. On failure the lease expires by itself.
+// release removes a lease. On failure the lease becomes an orphan, which
+// the next renewal removes: it would otherwise hold a slot of the cap
+// until its TTL.
 func (r *redisBackend) release(ts *tenantState, lease string) {
 	r.leases.Delete(lease)
 	ctx, cancel := context.WithTimeout(context.Background(), redisOpTimeout)
 	defer cancel()
 	if err := r.c.ZRem(ctx, ts.concKey, lease).Err(); err != nil {
+		r.orphans.Store(lease, ts)
 		r.failed(fmt.Errorf("admission lease release: %w", err))
 	}
 }

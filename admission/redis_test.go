@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,7 +42,7 @@ func TestRedisTwoReplicasShareOneQuota(t *testing.T) {
 	const run = 4 * time.Second
 	var admitted, decisions atomic.Int64
 	var mu sync.Mutex
-	var first, last time.Time
+	var sent []time.Time // when each decision was asked for
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i := range reps {
@@ -62,21 +63,26 @@ func TestRedisTwoReplicasShareOneQuota(t *testing.T) {
 					t.Errorf("limit %q", rej.Limit)
 				}
 				mu.Lock()
-				if first.IsZero() || t0.Before(first) {
-					first = t0
-				}
-				if t0.After(last) {
-					last = t0
-				}
+				sent = append(sent, t0)
 				mu.Unlock()
 			}
 		}(reps[i])
 	}
 	wg.Wait()
+	slices.SortFunc(sent, time.Time.Compare)
+	first, last := sent[0], sent[len(sent)-1]
 	want := 10 + 50*last.Sub(first).Seconds()
-	t.Logf("admitted %d of %d over %v (one quota: %.1f)", admitted.Load(), decisions.Load(), last.Sub(first), want)
-	if !within(float64(admitted.Load()), want, 0.03) {
-		t.Fatalf("two replicas admitted %d, want %.0f ± 3%% (one shared quota)", admitted.Load(), want)
+	// The bucket holds 10: a pause in the demand longer than 200ms (the
+	// scheduler of a loaded machine) lets what it refills past that go
+	// unused, which one quota never admits either.
+	var unused float64
+	for i := 1; i < len(sent); i++ {
+		unused += max(0, 50*sent[i].Sub(sent[i-1]).Seconds()-10)
+	}
+	got := float64(admitted.Load())
+	t.Logf("admitted %d of %d over %v (one quota: %.1f, of it %.1f refilled in pauses of the demand)", admitted.Load(), decisions.Load(), last.Sub(first), want, unused)
+	if got < (want-unused)*0.97 || got > want*1.03 {
+		t.Fatalf("two replicas admitted %d, want %.0f - %.0f (unused) - 3%% to %.0f + 3%% (one shared quota)", admitted.Load(), want, unused, want)
 	}
 	var rts int64
 	for _, h := range hooks {
