@@ -18,6 +18,7 @@ import (
 	"frontdoor/balancer"
 	"frontdoor/internal/gpusim"
 	"frontdoor/internal/testenv"
+	"frontdoor/internal/units"
 	"frontdoor/router"
 )
 
@@ -33,6 +34,10 @@ func warmGateway(t *testing.T, node *gpusim.Server, mutate func(*router.Config))
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Logging.AccessLog = false
 	cfg.Balancer.HealthInterval = 3600e9
+	// A lookup slower than reads.timeout (100ms) is a miss by design; under
+	// -race on a loaded machine an embedding and search can take that
+	// long, and a rewording that missed is stored and then an exact hit.
+	cfg.Cache.Reads.Timeout = units.Duration(10 * time.Second)
 	cfg.Nodes = []balancer.NodeConfig{{Name: "gpu-a", URL: node.URL(), Kind: "vllm", Models: []string{"qwen3-8b"}, MaxConcurrency: 64, Weight: 1}}
 	cfg.Tenants = []router.Tenant{{Name: "acme", APIKeysEnv: "WARM_ACME_KEYS"}}
 	if mutate != nil {
