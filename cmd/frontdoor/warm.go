@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"frontdoor/internal/units"
 	"frontdoor/internal/warm"
 	"frontdoor/router"
 )
@@ -173,6 +174,10 @@ func openImportGateway(ctx context.Context, path string, stderr io.Writer) (*rou
 	}
 	cfg.Logging.FlushInterval = 0
 	cfg.Logging.Level = "warn"
+	// reads.timeout bounds what a client waits for a lookup (100ms by
+	// default: a slower store is a miss). An import answers no client: it
+	// waits for a slow Redis instead of failing its pairs.
+	cfg.Cache.Reads.Timeout = max(cfg.Cache.Reads.Timeout, units.Duration(5*time.Second))
 	gw, err := router.New(cfg, router.Deps{Logger: router.NewLogger(cfg.Logging, stderr)})
 	if err != nil {
 		return nil, err
