@@ -294,7 +294,7 @@ func (b *HTTPBackend) Send(ctx context.Context, ur *UpstreamRequest) (*UpstreamR
 		return out, nil
 	}
 	if a, ok := resp.LocalAddr().(*connAddr); ok {
-		out.conn = a.conn // each way on below sets the read deadline before it reads
+		out.conn = a.conn // each path below sets the read deadline before it reads
 	}
 	stream := resp.BodyStream()
 	if out.Status/100 != 2 || !bytes.HasPrefix(out.ContentType, textEventStream) {

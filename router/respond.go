@@ -443,17 +443,13 @@ func (g *Gateway) finish(ctx *fasthttp.RequestCtx, x *exchange, panicked any) {
 	}
 }
 
-// pathString is string(path), without a copy for the inference paths.
+// pathString is string(path), without a copy for the gateway's own
+// routes.
 func pathString(path []byte) string {
-	switch string(path) {
-	case "/v1/chat/completions":
-		return "/v1/chat/completions"
-	case "/v1/completions":
-		return "/v1/completions"
-	case "/v1/responses":
-		return "/v1/responses"
-	case "/v1/embeddings":
-		return "/v1/embeddings"
+	for _, r := range gatewayRoutes {
+		if string(path) == r {
+			return r
+		}
 	}
 	return string(path)
 }
