@@ -13,9 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"frontdoor/cache"
 	sim "frontdoor/internal/gpusim"
 	"frontdoor/internal/testenv"
+	"frontdoor/internal/units"
 	"frontdoor/router/admin"
 )
 
@@ -36,6 +39,11 @@ func cacheGateway(t *testing.T, backend string, mutate func(*Config)) (*testGate
 		cfg.Cache.Backend, cfg.Cache.VectorSearch = "redis", "redisearch"
 	}
 	cfg.Redis.KeyPrefix = "fdtest:"
+	// A lookup slower than reads.timeout is a miss by design (100 ms by
+	// default); under -race on a loaded machine an embedding and a search
+	// can take that long, and a test of what a lookup finds would see a
+	// miss instead. The read timeout has its own tests.
+	cfg.Cache.Reads.Timeout = units.Duration(10 * time.Second)
 	t.Setenv("TEST_ACME_KEYS", "sk-acme-1,sk-acme-2")
 	t.Setenv("TEST_GLOBEX_KEYS", "sk-globex")
 	cfg.Tenants = []Tenant{{Name: "acme", APIKeysEnv: "TEST_ACME_KEYS"}, {Name: "globex", APIKeysEnv: "TEST_GLOBEX_KEYS"}}
@@ -675,6 +683,34 @@ func TestCacheRedisDownAtStart(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	})
+}
+
+// A Redis that stalls (here CLIENT PAUSE, as a failover or a long command
+// would) costs a request reads.timeout (100 ms by default), not the stall:
+// the lookup is a miss, the request is answered by a node, and hits come
+// back when Redis does.
+func TestCacheStalledRedisCostsTheReadTimeout(t *testing.T) {
+	cfg, r := redisGatewayConfig(t, "redis", testenv.GPUSim(t, nil))
+	gw := startGateway(t, cfg)
+	askStored(t, gw, cbody("stored before the stall", ""))
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		xc, _, _ := ask(t, gw, cbody("stored before the stall", ""))
+		return xc == "hit-exact"
+	}, "no exact hit before the stall")
+	rc := redis.NewClient(&redis.Options{Addr: r.Addr()})
+	defer rc.Close()
+	if err := rc.Do(context.Background(), "CLIENT", "PAUSE", "3000", "ALL").Err(); err != nil {
+		t.Fatalf("CLIENT PAUSE: %v", err)
+	}
+	start := time.Now()
+	xc, _, _ := ask(t, gw, cbody("stored before the stall", ""))
+	if took := time.Since(start); xc == "hit-exact" || took > 2*time.Second {
+		t.Fatalf("during a 3 s stall: X-Cache %q after %v; want a miss (or bypass) after about reads.timeout", xc, took)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		xc, _, _ := ask(t, gw, cbody("stored before the stall", ""))
+		return xc == "hit-exact"
+	}, "hits never came back after the stall")
 }
 
 // redisGatewayConfig is a config for one sim with the cache on a fresh
