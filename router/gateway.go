@@ -173,7 +173,7 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	g.bodies = newBodyRefusals(set, g.log)
 	g.adm.RegisterMetrics(set)
 	g.reload.register(set)
-	if g.tracer, err = telemetry.NewTracer(context.Background(), cfg.Tracing); err != nil {
+	if g.tracer, err = telemetry.NewTracer(context.Background(), cfg.Tracing, g.log, set); err != nil {
 		return nil, err
 	}
 	g.operator = admin.New(operator{g}, g.log)

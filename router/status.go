@@ -63,5 +63,6 @@ func (g *Gateway) status() admin.Status {
 		w.Failures = nil
 		st.Warm = append(st.Warm, w)
 	}
+	st.Tracing = g.tracer.Status()
 	return st
 }

@@ -243,6 +243,13 @@ func TestTracingSemanticHit(t *testing.T) {
 			t.Errorf("a hit has a %q span", name)
 		}
 	}
+	// The exporter's delivery shows in /status and the metrics.
+	if st := gatewayStatus(t, gw).Tracing; st == nil || st.Endpoint != rcv.URL+"/v1/traces" || st.Exported < 4 || st.Dropped != 0 {
+		t.Errorf("/status tracing %+v: want the receiver's URL and the spans above exported", st)
+	}
+	if m := metricsText(t, gw); !strings.Contains(m, "frontdoor_trace_spans_exported_total ") || !strings.Contains(m, "frontdoor_trace_spans_dropped_total 0") {
+		t.Errorf("no exporter counters in /metrics")
+	}
 }
 
 // num is a numeric attribute's value; -1 when absent.

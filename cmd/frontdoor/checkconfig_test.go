@@ -99,6 +99,7 @@ var badConfigs = []struct{ name, body, want string }{
 	{"syntax", "listen: 127.0.0.1:0\nnodes:\n  - name: a\n    url: http://127.0.0.1:1\n   models: [m]\n", "line 5:"},
 	// The environment, read as serve reads it.
 	{"admin token", "admin: {token_env: FD_TEST_WEAK_TOKEN}\n", "FD_TEST_WEAK_TOKEN"},
+	{"tracing exporter", "tracing: {enabled: true}\n", "tracing: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: \"grpc\" is not supported"},
 }
 
 // check-config rejects every config serve rejects, with the same
@@ -106,6 +107,7 @@ var badConfigs = []struct{ name, body, want string }{
 // lists are exactly those serve exits with.
 func TestCheckConfigRejectsWhatServeRejects(t *testing.T) {
 	t.Setenv("FD_TEST_WEAK_TOKEN", "change-me")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc")
 	dir := t.TempDir()
 	canceled, cancel := context.WithCancel(context.Background())
 	cancel() // serve stops at once if it starts: only a refusal is an error

@@ -3,12 +3,14 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
-	"strings"
+	"time"
 
+	"github.com/VictoriaMetrics/metrics"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -45,6 +47,11 @@ func (t *TracingConfig) Validate() error {
 			return fmt.Errorf("endpoint: %q is not an http:// or https:// URL", redact.URL(t.Endpoint))
 		}
 	}
+	if t.Enabled { // the OTEL_EXPORTER_OTLP_* variables serve reads
+		if _, err := resolveOTLP(*t, os.Getenv); err != nil {
+			return fmt.Errorf(": %w", err) // the section's, not a key's
+		}
+	}
 	return nil
 }
 
@@ -53,28 +60,29 @@ func (t *TracingConfig) Validate() error {
 type Tracer struct {
 	tp     *sdktrace.TracerProvider
 	tracer trace.Tracer
+	exp    *otlpExporter
 }
 
 // propagator reads and writes traceparent, tracestate and baggage.
 var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 
-// NewTracer starts the exporter of c; nil when tracing is off.
-func NewTracer(ctx context.Context, c TracingConfig) (*Tracer, error) {
+// NewTracer starts the exporter of c, which counts its spans in set and
+// writes its failures to log; nil when tracing is off.
+func NewTracer(ctx context.Context, c TracingConfig, log *slog.Logger, set *metrics.Set) (*Tracer, error) {
 	if !c.Enabled {
 		return nil, nil
 	}
-	var opts []otlptracehttp.Option
-	if c.Endpoint != "" {
-		ep := c.Endpoint
-		if u, _ := url.Parse(ep); u != nil && (u.Path == "" || u.Path == "/") {
-			ep = strings.TrimSuffix(ep, "/") + "/v1/traces"
-		}
-		opts = append(opts, otlptracehttp.WithEndpointURL(ep))
-	}
-	exp, err := otlptracehttp.New(ctx, opts...)
+	target, err := resolveOTLP(c, os.Getenv)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
+	exp := newOTLPExporter(target, log, set)
+	// The SDK's own errors (a bad OTEL_* variable of the batcher, say) go
+	// to the log as WARN lines, not to the standard logger.
+	sdkErrs := NewRateLog(log, time.Minute)
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		sdkErrs.Warn("sdk", "opentelemetry error", "error", err)
+	}))
 	name := c.ServiceName
 	if name == "" {
 		name = "frontdoor"
@@ -91,7 +99,15 @@ func NewTracer(ctx context.Context, c TracingConfig) (*Tracer, error) {
 		tpOpts = append(tpOpts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(c.SampleRatio))))
 	}
 	tp := sdktrace.NewTracerProvider(tpOpts...)
-	return &Tracer{tp: tp, tracer: tp.Tracer("frontdoor/router")}, nil
+	return &Tracer{tp: tp, tracer: tp.Tracer("frontdoor/router"), exp: exp}, nil
+}
+
+// Status is the tracing part of /status; nil when tracing is off.
+func (t *Tracer) Status() *TracingStatus {
+	if t == nil {
+		return nil
+	}
+	return t.exp.status()
 }
 
 // Shutdown exports the spans still waiting; nothing when t is nil.

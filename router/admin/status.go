@@ -4,6 +4,7 @@ import (
 	"frontdoor/admission"
 	"frontdoor/balancer"
 	"frontdoor/cache"
+	"frontdoor/internal/telemetry"
 	"frontdoor/internal/warm"
 	"time"
 )
@@ -34,6 +35,8 @@ type Status struct {
 	Reload    *ReloadStatus              `json:"last_reload,omitempty"`
 	Draining  bool                       `json:"draining"`       // shutting down: /readyz says 503
 	Warm      []warm.JobStatus           `json:"warm,omitempty"` // warm-ups, running and recent (failures left out)
+	// Tracing is the OTLP exporter's delivery (absent with tracing off).
+	Tracing *telemetry.TracingStatus `json:"tracing,omitempty"`
 }
 
 // TTFTStatus is the time to first token of recent streamed answers.
