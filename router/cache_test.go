@@ -105,7 +105,17 @@ func askStored(t *testing.T, gw *testGateway, body string, headers ...string) {
 		}
 		return st.VectorEntries
 	}
+	// An earlier ask's write-back may still land: let the count settle
+	// first, or its vector would pass for this one's.
 	before := count()
+	for still, deadline := 0, time.Now().Add(5*time.Second); still < 3 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		if n := count(); n == before && gw.backend.Health().WriteQueue == 0 {
+			still++
+		} else {
+			still, before = 0, n
+		}
+	}
 	if xc, _, _ := ask(t, gw, body, headers...); xc != "miss" {
 		t.Fatalf("X-Cache %q, want miss", xc)
 	}

@@ -320,7 +320,10 @@ func testDemoServes(t *testing.T, remoteEmbed bool) {
 	if !remoteEmbed {
 		// The banner's reworded question is a semantic hit, which the demo's
 		// judge audits: /status (on the admin listener) shows the verdict.
-		ask("Hello, who are you?")
+		// The first answer's write-back is asynchronous: asked before it
+		// lands, the reworded question would miss and be stored under its
+		// own key, and every later try would be an exact hit.
+		testenv.Eventually(t, 5*time.Second, func() bool { return ask("Hello, who are you?") == "hit-exact" }, "the banner's question was never stored")
 		testenv.Eventually(t, 5*time.Second, func() bool { return ask("hello who are you") == "hit-semantic" }, "the banner's reworded question is no semantic hit")
 		adminBase := strings.TrimSuffix(dashboard, "/dashboard")
 		testenv.Eventually(t, 10*time.Second, func() bool {
@@ -344,7 +347,7 @@ func testDemoServes(t *testing.T, remoteEmbed bool) {
 			t.Errorf("the banner does not name the remote embedder:\n%s", stdout.String())
 		}
 		// A reworded question is a semantic hit through the remote embedder.
-		ask("What is the capital of France?")
+		testenv.Eventually(t, 5*time.Second, func() bool { return ask("What is the capital of France?") == "hit-exact" }, "the question was never stored")
 		testenv.Eventually(t, 5*time.Second, func() bool { return ask("Please, what is the capital of France") == "hit-semantic" },
 			"no semantic hit through the remote embedder")
 	}
