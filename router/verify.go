@@ -156,10 +156,13 @@ func (v *verifier) check(ctx context.Context, a audit) {
 		return
 	}
 	v.verdict[[2]string{kind, vd.String()}].Inc()
+	// Learned first: learn may wait for Redis, and /status should not
+	// show the verdict in the false-hit rate before the local evidence
+	// (its thresholds) has it.
+	v.learn(a, vd)
 	if !a.nearMiss {
 		v.evid.Add(a.tenant, a.model, vd) // the false-hit rate is of served hits
 	}
-	v.learn(a, vd)
 	if vd == cache.VerdictYes && a.promote != nil {
 		v.approve(ctx, a.promote, a.entry)
 	}

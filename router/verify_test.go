@@ -1,10 +1,13 @@
 package router
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	sim "frontdoor/internal/gpusim"
 	"frontdoor/internal/testenv"
@@ -268,6 +271,36 @@ func TestVerifyPromotesApprovedNearMissesToCuratedAnswers(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// A verdict shows in /status with its evidence or not at all: while its
+// shared write waits on a stalled Redis, the false-hit rate does not count
+// it ahead of the thresholds.
+func TestVerifyVerdictShowsWithItsEvidence(t *testing.T) {
+	const stored, asked = "What is the capital of France?", "what is the capital of france"
+	r := testenv.StartRedis(t)
+	gw := verifyGateway(t, stored+"\t"+asked+"\t0\n", func(c *sim.Config) { c.TTFT = 500 * time.Millisecond }, func(c *Config) {
+		c.Cache.Backend, c.Cache.VectorSearch, c.Redis.URL = "redis", "local", r.URL()
+	})
+	askStored(t, gw, cbody(stored, ""))
+	eventuallyHit(t, gw, cbody(asked, ""), "hit-semantic") // the judge answers 500 ms later
+	rc := redis.NewClient(&redis.Options{Addr: r.Addr()})
+	defer rc.Close()
+	if err := rc.Do(context.Background(), "CLIENT", "PAUSE", "2500", "WRITE").Err(); err != nil {
+		t.Fatalf("CLIENT PAUSE: %v", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		st := gatewayStatus(t, gw).Cache.Verify
+		if st.FalseHitRate.Samples == 1 {
+			if len(st.Thresholds) != 1 || st.Thresholds[0].Samples != 1 {
+				t.Fatalf("the false-hit rate counts the verdict, the thresholds do not: %+v", st.Thresholds)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the verdict never showed: %+v", st)
+		}
 	}
 }
 
