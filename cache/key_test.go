@@ -134,7 +134,8 @@ func TestKeysAreStableAcrossReleases(t *testing.T) {
 // An object of many keys costs a sort, not a scan of the object per key:
 // 50,000 keys (540 KB) took 19 s before issue 25. The test compares 5,000
 // keys with 50,000 (best of three each, so a busy machine slows both): a
-// per-key scan makes the larger 100 times slower, n log n about 12 times.
+// per-key scan makes the larger 100 times slower, n log n about 12 times,
+// and takes seconds.
 func TestKeysOfALargeObjectAreQuick(t *testing.T) {
 	timeKeys := func(n int) time.Duration {
 		members := make([]string, n)
@@ -154,7 +155,10 @@ func TestKeysOfALargeObjectAreQuick(t *testing.T) {
 	}
 	small, large := timeKeys(5000), timeKeys(50000)
 	t.Logf("5,000 keys: %v, 50,000 keys: %v (%.1f×)", small, large, float64(large)/float64(small))
-	if large > 40*small {
+	// Both bounds must break: a per-key scan takes 19 s at 50,000 keys,
+	// and a pause of a loaded machine (once 1.1 s against 25 ms under
+	// -race) can break the ratio alone.
+	if large > 40*small && large > 3*time.Second {
 		t.Fatalf("10× the keys took %.0f× the time (%v, %v): the work grows faster than n log n", float64(large)/float64(small), small, large)
 	}
 }
