@@ -94,18 +94,9 @@ func TestPrefixRouting(t *testing.T) {
 			}
 		}
 		// A scrape taken before the nodes counted the hits reports 0:
-		// wait for one after (the check below says which node had none).
+		// wait for one after.
 		return sum > 0
-	}, "no prefix-cache hit rate in /admin/nodes")
-	hits := 0.0
-	for _, n := range nodes {
-		if r := n.Metrics.PrefixCacheHitRate; r != nil {
-			hits += *r
-		}
-	}
-	if hits == 0 {
-		t.Fatalf("no node reports prefix-cache hits: %+v", nodes)
-	}
+	}, "no node reports prefix-cache hits in /admin/nodes")
 	// The six conversations' turns, as /status counts them.
 	resp, err := httpClient.Get(gw.URL + "/status")
 	if err != nil {
