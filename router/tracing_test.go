@@ -243,11 +243,19 @@ func TestTracingSemanticHit(t *testing.T) {
 			t.Errorf("a hit has a %q span", name)
 		}
 	}
-	// The exporter's delivery shows in /status and the metrics.
-	if st := gatewayStatus(t, gw).Tracing; st == nil || st.Endpoint != rcv.URL+"/v1/traces" || st.Exported < 4 || st.Dropped != 0 {
+	// The exporter's delivery shows in /status and the metrics. The
+	// receiver has the spans before the exporter has its answer and counts
+	// them: wait for the count.
+	st := gatewayStatus(t, gw).Tracing
+	for deadline := time.Now().Add(10 * time.Second); st != nil && st.Exported < 4 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		st = gatewayStatus(t, gw).Tracing
+	}
+	if st == nil || st.Endpoint != rcv.URL+"/v1/traces" || st.Exported < 4 || st.Dropped != 0 {
 		t.Errorf("/status tracing %+v: want the receiver's URL and the spans above exported", st)
 	}
-	if m := metricsText(t, gw); !strings.Contains(m, "frontdoor_trace_spans_exported_total ") || !strings.Contains(m, "frontdoor_trace_spans_dropped_total 0") {
+	if m := metricsText(t, gw); !strings.Contains(m, "frontdoor_trace_spans_exported_total ") || !strings.Contains(m, `frontdoor_trace_spans_dropped_total{reason="export_failed"} 0`) ||
+		!strings.Contains(m, `frontdoor_trace_spans_dropped_total{reason="queue_full"} 0`) {
 		t.Errorf("no exporter counters in /metrics")
 	}
 }

@@ -24,7 +24,7 @@ var metricHelp = map[string]string{
 	"frontdoor_stream_errors_total":             "Upstream streams that broke before their end.",
 	"frontdoor_upstream_bad_answers_total":      "Node answers not passed on as sent, by reason: too_large (over limits.max_upstream_body_bytes; 502), malformed (cut or not a JSON completion; retried, else 502), sse_converted (an event stream for a non-streaming request, converted to JSON).",
 	"frontdoor_trace_spans_exported_total":      "Spans delivered to the OTLP receiver (tracing on only).",
-	"frontdoor_trace_spans_dropped_total":       "Spans dropped because the OTLP receiver could not take them within the export timeout, retries included (tracing on only).",
+	"frontdoor_trace_spans_dropped_total":       "Spans dropped, by reason: export_failed (the OTLP receiver could not take them within the export timeout, retries included), queue_full (ended while the batch queue, OTEL_BSP_MAX_QUEUE_SIZE, was full) (tracing on only).",
 	"frontdoor_streams_active":                  "Streams being sent to clients now.",
 	"frontdoor_transport_refusals_total":        "Requests refused at the HTTP layer with a close, by reason: framing (ambiguous length, Trailer header), trailers (fields after a chunked body), expect_too_large and expect_auth (answered instead of 100 Continue), admin_origin (the admin listener: a DNS name in Host, or a browser acting for another site).",
 	"frontdoor_tokens_total":                    "Tokens of answers, by tenant, kind (prompt, completion) and source (upstream, cache).",

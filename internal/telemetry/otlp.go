@@ -156,15 +156,16 @@ func setHeader(h [][2]string, k, v string) [][2]string {
 // otlpExporter posts finished spans to an OTLP/HTTP receiver as protobuf.
 // A batch that can't be delivered (after retries of 429, 502, 503, 504 and
 // connection errors within the timeout) is dropped: it counts in
-// frontdoor_trace_spans_dropped_total, shows in /status and writes a
-// rate-limited WARN line. Requests never wait for it.
+// frontdoor_trace_spans_dropped_total{reason="export_failed"}, shows in
+// /status and writes a rate-limited WARN line. Requests never wait for it.
 type otlpExporter struct {
-	target   otlpTarget
-	client   *http.Client
-	warn     *RateLog
-	exported *metrics.Counter
-	dropped  *metrics.Counter
-	stopped  atomic.Bool
+	target    otlpTarget
+	client    *http.Client
+	warn      *RateLog
+	exported  *metrics.Counter
+	dropped   *metrics.Counter // export_failed
+	queueDrop *metrics.Counter // queue_full, counted by spanQueue
+	stopped   atomic.Bool
 
 	mu      sync.Mutex
 	lastErr string
@@ -179,12 +180,20 @@ func newOTLPExporter(t otlpTarget, log *slog.Logger, set *metrics.Set) *otlpExpo
 		tr.TLSClientConfig = t.tls
 	}
 	return &otlpExporter{
-		target:   t,
-		client:   &http.Client{Transport: tr},
-		warn:     NewRateLog(log, time.Minute),
-		exported: set.NewCounter("frontdoor_trace_spans_exported_total"),
-		dropped:  set.NewCounter("frontdoor_trace_spans_dropped_total"),
+		target:    t,
+		client:    &http.Client{Transport: tr},
+		warn:      NewRateLog(log, time.Minute),
+		exported:  set.NewCounter("frontdoor_trace_spans_exported_total"),
+		dropped:   set.NewCounter(`frontdoor_trace_spans_dropped_total{reason="export_failed"}`),
+		queueDrop: set.NewCounter(`frontdoor_trace_spans_dropped_total{reason="queue_full"}`),
 	}
+}
+
+// queueFull counts n spans that found the batch queue (of size) full.
+func (e *otlpExporter) queueFull(n, size int) {
+	e.queueDrop.Add(n)
+	e.warn.Warn("queue", "trace queue full: spans dropped", "queue_size", size,
+		"hint", "the receiver is slow or down (see frontdoor_trace_spans_dropped_total), or OTEL_BSP_MAX_QUEUE_SIZE is too small for the load")
 }
 
 // ExportSpans posts one batch. A failure is recorded here, so the SDK gets
@@ -291,7 +300,8 @@ func (e *otlpExporter) once(ctx context.Context, body []byte) (time.Duration, er
 type TracingStatus struct {
 	Endpoint    string    `json:"endpoint"`
 	Exported    uint64    `json:"spans_exported"`
-	Dropped     uint64    `json:"spans_dropped"`
+	Dropped     uint64    `json:"spans_dropped"`            // both reasons
+	QueueFull   uint64    `json:"spans_dropped_queue_full"` // of Dropped, those that found the queue full
 	LastError   string    `json:"last_error,omitempty"`
 	LastErrorAt time.Time `json:"last_error_at,omitzero"`
 }
@@ -299,6 +309,6 @@ type TracingStatus struct {
 func (e *otlpExporter) status() *TracingStatus {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return &TracingStatus{Endpoint: redact.URL(e.target.url), Exported: e.exported.Get(), Dropped: e.dropped.Get(),
-		LastError: e.lastErr, LastErrorAt: e.lastAt}
+	return &TracingStatus{Endpoint: redact.URL(e.target.url), Exported: e.exported.Get(),
+		Dropped: e.dropped.Get() + e.queueDrop.Get(), QueueFull: e.queueDrop.Get(), LastError: e.lastErr, LastErrorAt: e.lastAt}
 }

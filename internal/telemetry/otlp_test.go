@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -351,7 +352,7 @@ func TestOTLPExporterDropsLoudly(t *testing.T) {
 	}
 	var out bytes.Buffer
 	WriteMetrics(&out, set)
-	if !strings.Contains(out.String(), "frontdoor_trace_spans_dropped_total 2") {
+	if !strings.Contains(out.String(), `frontdoor_trace_spans_dropped_total{reason="export_failed"} 2`) {
 		t.Errorf("metrics:\n%s", out.String())
 	}
 	if n := strings.Count(logs.String(), "trace export failed"); n != 1 {
@@ -371,4 +372,148 @@ func TestOTLPExporterDropsLoudly(t *testing.T) {
 	if took := time.Since(begin); took > 5*time.Second || e.status().Dropped != 1 || busy.calls.Load() < 2 {
 		t.Errorf("took %v, %d calls, status %+v; want a retry, then a drop within the timeout", took, busy.calls.Load(), e.status())
 	}
+}
+
+// TestBatchSettingsFromEnvironment: the OTEL_BSP_* variables set the batch
+// queue, and one that can't be used is an error naming it.
+func TestBatchSettingsFromEnvironment(t *testing.T) {
+	b, err := resolveBatch(envOf(nil))
+	if err != nil || b != (batchSettings{delay: 5 * time.Second, timeout: 30 * time.Second, queue: 2048, batch: 512}) {
+		t.Errorf("defaults %+v, %v", b, err)
+	}
+	b, err = resolveBatch(envOf(map[string]string{"OTEL_BSP_SCHEDULE_DELAY": "50", "OTEL_BSP_EXPORT_TIMEOUT": "2000",
+		"OTEL_BSP_MAX_QUEUE_SIZE": "64", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "8"}))
+	if err != nil || b != (batchSettings{delay: 50 * time.Millisecond, timeout: 2 * time.Second, queue: 64, batch: 8}) {
+		t.Errorf("set %+v, %v", b, err)
+	}
+	for env, want := range map[string]string{
+		"OTEL_BSP_SCHEDULE_DELAY=5s":                                     "OTEL_BSP_SCHEDULE_DELAY",
+		"OTEL_BSP_MAX_QUEUE_SIZE=0":                                      "OTEL_BSP_MAX_QUEUE_SIZE",
+		"OTEL_BSP_EXPORT_TIMEOUT=-1":                                     "OTEL_BSP_EXPORT_TIMEOUT",
+		"OTEL_BSP_MAX_EXPORT_BATCH_SIZE=4096":                            "more than OTEL_BSP_MAX_QUEUE_SIZE",
+		"OTEL_BSP_MAX_QUEUE_SIZE=10,OTEL_BSP_MAX_EXPORT_BATCH_SIZE=many": "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+	} {
+		m := map[string]string{}
+		for _, kv := range strings.Split(env, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			m[k] = v
+		}
+		if _, err := resolveBatch(envOf(m)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want one naming %q", env, err, want)
+		}
+	}
+	t.Setenv("OTEL_BSP_MAX_QUEUE_SIZE", "none")
+	if err := (&TracingConfig{Enabled: true, SampleRatio: 1}).Validate(); err == nil || !strings.Contains(err.Error(), "OTEL_BSP_MAX_QUEUE_SIZE") {
+		t.Errorf("Validate with a bad OTEL_BSP_MAX_QUEUE_SIZE: %v", err)
+	}
+}
+
+// TestSpanQueueDropsLoudlyWhenFull: while the receiver holds the first
+// batch, spans past the queue's size are dropped and counted in the
+// metric, /status and one WARN line; every span is either delivered or
+// counted, and a sampled-out span is neither.
+func TestSpanQueueDropsLoudlyWhenFull(t *testing.T) {
+	release := make(chan struct{})
+	var got atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		<-release
+		b, _ := io.ReadAll(req.Body)
+		ex := &coltracepb.ExportTraceServiceRequest{}
+		if proto.Unmarshal(b, ex) == nil {
+			for _, rs := range ex.ResourceSpans {
+				for _, ss := range rs.ScopeSpans {
+					got.Add(int64(len(ss.Spans)))
+				}
+			}
+		}
+	}))
+	defer srv.Close()
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	tg, err := resolveOTLP(TracingConfig{Enabled: true, Endpoint: srv.URL}, envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := metrics.NewSet()
+	var logs bytes.Buffer
+	exp := newOTLPExporter(tg, slog.New(slog.NewJSONHandler(&logs, nil)), set)
+	q := newSpanQueue(exp, batchSettings{delay: time.Hour, timeout: 10 * time.Second, queue: 4, batch: 1})
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(q))
+	tr := tp.Tracer("test")
+	const n = 20
+	for i := range n {
+		_, s := tr.Start(context.Background(), fmt.Sprint("span ", i))
+		s.End()
+	}
+	// A span sampled out never reaches the queue.
+	_, s := tr.Start(trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{9}, SpanID: trace.SpanID{9}})), "unsampled")
+	s.End()
+	// At most the batch being exported and a full queue wait; the rest
+	// were dropped.
+	dropped := exp.status().QueueFull
+	if dropped < n-1-4 {
+		t.Errorf("%d of %d spans dropped with a queue of 4 and the receiver stalled, want at least %d", dropped, n, n-1-4)
+	}
+	close(release)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := tp.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := exp.status()
+	if int(got.Load())+int(st.QueueFull) != n || st.Exported != uint64(got.Load()) || st.Dropped != st.QueueFull {
+		t.Errorf("%d delivered + %d dropped != %d ended; status %+v", got.Load(), st.QueueFull, n, st)
+	}
+	var out bytes.Buffer
+	WriteMetrics(&out, set)
+	if want := fmt.Sprintf(`frontdoor_trace_spans_dropped_total{reason="queue_full"} %d`, st.QueueFull); !strings.Contains(out.String(), want) {
+		t.Errorf("metrics lack %q:\n%s", want, out.String())
+	}
+	if n := strings.Count(logs.String(), "trace queue full"); n != 1 {
+		t.Errorf("%d WARN lines for a burst of drops, want 1:\n%s", n, logs.String())
+	}
+	if strings.Contains(logs.String(), "span ") {
+		t.Errorf("the log names a span: %s", logs.String())
+	}
+}
+
+// TestSpanQueueExportsOnDelayAndFlush: a span that doesn't fill a batch
+// leaves after the schedule delay, and ForceFlush sends what is queued.
+func TestSpanQueueExportsOnDelayAndFlush(t *testing.T) {
+	r := startReceiver(t)
+	tg, _ := resolveOTLP(TracingConfig{Enabled: true, Endpoint: r.URL}, envOf(nil))
+	exp := newOTLPExporter(tg, slog.New(slog.NewJSONHandler(io.Discard, nil)), metrics.NewSet())
+	q := newSpanQueue(exp, batchSettings{delay: 50 * time.Millisecond, timeout: 5 * time.Second, queue: 64, batch: 32})
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(q))
+	_, s := tp.Tracer("test").Start(context.Background(), "waits")
+	s.End()
+	deadline := time.Now().Add(5 * time.Second)
+	for exp.status().Exported == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if exp.status().Exported != 1 {
+		t.Fatalf("a lone span was not exported after the schedule delay: %+v", exp.status())
+	}
+	_ = tp.Shutdown(context.Background())
+
+	exp = newOTLPExporter(tg, slog.New(slog.NewJSONHandler(io.Discard, nil)), metrics.NewSet())
+	tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(
+		newSpanQueue(exp, batchSettings{delay: time.Hour, timeout: 5 * time.Second, queue: 64, batch: 32})))
+	for range 3 {
+		_, s := tp.Tracer("test").Start(context.Background(), "flushed")
+		s.End()
+	}
+	if err := tp.ForceFlush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := exp.status(); st.Exported != 3 {
+		t.Errorf("after ForceFlush %+v, want the 3 queued spans exported", st)
+	}
+	_ = tp.Shutdown(context.Background())
 }

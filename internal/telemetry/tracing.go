@@ -23,7 +23,8 @@ import (
 // TracingConfig is the tracing: section. Off by default; the standard OTEL_*
 // variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_HEADERS,
 // OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER,
-// OTEL_BSP_*) apply when it is on.
+// OTEL_BSP_*) apply when it is on, read by frontdoor's exporter and batch
+// queue (spanQueue), which refuse a value they can't use.
 type TracingConfig struct {
 	Enabled bool `yaml:"enabled"`
 	// Endpoint is the OTLP/HTTP collector (http://collector:4318, or the
@@ -51,6 +52,9 @@ func (t *TracingConfig) Validate() error {
 		if _, err := resolveOTLP(*t, os.Getenv); err != nil {
 			return fmt.Errorf(": %w", err) // the section's, not a key's
 		}
+		if _, err := resolveBatch(os.Getenv); err != nil {
+			return fmt.Errorf(": %w", err)
+		}
 	}
 	return nil
 }
@@ -76,9 +80,13 @@ func NewTracer(ctx context.Context, c TracingConfig, log *slog.Logger, set *metr
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
+	batch, err := resolveBatch(os.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
 	exp := newOTLPExporter(target, log, set)
-	// The SDK's own errors (a bad OTEL_* variable of the batcher, say) go
-	// to the log as WARN lines, not to the standard logger.
+	// The SDK's own errors go to the log as WARN lines, not to the
+	// standard logger.
 	sdkErrs := NewRateLog(log, time.Minute)
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		sdkErrs.Warn("sdk", "opentelemetry error", "error", err)
@@ -94,7 +102,7 @@ func NewTracer(ctx context.Context, c TracingConfig, log *slog.Logger, set *metr
 	if err != nil {
 		return nil, fmt.Errorf("tracing: resource: %w", err)
 	}
-	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(res)}
+	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithSpanProcessor(newSpanQueue(exp, batch)), sdktrace.WithResource(res)}
 	if os.Getenv("OTEL_TRACES_SAMPLER") == "" {
 		tpOpts = append(tpOpts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(c.SampleRatio))))
 	}
