@@ -428,10 +428,16 @@ func (g *Gateway) writeBack(f *flight, p *cachePlan, a *adapters.Answer) {
 	})
 }
 
+// storable reports whether the answer a to a request of plan p may be
+// stored (and so served to an identical request before it is).
+func (g *Gateway) storable(p *cachePlan, a *adapters.Answer) bool {
+	return a != nil && p != nil && p.store && (len(a.ToolCalls) == 0 || g.conf().Cache.Eligibility.CacheToolCalls)
+}
+
 // cacheWrite builds the write for an answer, embedding the query when the
 // lookup did not. ok is false when there is nothing to store.
 func (g *Gateway) cacheWrite(f *flight, p *cachePlan, a *adapters.Answer) (w cache.Write, ok bool) {
-	if a == nil || !p.store || (len(a.ToolCalls) > 0 && !g.conf().Cache.Eligibility.CacheToolCalls) {
+	if !g.storable(p, a) {
 		return w, false
 	}
 	vec := p.vec

@@ -37,6 +37,7 @@ type flight struct {
 	done   bool
 	broken bool             // the stream ended early or with an error
 	answer *adapters.Answer // the assembled answer, when complete and cacheable
+	stored bool             // the write-back will store answer: an identical request may be served it
 
 	followers atomic.Int32 // followers still reading the stream
 }
@@ -60,9 +61,9 @@ func (f *flight) publish(raw []byte, usageOnly bool) {
 }
 
 // finish marks the flight complete; answer is nil when it is not cacheable.
-func (f *flight) finish(answer *adapters.Answer, broken bool) {
+func (f *flight) finish(answer *adapters.Answer, broken, stored bool) {
 	f.mu.Lock()
-	f.done, f.broken, f.answer = true, broken, answer
+	f.done, f.broken, f.answer, f.stored = true, broken, answer, stored && answer != nil
 	close(f.wake)
 	f.mu.Unlock()
 }
@@ -105,7 +106,7 @@ func (f *flight) result() (answer *adapters.Answer, broken bool) {
 func (f *flight) finished() *adapters.Answer {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.done {
+	if f.done && f.stored {
 		return f.answer
 	}
 	return nil

@@ -114,7 +114,7 @@ func (g *Gateway) commitStream(ctx *fasthttp.RequestCtx, x *exchange, node *bala
 			}
 			handed.done(usage)
 			if f != nil {
-				f.finish(answer, r.broken)
+				f.finish(answer, r.broken, g.storable(plan, answer))
 				go g.writeBack(f, plan, answer)
 			}
 		}()
@@ -152,7 +152,7 @@ func (g *Gateway) commitJSON(ctx *fasthttp.RequestCtx, x *exchange, resp *adapte
 	}
 	if f != nil {
 		f.status, f.contentType, f.body = resp.Status, append([]byte(nil), resp.ContentType...), append([]byte(nil), resp.Body...)
-		f.finish(answer, answer == nil)
+		f.finish(answer, answer == nil, g.storable(x.plan, answer))
 		close(f.ready)
 		go g.writeBack(f, x.plan, answer)
 	}
