@@ -129,6 +129,7 @@ type target struct {
 	name string
 	url  string // base, http://host:port
 	pid  int
+	log  string // the process's log file
 }
 
 func run(o opts) error {
@@ -156,7 +157,7 @@ func run(o opts) error {
 		if err != nil {
 			return target{}, err
 		}
-		return target{name: name, url: base, pid: p.Pid()}, nil
+		return target{name: name, url: base, pid: p.Pid(), log: p.Log}, nil
 	}
 	frontdoor := func(name, cache string) (target, error) { return frontdoorBin(name, cache, "") }
 	off, err := frontdoor("cache-off", "cache: {backend: off}\n")
@@ -203,7 +204,7 @@ func run(o opts) error {
 		t0 := time.Now()
 		cpu0, _ := load.CPUTime(def.pid)
 		if err := preload(def.url+"/v1/chat/completions", o.preload); err != nil {
-			return fmt.Errorf("%s: %w", def.name, err)
+			return fmt.Errorf("%s: %w; its warnings:\n%s", def.name, err, warnings(def.log))
 		}
 		cpu1, _ := load.CPUTime(def.pid)
 		vecs, err := vectorEntries(def.url)
@@ -299,6 +300,18 @@ func run(o opts) error {
 		}
 	}
 	return nil
+}
+
+// warnings is the last WARN and ERROR lines of the log file at path.
+func warnings(path string) string {
+	b, _ := os.ReadFile(path)
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "WARN") || strings.Contains(l, "ERROR") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out[max(0, len(out)-10):], "\n")
 }
 
 // preload stores n unique prompts through url. The write-back queue drops

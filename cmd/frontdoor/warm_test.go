@@ -96,11 +96,18 @@ func xcache(t *testing.T, base, body string, headers ...string) string {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != 200 && (resp.StatusCode != 204 || req.Header.Get("X-Cache-Only") == "") {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
 	return resp.Header.Get("X-Cache")
 }
+
+// lookupOnly makes a request a lookup that never goes upstream, so that
+// waiting for a semantic hit does not store the reworded question itself
+// (whose exact hit would then answer the next try): a warmed answer can be
+// served from its finished flight, as an exact hit, before the write-back
+// has stored it, its vector included.
+var lookupOnly = []string{"X-Cache-Only", "1"}
 
 func eventuallyX(t *testing.T, base, body, want string, headers ...string) {
 	t.Helper()
@@ -136,7 +143,7 @@ func TestWarmPlainText(t *testing.T) {
 	}
 	eventuallyX(t, base, userBody("What is your refund policy?"), "hit-exact")
 	eventuallyX(t, base, userBody("如何重置我的密码？"), "hit-exact")
-	eventuallyX(t, base, userBody("what is your refund policy"), "hit-semantic")
+	eventuallyX(t, base, userBody("what is your refund policy"), "hit-semantic", lookupOnly...)
 	code, out, _ = warmRun(t, file, "--target", base, "--model", "qwen3-8b")
 	if code != 0 || strings.TrimSpace(out) != "warmed 0, already cached 3, failed 0" {
 		t.Fatalf("re-run: exit %d, %q", code, out)
@@ -202,7 +209,7 @@ func TestWarmPairsThroughTarget(t *testing.T) {
 		t.Fatalf("exit %d, stdout %q, stderr %s", code, out, errOut)
 	}
 	eventuallyX(t, base, userBody("What is the warranty period?"), "hit-exact")
-	eventuallyX(t, base, userBody("what is the warranty period"), "hit-semantic")
+	eventuallyX(t, base, userBody("what is the warranty period"), "hit-semantic", lookupOnly...)
 	eventuallyX(t, base, `{"model":"qwen3-8b","messages":[{"role":"system","content":"你是客服。"},{"role":"user","content":"发票怎么开？"}]}`, "hit-exact")
 	eventuallyX(t, base, `{"model":"qwen3-8b","temperature":0,"messages":[{"role":"user","content":"Can I change my delivery address?"}]}`, "hit-exact")
 	if n := node.Stats().Received; n != 0 {
@@ -246,7 +253,7 @@ nodes:
 		c.Redis.URL, c.Cache.Backend, c.Cache.VectorSearch = r.URL(), "redis", "local"
 	})
 	eventuallyX(t, base, userBody("What is the warranty period?"), "hit-exact")
-	eventuallyX(t, base, userBody("what is the warranty period"), "hit-semantic")
+	eventuallyX(t, base, userBody("what is the warranty period"), "hit-semantic", lookupOnly...)
 	if n := node.Stats().Received; n != 0 {
 		t.Fatalf("imports made %d node calls, want 0", n)
 	}
