@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 
 	"frontdoor/embed"
+	"frontdoor/internal/testenv"
 )
 
 const memBenchDims = 512 // the default embedder size
@@ -131,7 +131,7 @@ func BenchmarkIndexMiss(b *testing.B) {
 			x = prompts
 		}
 		b.Run(kind+"/search+add", func(b *testing.B) {
-			defer reportCPU(b)()
+			defer testenv.ReportCPU(b)()
 			i := 0
 			for b.Loop() {
 				q := qs[i%len(qs)]
@@ -145,7 +145,7 @@ func BenchmarkIndexMiss(b *testing.B) {
 		// The miss as the router makes it: one prepared query for the
 		// threshold search (the default 0.92) and the insert.
 		b.Run(kind+"/query", func(b *testing.B) {
-			defer reportCPU(b)()
+			defer testenv.ReportCPU(b)()
 			i := 0
 			for b.Loop() {
 				q := NewVecQuery(qs[i%len(qs)])
@@ -156,22 +156,5 @@ func BenchmarkIndexMiss(b *testing.B) {
 				id++
 			}
 		})
-	}
-}
-
-// reportCPU reports the process's CPU time (user and system) per op from
-// now until the returned func is called: on a shared machine, steadier
-// than wall-clock ns/op.
-func reportCPU(b *testing.B) func() {
-	cpu := func() time.Duration {
-		var ru syscall.Rusage
-		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
-	start := cpu()
-	return func() {
-		if b.N > 0 {
-			b.ReportMetric(float64(cpu()-start)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
-		}
 	}
 }

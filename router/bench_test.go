@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"frontdoor/adapters"
 	"frontdoor/balancer"
+	"frontdoor/internal/testenv"
 )
 
 // BenchmarkPassThrough measures a non-streaming request through the gateway
@@ -122,4 +125,68 @@ func BenchmarkStreamPassThrough(b *testing.B) {
 		}
 		return nil
 	})
+}
+
+// BenchmarkHandlerMiss is the gateway's own work for one cache miss, the
+// handler called directly and the node answered from memory: every prompt
+// is new (bench/misspath's shape, differing in one number), so each
+// request looks up, goes "upstream" and writes back. scope is the number
+// of entries stored in the prompts' scope before the timer starts.
+// cpu-µs/op is the process's CPU time, write-back workers included.
+func BenchmarkHandlerMiss(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		cache string // off, exact or default
+		scope int
+	}{{"off", "off", 0}, {"exact", "exact", 0}, {"default/scope=2k", "default", 2000}, {"default/scope=100k", "default", 100_000}} {
+		b.Run(c.name, func(b *testing.B) { benchHandlerMiss(b, c.cache, c.scope) })
+	}
+}
+
+func benchHandlerMiss(b *testing.B, mode string, scope int) {
+	cfg := DefaultConfig()
+	switch mode {
+	case "off":
+		cfg.Cache.Backend = "off"
+	case "exact":
+		cfg.Cache.Semantic.Enabled = false
+	}
+	cfg.Balancer.HealthInterval = 3600e9
+	cfg.Nodes = []balancer.NodeConfig{{Name: "gpu-a", URL: "http://127.0.0.1:1", Kind: "vllm", Models: []string{"qwen3-8b"}, MaxConcurrency: 10, Weight: 1}}
+	gw, err := New(cfg, Deps{Logger: NewLogger(cfg.Logging, io.Discard), Backends: map[string]adapters.Backend{"gpu-a": &cannedBackend{name: "gpu-a"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&fasthttp.Request{}, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5555}, nil)
+	n := 0
+	ask := func() {
+		n++
+		ctx.Request.Reset()
+		ctx.Response.Reset()
+		ctx.Request.SetRequestURI("/v1/chat/completions")
+		ctx.Request.Header.SetMethod("POST")
+		ctx.Request.Header.SetContentType("application/json")
+		ctx.Request.SetBodyString(`{"model":"qwen3-8b","messages":[{"role":"user","content":"Order ` + strconv.Itoa(n) + `: what is the capital of France? Answer in one word."}],"temperature":0,"max_tokens":16}`)
+		gw.handle(&ctx)
+		if ctx.Response.StatusCode() != 200 {
+			b.Fatalf("status %d: %s", ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+		if xc := string(ctx.Response.Header.Peek("X-Cache")); mode != "off" && xc != "miss" {
+			b.Fatalf("X-Cache %q, want miss", xc)
+		}
+	}
+	for range scope {
+		ask()
+		if n%1000 == 0 { // let the write-back queue keep up
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	b.ReportAllocs()
+	done := testenv.ReportCPU(b)
+	for b.Loop() {
+		ask()
+	}
+	done()
 }

@@ -112,6 +112,14 @@ func (f *flight) finished() *adapters.Answer {
 	return nil
 }
 
+// endedUnstored reports whether the flight has ended with no answer that
+// its write-back will store.
+func (f *flight) endedUnstored() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.done && !f.stored
+}
+
 // caughtUp reports whether event i is the latest one so far.
 func (f *flight) caughtUp(i int) bool {
 	f.mu.Lock()
@@ -131,7 +139,13 @@ func (g *flightGroup) join(key string) (*flight, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if f, ok := g.m[key]; ok {
-		return f, false
+		if !f.endedUnstored() {
+			return f, false
+		}
+		// Its answer is not stored (a tool call with cache_tool_calls off,
+		// a broken stream): following it now would serve that answer as if
+		// cached. The caller goes upstream on its own.
+		return g.solo(key), true
 	}
 	if g.m == nil {
 		g.m = map[string]*flight{}

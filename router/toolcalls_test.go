@@ -122,6 +122,13 @@ func TestFlightServesOnlyWhatItStores(t *testing.T) {
 			if served := f.finished() != nil; served != c.serve {
 				t.Errorf("cache_tool_calls %v, %s: served as a hit %v, want %v", allow, c.name, served, c.serve)
 			}
+			gw.flights.invalidate()
+			g := &gw.flights
+			registered, _ := g.join("key")
+			registered.finish(c.a, c.a == nil, gw.storable(c.plan, c.a))
+			if _, leads := g.join("key"); leads == c.serve {
+				t.Errorf("cache_tool_calls %v, %s: a request arriving after the flight ended follows it %v, want %v", allow, c.name, !leads, c.serve)
+			}
 			if _, stored := gw.cacheWrite(f, c.plan, c.a); stored != c.serve {
 				t.Errorf("cache_tool_calls %v, %s: written back %v, served as a hit %v: the two must agree", allow, c.name, stored, c.serve)
 			}
