@@ -157,6 +157,7 @@ func benchHandlerMiss(b *testing.B, mode string, scope int) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	defer func() { _ = gw.Shutdown(context.Background()) }()
 	var ctx fasthttp.RequestCtx
 	ctx.Init(&fasthttp.Request{}, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5555}, nil)
 	n := 0
@@ -182,7 +183,19 @@ func benchHandlerMiss(b *testing.B, mode string, scope int) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	time.Sleep(100 * time.Millisecond)
+	if scope > 0 { // the write-back queue may drop: the scope must be there
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			st, err := gw.store.Stats(context.Background())
+			if err == nil && st.VectorEntries >= int64(scope) {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("the store holds %d vectors, want %d (%v)", st.VectorEntries, scope, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	b.ReportAllocs()
 	done := testenv.ReportCPU(b)
 	for b.Loop() {
