@@ -73,6 +73,18 @@ type memItem struct {
 	prev, next *memItem
 }
 
+// cancelled is ctx's error when it was cancelled. A passed deadline is not
+// an error here: the store's calls are bounded work in this process, so a
+// call that starts late was held up by the scheduler or the collector, not by
+// the store, and failing it would only open the read breaker over a store
+// that cannot be down.
+func cancelled(ctx context.Context) error {
+	if err := ctx.Err(); errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
 func (it *memItem) expired(now int64) bool { return it.expires != 0 && it.expires <= now }
 
 // NewMemoryStore returns a store holding at most maxBytes (<= 0: no limit)
@@ -101,7 +113,7 @@ func NewMemoryStoreWith(maxBytes int64, dims int, ic IndexConfig) *MemoryStore {
 // recently used. An expired entry is removed (its vector, already invisible
 // to Search, by the next writer).
 func (m *MemoryStore) Get(ctx context.Context, key string) (*Entry, error) {
-	if err := ctx.Err(); err != nil {
+	if err := cancelled(ctx); err != nil {
 		return nil, fmt.Errorf("cache: memory get: %w", err)
 	}
 	m.mu.Lock()
@@ -133,7 +145,7 @@ func (m *MemoryStore) getLocked(key string, now int64) *Entry {
 // GetMany is Get for each key, nil where there is no live entry, under
 // one hold of the lock.
 func (m *MemoryStore) GetMany(ctx context.Context, keys []string) ([]*Entry, error) {
-	if err := ctx.Err(); err != nil {
+	if err := cancelled(ctx); err != nil {
 		return nil, fmt.Errorf("cache: memory get many: %w", err)
 	}
 	out := make([]*Entry, len(keys))
@@ -173,7 +185,7 @@ func (m *MemoryStore) PutBatch(ctx context.Context, ws []Write) error {
 
 // put is Put; q (nil: none yet) is vec prepared for the index.
 func (m *MemoryStore) put(ctx context.Context, e *Entry, vec []float32, q *VecQuery, ttl time.Duration) error {
-	if err := ctx.Err(); err != nil {
+	if err := cancelled(ctx); err != nil {
 		return fmt.Errorf("cache: memory put: %w", err)
 	}
 	switch {
@@ -253,7 +265,7 @@ func (m *MemoryStore) Search(ctx context.Context, scope string, vec []float32, k
 // SearchQuery is Search for the entries of similarity at least minSim
 // only; the index skips the candidates too far to reach it.
 func (m *MemoryStore) SearchQuery(ctx context.Context, scope string, q *VecQuery, k int, minSim float32) ([]Match, error) {
-	if err := ctx.Err(); err != nil {
+	if err := cancelled(ctx); err != nil {
 		return nil, fmt.Errorf("cache: memory search: %w", err)
 	}
 	if len(q.vec) != m.dims {
@@ -285,7 +297,7 @@ func (m *MemoryStore) SearchQuery(ctx context.Context, scope string, q *VecQuery
 // Delete removes the entry with id, its exact key and its vector. It returns
 // ErrNotFound when no live entry has that id.
 func (m *MemoryStore) Delete(ctx context.Context, id string) error {
-	if err := ctx.Err(); err != nil {
+	if err := cancelled(ctx); err != nil {
 		return fmt.Errorf("cache: memory delete: %w", err)
 	}
 	now := time.Now().UnixNano()
@@ -306,7 +318,7 @@ func (m *MemoryStore) Delete(ctx context.Context, id string) error {
 // GetByID returns the live entry with this id. It does not touch the LRU
 // order: an audit is no use.
 func (m *MemoryStore) GetByID(ctx context.Context, id string) (*Entry, error) {
-	if err := ctx.Err(); err != nil {
+	if err := cancelled(ctx); err != nil {
 		return nil, fmt.Errorf("cache: memory get by id: %w", err)
 	}
 	m.mu.Lock()
@@ -320,7 +332,7 @@ func (m *MemoryStore) GetByID(ctx context.Context, id string) (*Entry, error) {
 
 // Purge removes every entry of namespace and returns how many were live.
 func (m *MemoryStore) Purge(ctx context.Context, namespace string) (int, error) {
-	if err := ctx.Err(); err != nil {
+	if err := cancelled(ctx); err != nil {
 		return 0, fmt.Errorf("cache: memory purge: %w", err)
 	}
 	return m.purgeWhere(func(e *Entry) bool { return e.Namespace == namespace }), nil
@@ -328,7 +340,7 @@ func (m *MemoryStore) Purge(ctx context.Context, namespace string) (int, error) 
 
 // PurgeTag removes every entry tagged tag and returns how many were live.
 func (m *MemoryStore) PurgeTag(ctx context.Context, tag string) (int, error) {
-	if err := ctx.Err(); err != nil {
+	if err := cancelled(ctx); err != nil {
 		return 0, fmt.Errorf("cache: memory purge tag: %w", err)
 	}
 	if tag == "" {
@@ -362,7 +374,7 @@ func (m *MemoryStore) purgeWhere(match func(*Entry) bool) int {
 // has not removed yet. It waits for a write in progress, so that a vector
 // it counts is in the index: searchable.
 func (m *MemoryStore) Stats(ctx context.Context) (Stats, error) {
-	if err := ctx.Err(); err != nil {
+	if err := cancelled(ctx); err != nil {
 		return Stats{}, fmt.Errorf("cache: memory stats: %w", err)
 	}
 	m.wmu.Lock()

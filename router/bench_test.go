@@ -153,7 +153,8 @@ func benchHandlerMiss(b *testing.B, mode string, scope int) {
 	}
 	cfg.Balancer.HealthInterval = 3600e9
 	cfg.Nodes = []balancer.NodeConfig{{Name: "gpu-a", URL: "http://127.0.0.1:1", Kind: "vllm", Models: []string{"qwen3-8b"}, MaxConcurrency: 10, Weight: 1}}
-	gw, err := New(cfg, Deps{Logger: NewLogger(cfg.Logging, io.Discard), Backends: map[string]adapters.Backend{"gpu-a": &cannedBackend{name: "gpu-a"}}})
+	logs := &syncBuffer{}
+	gw, err := New(cfg, Deps{Logger: NewLogger(cfg.Logging, logs), Backends: map[string]adapters.Backend{"gpu-a": &cannedBackend{name: "gpu-a"}}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -174,7 +175,7 @@ func benchHandlerMiss(b *testing.B, mode string, scope int) {
 			b.Fatalf("status %d: %s", ctx.Response.StatusCode(), ctx.Response.Body())
 		}
 		if xc := string(ctx.Response.Header.Peek("X-Cache")); mode != "off" && xc != "miss" {
-			b.Fatalf("X-Cache %q, want miss", xc)
+			b.Fatalf("request %d: X-Cache %q, want miss; the gateway logged:\n%s", n, xc, logs.String())
 		}
 	}
 	for range scope {
