@@ -74,7 +74,8 @@ const (
 type responseIDs struct {
 	mu   sync.Mutex
 	m    map[string]*respRecord
-	ring []*respRecord // in the order remembered; a full ring forgets its oldest
+	ring []*respRecord // in the order remembered, grown as ids come up to max; a full ring forgets its oldest
+	max  int
 	next int
 	ttl  time.Duration
 
@@ -87,7 +88,7 @@ type responseIDs struct {
 }
 
 func newResponseIDs(cfg ResponsesConfig, set *metrics.Set) *responseIDs {
-	r := &responseIDs{m: map[string]*respRecord{}, ring: make([]*respRecord, max(cfg.RememberIDs, 0)), ttl: cfg.RememberFor.D()}
+	r := &responseIDs{m: map[string]*respRecord{}, max: max(cfg.RememberIDs, 0), ttl: cfg.RememberFor.D()}
 	r.found = set.NewCounter(`frontdoor_responses_by_id_total{result="found"}`)
 	r.gone = set.NewCounter(`frontdoor_responses_by_id_total{result="holder_gone"}`)
 	r.unknown = set.NewCounter(`frontdoor_responses_by_id_total{result="unknown"}`)
@@ -103,7 +104,7 @@ func newResponseIDs(cfg ResponsesConfig, set *metrics.Set) *responseIDs {
 // record (a coalesced follower shares its leader's id). A node's record
 // is shared with the other replicas when they share a Redis.
 func (r *responseIDs) remember(rec *respRecord) {
-	if len(r.ring) == 0 || rec.id == "" {
+	if r.max == 0 || rec.id == "" {
 		return
 	}
 	rec.expires = time.Now().Add(r.ttl)
@@ -122,11 +123,18 @@ func (r *responseIDs) local(rec *respRecord) {
 	if _, ok := r.m[rec.id]; ok {
 		return
 	}
-	if old := r.ring[r.next]; old != nil && r.m[old.id] == old {
-		delete(r.m, old.id)
+	if len(r.ring) < r.max {
+		// The ring grows with use: a gateway that never sees the
+		// Responses API holds no slots (100,000 pointers at the default,
+		// which the collector would scan at every cycle).
+		r.ring = append(r.ring, rec)
+	} else {
+		if old := r.ring[r.next]; r.m[old.id] == old {
+			delete(r.m, old.id)
+		}
+		r.ring[r.next] = rec
+		r.next = (r.next + 1) % r.max
 	}
-	r.ring[r.next] = rec
-	r.next = (r.next + 1) % len(r.ring)
 	r.m[rec.id] = rec
 	if rec.input != nil {
 		r.kept = append(r.kept, rec)
@@ -152,7 +160,7 @@ func (r *responseIDs) lookup(id, tenant string) *respRecord {
 		rec = nil
 	}
 	r.mu.Unlock()
-	if rec == nil && r.shared != nil && len(r.ring) > 0 {
+	if rec == nil && r.shared != nil && r.max > 0 {
 		if rec = r.shared.get(id); rec != nil {
 			r.local(rec)
 		}

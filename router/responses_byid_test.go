@@ -361,3 +361,32 @@ func TestResponsesByIDBeforeWriteBack(t *testing.T) {
 		return fmt.Sprint(resp.StatusCode, resp.Header, got, " want ", hit)
 	}))
 }
+
+// TestResponsesRememberedUpToTheLimit: with remember_ids 2, a third
+// response forgets the first (a clean 404), and the two latest are still
+// found; 0 remembers none.
+func TestResponsesRememberedUpToTheLimit(t *testing.T) {
+	for _, limit := range []int{2, 0} {
+		cfg := testConfig(testenv.GPUSim(t, nil))
+		cfg.Responses.RememberIDs = limit
+		gw := startGateway(t, cfg)
+		var ids []string
+		for i := range 3 {
+			resp, m := postResponses(t, gw, respBody(fmt.Sprint("question ", i), `"max_output_tokens":8`), "Cache-Control", "no-store")
+			id, _ := m["id"].(string)
+			if resp.StatusCode != 200 || id == "" {
+				t.Fatalf("create %d: %d %v", i, resp.StatusCode, m)
+			}
+			ids = append(ids, id)
+		}
+		for i, id := range ids {
+			want := 200
+			if i == 0 || limit == 0 {
+				want = 404
+			}
+			if resp, m := byID(t, "GET", gw.URL+"/v1/responses/"+id, ""); resp.StatusCode != want {
+				t.Errorf("remember_ids %d: GET of response %d: %d %v, want %d", limit, i, resp.StatusCode, m, want)
+			}
+		}
+	}
+}
