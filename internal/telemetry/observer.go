@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -176,10 +177,21 @@ func (s Span) LookedUp(hit bool) {
 // similarity and the threshold it had to reach.
 func (s Span) LookedUpSemantic(hit bool, similarity, threshold float64) {
 	if s.s != nil {
-		s.s.SetAttributes(attribute.Bool("frontdoor.cache.hit", hit), attribute.Float64("frontdoor.cache.similarity", similarity),
-			attribute.Float64("frontdoor.cache.threshold", threshold))
+		s.s.SetAttributes(attribute.Bool("frontdoor.cache.hit", hit), attribute.Float64("frontdoor.cache.similarity", shortest32(similarity)),
+			attribute.Float64("frontdoor.cache.threshold", shortest32(threshold)))
 		s.s.End()
 	}
+}
+
+// shortest32 is v, a float32 widened, as the float64 nearest its shortest
+// decimal form: a threshold of 0.92 shows as 0.92 in a trace viewer, not
+// as 0.9200000166893005.
+func shortest32(v float64) float64 {
+	r, err := strconv.ParseFloat(strconv.FormatFloat(v, 'g', -1, 32), 64)
+	if err != nil {
+		return v
+	}
+	return r
 }
 
 // Attempt opens the span of attempt number n on node and passes its
