@@ -201,7 +201,7 @@ func (g *Gateway) lookup(ctx *fasthttp.RequestCtx, x *exchange, p *cachePlan) bo
 	}
 	s = x.obs.Lookup("semantic")
 	hit = g.lookupSemantic(ctx, x, p)
-	s.LookedUpSemantic(hit, float64(p.similarity), float64(p.threshold))
+	s.LookedUpSemantic(hit, p.similarity, p.threshold)
 	return hit
 }
 

@@ -175,22 +175,18 @@ func (s Span) LookedUp(hit bool) {
 
 // LookedUpSemantic ends a semantic lookup's span: the best candidate's
 // similarity and the threshold it had to reach.
-func (s Span) LookedUpSemantic(hit bool, similarity, threshold float64) {
+func (s Span) LookedUpSemantic(hit bool, similarity, threshold float32) {
 	if s.s != nil {
-		s.s.SetAttributes(attribute.Bool("frontdoor.cache.hit", hit), attribute.Float64("frontdoor.cache.similarity", shortest32(similarity)),
-			attribute.Float64("frontdoor.cache.threshold", shortest32(threshold)))
+		s.s.SetAttributes(attribute.Bool("frontdoor.cache.hit", hit), attribute.Float64("frontdoor.cache.similarity", widen(similarity)),
+			attribute.Float64("frontdoor.cache.threshold", widen(threshold)))
 		s.s.End()
 	}
 }
 
-// shortest32 is v, a float32 widened, as the float64 nearest its shortest
-// decimal form: a threshold of 0.92 shows as 0.92 in a trace viewer, not
-// as 0.9200000166893005.
-func shortest32(v float64) float64 {
-	r, err := strconv.ParseFloat(strconv.FormatFloat(v, 'g', -1, 32), 64)
-	if err != nil {
-		return v
-	}
+// widen is the float64 nearest v's shortest decimal form: a threshold of
+// 0.92 shows as 0.92 in a trace viewer, not as 0.9200000166893005.
+func widen(v float32) float64 {
+	r, _ := strconv.ParseFloat(strconv.FormatFloat(float64(v), 'g', -1, 32), 64)
 	return r
 }
 
