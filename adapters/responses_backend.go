@@ -13,6 +13,8 @@ import (
 // /responses/{id}, POST /responses/{id}/cancel.
 type StoredResponses interface {
 	Stored(ctx context.Context, method, rest string, query []byte, requestID string) (*UpstreamResponse, error)
+	// MapError turns a failed answer into the OpenAI error envelope.
+	MapError(status int, body []byte) *APIError
 }
 
 var _ StoredResponses = (*HTTPBackend)(nil)

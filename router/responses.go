@@ -389,7 +389,14 @@ func (g *Gateway) serveStored(ctx *fasthttp.RequestCtx, reqID string) {
 	}
 	defer resp.Close()
 	setUpstream(&ctx.Response.Header, rec.upstream, 1)
-	if method == fasthttp.MethodDelete && resp.Status/100 == 2 {
+	if resp.Status/100 != 2 {
+		// As for any other answer: the OpenAI envelope whatever the node
+		// sent (vLLM's JSON, a plain "Not Found" from an engine without
+		// the route), and its 401 or 5xx as the gateway's fault.
+		g.writeError(ctx, be.MapError(resp.Status, resp.Body))
+		return
+	}
+	if method == fasthttp.MethodDelete {
 		g.responseIDs.forget(id)
 	}
 	ctx.SetStatusCode(resp.Status)

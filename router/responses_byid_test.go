@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"frontdoor/balancer"
 	"frontdoor/cache"
 	sim "frontdoor/internal/gpusim"
 	"frontdoor/internal/testenv"
@@ -388,5 +389,26 @@ func TestResponsesRememberedUpToTheLimit(t *testing.T) {
 				t.Errorf("remember_ids %d: GET of response %d: %d %v, want %d", limit, i, resp.StatusCode, m, want)
 			}
 		}
+	}
+}
+
+// TestResponsesByIDNodeWithoutTheRoute: llm-d's simulator creates
+// responses but answers GET /v1/responses/{id} with a plain-text 404. The
+// client gets the OpenAI error envelope, with the node's words, not the
+// node's bytes.
+func TestResponsesByIDNodeWithoutTheRoute(t *testing.T) {
+	node := testenv.LLMDSim(t, "qwen3-8b")
+	cfg := testConfig()
+	cfg.Nodes = []balancer.NodeConfig{{Name: "llmd", URL: node + "/v1", Kind: "vllm", Models: []string{"qwen3-8b"}, MaxConcurrency: 5, Weight: 1}}
+	gw := startGateway(t, cfg)
+	resp, m := postResponses(t, gw, respBody("question", `"max_output_tokens":8`))
+	id, _ := m["id"].(string)
+	if resp.StatusCode != 200 || id == "" {
+		t.Fatalf("create: %d %v", resp.StatusCode, m)
+	}
+	got, em := byID(t, "GET", gw.URL+"/v1/responses/"+id, "")
+	e, _ := em["error"].(map[string]any)
+	if got.StatusCode != 404 || got.Header.Get("X-Upstream") != "llmd" || e["type"] != "invalid_request_error" || e["message"] != "Not Found" {
+		t.Errorf("GET through frontdoor: %d from %q, %v; want the node's 404 as an OpenAI error", got.StatusCode, got.Header.Get("X-Upstream"), em)
 	}
 }
