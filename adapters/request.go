@@ -60,6 +60,10 @@ type Request struct {
 	StoreOff           bool // "store": false
 	Background         bool
 	ServerState        bool // a conversation, a stored prompt template or an item_reference
+	// StateRefs are the ids of the server-side state the request names
+	// besides PreviousResponseID, in the order they appear: the gateway
+	// must own each for the tenant before a node sees the request.
+	StateRefs []StateRef
 
 	rewritten bool             // the tree differs from Body: UpstreamBody encodes it
 	held      *fastjson.Parser // holds values grafted into the tree (Continue)

@@ -56,6 +56,7 @@ func (r *Request) responsesField(k []byte, v *fastjson.Value) (bool, *APIError) 
 		case fastjson.TypeNull:
 		case fastjson.TypeString, fastjson.TypeObject:
 			r.ServerState = true
+			r.StateRefs = append(r.StateRefs, StateRef{Kind: StateKind(k), Param: string(k), ID: stateID(v)})
 		default:
 			return true, typeErr(pick(k, "conversation", "prompt"), "a string or an object")
 		}
@@ -117,6 +118,32 @@ func (r *Request) responsesField(k []byte, v *fastjson.Value) (bool, *APIError) 
 	return true, nil
 }
 
+// StateKind names a kind of state a Responses request can refer to by id.
+type StateKind string
+
+// The kinds of server-side state besides a previous response.
+const (
+	StateConversation StateKind = "conversation"   // "conversation": an id or {"id": ...}
+	StatePrompt       StateKind = "prompt"         // "prompt": a stored template, {"id": ...}
+	StateItem         StateKind = "item_reference" // an input item {"type":"item_reference","id": ...}
+)
+
+// StateRef is one reference of a request to state kept on a server.
+type StateRef struct {
+	Kind  StateKind
+	Param string // where it stands in the request: "conversation", "input[2].id"
+	ID    string // the id named; "" when the reference names none
+}
+
+// stateID is the id a state reference names: the string itself, or an
+// object's "id".
+func stateID(v *fastjson.Value) string {
+	if v.Type() == fastjson.TypeString {
+		return string(v.GetStringBytes())
+	}
+	return string(v.GetStringBytes("id"))
+}
+
 var inputRoles = map[string]bool{"user": true, "assistant": true, "system": true, "developer": true}
 
 // validateInput checks input: a string, or a non-empty array of items.
@@ -143,6 +170,7 @@ func (r *Request) validateInput(v *fastjson.Value) *APIError {
 		switch t := string(typ.GetStringBytes()); {
 		case t == "item_reference":
 			r.ServerState = true // an item stored on the server
+			r.StateRefs = append(r.StateRefs, StateRef{Kind: StateItem, Param: param(i, ".id"), ID: stateID(it)})
 			continue
 		case typ != nil && t != "message":
 			if t == "" {

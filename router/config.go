@@ -194,6 +194,12 @@ type SpillPrice struct {
 type ResponsesConfig struct {
 	RememberIDs int            `yaml:"remember_ids"` // 0: none (GET and DELETE by id answer 404)
 	RememberFor units.Duration `yaml:"remember_for"`
+	// ForwardUnknownIDs sends a request naming server-side state that
+	// frontdoor does not remember (an unknown previous_response_id, a
+	// conversation, a prompt template, an item_reference) to a node
+	// instead of answering 404. Off: no tenant's request can name another
+	// tenant's state to a node. See docs/security.md.
+	ForwardUnknownIDs bool `yaml:"forward_unknown_ids"`
 }
 
 // Warm is the warm: section.

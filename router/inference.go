@@ -100,7 +100,7 @@ func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
 	if !g.resolveModel(ctx, x, req.Model) {
 		return false
 	}
-	if !g.continueReplayed(ctx, x) {
+	if !g.ownState(ctx, x) {
 		return false
 	}
 	p := g.planCache(ctx, x)

@@ -56,6 +56,7 @@ func TestCacheOutcomes(t *testing.T) {
 	store := &failingStore{Store: cache.NewMemoryStore(64<<20, DefaultConfig().Cache.Embedder.Dims)}
 	gw := gateway(nil, Deps{Store: store})
 	off := gateway(func(c *Config) { c.Cache.Backend = "off" }, Deps{})
+	forwarding := gateway(func(c *Config) { c.Responses.ForwardUnknownIDs = true }, Deps{}) // a conversation reaches a node
 	disabled := gateway(func(c *Config) { c.Cache.Exact.Enabled, c.Cache.Semantic.Enabled = false, false }, Deps{})
 	slow := gatewayOn(slowNode, nil, Deps{})
 
@@ -104,7 +105,7 @@ func TestCacheOutcomes(t *testing.T) {
 		{resultBypass, reasonStoreError}:  {gw: gw, body: cbody(stored, ""), before: failWith(errors.New("lookup failed")), after: func() { store.fail.Store(nil) }},
 		{resultBypass, reasonStoreDown}:   {gw: gw, body: cbody(stored, ""), before: failWith(fmt.Errorf("down: %w", cache.ErrUnavailable)), after: func() { store.fail.Store(nil) }},
 		{resultBypass, reasonPrevResp}:    {gw: gw, path: "/v1/responses", body: `{"model":"qwen3-8b","input":"a second turn","previous_response_id":"` + first.ID + `"}`},
-		{resultBypass, reasonServerState}: {gw: gw, path: "/v1/responses", body: `{"model":"qwen3-8b","input":"go on","conversation":"conv_1"}`},
+		{resultBypass, reasonServerState}: {gw: forwarding, path: "/v1/responses", body: `{"model":"qwen3-8b","input":"go on","conversation":"conv_1"}`},
 		{resultBypass, reasonBackground}:  {gw: gw, path: "/v1/responses", body: `{"model":"qwen3-8b","input":"take your time","background":true}`},
 		{resultBypass, reasonTools}:       {gw: gw, path: "/v1/responses", body: `{"model":"qwen3-8b","input":"what time is it?","tools":[{"type":"function","name":"clock"}]}`},
 	}

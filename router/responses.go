@@ -85,6 +85,21 @@ type responseIDs struct {
 	shared *sharedIDs // nil: this replica's memory only
 
 	found, gone, unknown *metrics.Counter
+	refusedState         map[stateRefusal]*metrics.Counter // frontdoor_responses_refused_total
+}
+
+// stateRefusal is why a request naming server-side state is refused.
+type stateRefusal struct {
+	field  string // previous_response_id, conversation, prompt, item_reference
+	reason string // unknown, other_tenant
+}
+
+// refusedStates lists the refusals counted: a previous response can be
+// unknown or another tenant's; frontdoor keeps no record of the other
+// kinds, so naming one is always unknown.
+var refusedStates = []stateRefusal{
+	{"previous_response_id", "unknown"}, {"previous_response_id", "other_tenant"},
+	{string(adapters.StateConversation), "unknown"}, {string(adapters.StatePrompt), "unknown"}, {string(adapters.StateItem), "unknown"},
 }
 
 func newResponseIDs(cfg ResponsesConfig, set *metrics.Set) *responseIDs {
@@ -92,6 +107,10 @@ func newResponseIDs(cfg ResponsesConfig, set *metrics.Set) *responseIDs {
 	r.found = set.NewCounter(`frontdoor_responses_by_id_total{result="found"}`)
 	r.gone = set.NewCounter(`frontdoor_responses_by_id_total{result="holder_gone"}`)
 	r.unknown = set.NewCounter(`frontdoor_responses_by_id_total{result="unknown"}`)
+	r.refusedState = map[stateRefusal]*metrics.Counter{}
+	for _, k := range refusedStates {
+		r.refusedState[k] = set.NewCounter(`frontdoor_responses_refused_total{field="` + k.field + `",reason="` + k.reason + `"}`)
+	}
 	set.NewGauge(`frontdoor_responses_remembered`, func() float64 {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -108,7 +127,7 @@ func (r *responseIDs) remember(rec *respRecord) {
 		return
 	}
 	rec.expires = time.Now().Add(r.ttl)
-	if r.shared != nil && rec.upstream != "" {
+	if r.shared != nil {
 		// Before the client has the id: its next request may reach
 		// another replica.
 		r.shared.put(rec, r.ttl)
@@ -153,6 +172,14 @@ func (r *responseIDs) local(rec *respRecord) {
 // tenant created is unknown to this one. An id this replica does not know
 // is looked up in the shared Redis, when there is one.
 func (r *responseIDs) lookup(id, tenant string) *respRecord {
+	rec, _ := r.find(id, tenant)
+	return rec
+}
+
+// find is lookup with the reason of a nil record: "unknown" (never passed
+// on, expired, deleted, forgotten, or unreadable in Redis) or
+// "other_tenant".
+func (r *responseIDs) find(id, tenant string) (*respRecord, string) {
 	r.mu.Lock()
 	rec := r.m[id]
 	if rec != nil && time.Now().After(rec.expires) {
@@ -165,10 +192,13 @@ func (r *responseIDs) lookup(id, tenant string) *respRecord {
 			r.local(rec)
 		}
 	}
-	if rec == nil || rec.tenant != tenant {
-		return nil
+	switch {
+	case rec == nil:
+		return nil, "unknown"
+	case rec.tenant != tenant:
+		return nil, "other_tenant"
 	}
-	return rec
+	return rec, ""
 }
 
 // forget drops id (its response was deleted), here and in the shared Redis.
@@ -203,18 +233,62 @@ func (g *Gateway) noteReplayed(x *exchange, id string, created int64, a *adapter
 	g.responseIDs.remember(rec)
 }
 
-// continueReplayed makes a follow-up of a response the cache served (no
-// node holds it) a request of its own: the predecessor's input and answer
-// go before its input, as the Responses API would have put them. It
-// answers 400 and returns false when they are no longer kept.
-func (g *Gateway) continueReplayed(ctx *fasthttp.RequestCtx, x *exchange) bool {
-	if x.endpoint != adapters.EndpointResponses || x.req.PreviousResponseID == "" {
+// ownState is where a Responses request that names server-side state
+// (previous_response_id, a conversation, a stored prompt template, an
+// item_reference) is held before any node sees it: each must be state
+// frontdoor passed on for the same tenant. Another tenant's id and an id
+// frontdoor does not know get the same 404, so a client cannot tell them
+// apart; responses.forward_unknown_ids lets unknown ones through (never
+// another tenant's). A follow-up of a response the cache served becomes a
+// request of its own (continueReplayed). It answers and returns false
+// when the request may not go on.
+func (g *Gateway) ownState(ctx *fasthttp.RequestCtx, x *exchange) bool {
+	if x.endpoint != adapters.EndpointResponses {
 		return true
 	}
-	rec := g.responseIDs.lookup(x.req.PreviousResponseID, x.tenant.name)
-	if rec == nil || rec.upstream != "" {
-		return true // a node's, or unknown here: the node answers for it
+	forward := g.conf().Responses.ForwardUnknownIDs
+	if id := x.req.PreviousResponseID; id != "" {
+		rec, why := g.responseIDs.find(id, x.tenant.name)
+		if rec == nil && (why != "unknown" || !forward) {
+			g.responseIDs.refusedState[stateRefusal{"previous_response_id", why}].Inc()
+			g.writeError(ctx, &adapters.APIError{Status: 404, Type: adapters.TypeInvalidRequest, Param: "previous_response_id",
+				Code: "previous_response_not_found", Message: "Previous response with id '" + id + "' not found."})
+			return false
+		}
+		if rec != nil && rec.upstream == "" && !g.continueReplayed(ctx, x, rec) {
+			return false
+		}
 	}
+	if forward {
+		return true
+	}
+	for _, ref := range x.req.StateRefs {
+		// frontdoor keeps no record of conversations, prompt templates or
+		// items: it cannot tell whose they are.
+		g.responseIDs.refusedState[stateRefusal{string(ref.Kind), "unknown"}].Inc()
+		g.writeError(ctx, errStateNotFound(ref))
+		return false
+	}
+	return true
+}
+
+// errStateNotFound is the 404 of a reference to state frontdoor does not
+// know for the tenant.
+func errStateNotFound(ref adapters.StateRef) *adapters.APIError {
+	what := map[adapters.StateKind]string{adapters.StateConversation: "Conversation", adapters.StatePrompt: "Prompt",
+		adapters.StateItem: "Item"}[ref.Kind]
+	msg := what + " with id '" + ref.ID + "' not found."
+	if ref.ID == "" {
+		msg = what + " not found: frontdoor forwards no " + string(ref.Kind) + " it did not pass on for this tenant."
+	}
+	return &adapters.APIError{Status: 404, Type: adapters.TypeInvalidRequest, Param: ref.Param, Message: msg}
+}
+
+// continueReplayed makes a follow-up of rec, a response the cache served
+// (no node holds it), a request of its own: the predecessor's input and
+// answer go before its input, as the Responses API would have put them. It
+// answers 400 and returns false when they are no longer kept.
+func (g *Gateway) continueReplayed(ctx *fasthttp.RequestCtx, x *exchange, rec *respRecord) bool {
 	g.responseIDs.mu.Lock()
 	input, output := rec.input, rec.output
 	g.responseIDs.mu.Unlock()

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
@@ -12,17 +13,17 @@ import (
 	"frontdoor/internal/telemetry"
 )
 
-// sharedIDs shares the records of the responses nodes created among the
+// sharedIDs shares the records of the responses passed on among the
 // replicas that share the cache's Redis: a GET, DELETE or follow-up that
 // reaches another replica than the one that passed the response on still
-// finds its node. Each record is one string key, <key_prefix>r:<id> =
-// tenant NUL upstream NUL model NUL expiry (Unix seconds), expiring with
-// responses.remember_for. It is written before the client has the id, and
-// each call waits at most cache.reads.timeout.
-// Records of responses the cache served stay with their replica (they
-// hold the conversation a follow-up needs, and GET renders them from the
-// shared cache entry only there). A Redis failure leaves each replica with
-// its own memory: counted in
+// finds its node (or, for a response the cache served, its entry and the
+// conversation a follow-up needs), and still knows its tenant. Each record
+// is one string key, <key_prefix>r:<id>, a JSON object (sharedRecord)
+// expiring with responses.remember_for; records written before the
+// conversation was shared (tenant NUL upstream NUL model NUL expiry) are
+// still read. It is written before the client has the id, and each call
+// waits at most cache.reads.timeout. A Redis failure leaves each replica
+// with its own memory: counted in
 // frontdoor_responses_shared_errors_total{op} and logged, at most once a
 // minute per operation.
 type sharedIDs struct {
@@ -47,11 +48,27 @@ func (s *sharedIDs) failed(op string, err error) {
 		"op", op, "error", err.Error())
 }
 
+// sharedRecord is a respRecord as Redis holds it.
+type sharedRecord struct {
+	Tenant   string          `json:"t"`
+	Upstream string          `json:"u,omitempty"`
+	Entry    string          `json:"e,omitempty"`
+	Model    string          `json:"m,omitempty"`
+	Created  int64           `json:"c,omitempty"`
+	Expires  int64           `json:"x"`
+	Input    json.RawMessage `json:"i,omitempty"`
+	Output   string          `json:"o,omitempty"`
+}
+
 func (s *sharedIDs) put(rec *respRecord, ttl time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
-	v := rec.tenant + "\x00" + rec.upstream + "\x00" + rec.model + "\x00" + strconv.FormatInt(rec.expires.Unix(), 10)
-	if err := s.redis.Set(ctx, s.prefix+rec.id, v, ttl).Err(); err != nil {
+	v, err := json.Marshal(sharedRecord{Tenant: rec.tenant, Upstream: rec.upstream, Entry: rec.entry, Model: rec.model,
+		Created: rec.created, Expires: rec.expires.Unix(), Input: rec.input, Output: rec.output})
+	if err == nil {
+		err = s.redis.Set(ctx, s.prefix+rec.id, v, ttl).Err()
+	}
+	if err != nil {
 		s.failed("put", err)
 	}
 }
@@ -67,7 +84,25 @@ func (s *sharedIDs) get(id string) *respRecord {
 		s.failed("get", err)
 		return nil
 	}
-	parts := strings.SplitN(v, "\x00", 4)
+	return decodeShared(id, v)
+}
+
+// decodeShared reads a shared record, nil when it is malformed or names
+// neither a node nor a cache entry.
+func decodeShared(id, v string) *respRecord {
+	if strings.HasPrefix(v, "{") {
+		var r sharedRecord
+		if json.Unmarshal([]byte(v), &r) != nil || (r.Upstream == "") == (r.Entry == "") {
+			return nil
+		}
+		rec := &respRecord{id: id, tenant: r.Tenant, upstream: r.Upstream, entry: r.Entry, model: r.Model, created: r.Created,
+			expires: time.Unix(r.Expires, 0), output: r.Output}
+		if len(r.Input) > 0 {
+			rec.input = r.Input
+		}
+		return rec
+	}
+	parts := strings.SplitN(v, "\x00", 4) // the first format: a node's record
 	if len(parts) != 4 || parts[1] == "" {
 		return nil
 	}

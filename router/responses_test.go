@@ -176,7 +176,9 @@ func postResponses(t *testing.T, gw *testGateway, body string, headers ...string
 // a response.* stream the SDK accepts; a stream is written back; requests
 // that carry or make state are never answered from the cache.
 func TestResponsesCache(t *testing.T) {
-	gw, node := cacheGateway(t, "memory", nil)
+	// A conversation reaches a node only with forward_unknown_ids
+	// (TestResponsesStateStaysWithTenant has the default).
+	gw, node := cacheGateway(t, "memory", func(c *Config) { c.Responses.ForwardUnknownIDs = true })
 	c := sdkClient(gw.URL, option.WithAPIKey("sk-acme-1"))
 	p := respParams("qwen3-8b", "What is the tallest mountain on Earth?", "You are a geography teacher.")
 

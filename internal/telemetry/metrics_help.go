@@ -59,6 +59,7 @@ var metricHelp = map[string]string{
 	"frontdoor_spillover_inflight":              "Requests at the hosted spill-over API now.",
 	"frontdoor_spillover_skipped_total":         "Requests spill-over would have taken but not to their endpoint (reason endpoint: /v1/responses with spillover.responses false); answered 503.",
 	"frontdoor_responses_by_id_total":           "GET, DELETE and cancel of /v1/responses/{id}, by result: found (sent to the node that created it, or rendered from the cache), unknown (an id not remembered for this tenant: 404), holder_gone (its node or cache entry is gone: 404).",
+	"frontdoor_responses_refused_total":         "Responses requests answered 404 before any node saw them because they name state not held for the tenant, by field (previous_response_id, conversation, prompt, item_reference) and reason (unknown, other_tenant).",
 	"frontdoor_responses_shared_errors_total":   "Failed reads and writes of the response id records the replicas share in Redis (cache.backend: redis), by op (put, get, del); each replica then knows only the ids it passed on.",
 	"frontdoor_responses_remembered":            "Response ids remembered (responses.remember_ids), each with the node or cache entry that holds it.",
 	"frontdoor_admission_rejected_total":        "Requests refused by admission, by tenant and limit.",
