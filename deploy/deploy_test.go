@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -286,7 +287,8 @@ func TestKustomizeOverlayApplies(t *testing.T) {
 
 // deploy/compose.yaml loads with the Compose spec's own loader, has the
 // whole stack, and every file it names exists. It refuses to start
-// without an admin token, and passes the one it is given.
+// without an admin token or a Grafana password, and passes the ones it is
+// given.
 func TestComposeFileLoads(t *testing.T) {
 	load := func(env []string) (*types.Project, error) {
 		opts, err := cli.NewProjectOptions([]string{"compose.yaml"}, cli.WithWorkingDirectory("."), cli.WithEnv(env), cli.WithResolvedPaths(true))
@@ -295,11 +297,14 @@ func TestComposeFileLoads(t *testing.T) {
 		}
 		return opts.LoadProject(context.Background())
 	}
-	if _, err := load(nil); err == nil || !strings.Contains(err.Error(), "FRONTDOOR_ADMIN_TOKEN") {
+	const token, grafanaPassword = "3f6c0b9a7e2d41c58b1f0e9d2a7c6b5e", "Qm9vdHN0cmFwLWdyYWZhbmEtcHc"
+	if _, err := load([]string{"GRAFANA_ADMIN_PASSWORD=" + grafanaPassword}); err == nil || !strings.Contains(err.Error(), "FRONTDOOR_ADMIN_TOKEN") {
 		t.Fatalf("compose without FRONTDOOR_ADMIN_TOKEN: %v, want an error naming it", err)
 	}
-	const token = "3f6c0b9a7e2d41c58b1f0e9d2a7c6b5e"
-	p, err := load([]string{"FRONTDOOR_ADMIN_TOKEN=" + token})
+	if _, err := load([]string{"FRONTDOOR_ADMIN_TOKEN=" + token}); err == nil || !strings.Contains(err.Error(), "GRAFANA_ADMIN_PASSWORD") {
+		t.Fatalf("compose without GRAFANA_ADMIN_PASSWORD: %v, want an error naming it", err)
+	}
+	p, err := load([]string{"FRONTDOOR_ADMIN_TOKEN=" + token, "GRAFANA_ADMIN_PASSWORD=" + grafanaPassword})
 	if err != nil {
 		t.Fatalf("compose: %v", err)
 	}
@@ -314,6 +319,7 @@ func TestComposeFileLoads(t *testing.T) {
 			t.Fatalf("service %s: %v", name, err)
 		}
 	}
+	checkComposeMonitoringPrivate(t, p, grafanaPassword)
 	if s, _ := p.GetService("redis"); !strings.HasPrefix(s.Image, "redis/redis-stack-server:") {
 		t.Fatalf("redis image %q is not Redis Stack", s.Image)
 	}
@@ -356,6 +362,50 @@ func TestComposeFileLoads(t *testing.T) {
 	fd, _ := p.GetService("frontdoor-1")
 	if !fd.ReadOnly || fd.StopGracePeriod == nil || fd.User == "" {
 		t.Fatal("frontdoor-1: not read-only, non-root, with a stop grace period")
+	}
+}
+
+// checkComposeMonitoringPrivate holds the Compose stack's Prometheus (no
+// authentication of its own) and Grafana to this machine: every port they
+// publish is bound to loopback, and Grafana asks everyone to sign in (no
+// anonymous or proxy access, no sign-up) as admin with the password given.
+func checkComposeMonitoringPrivate(t *testing.T, p *types.Project, grafanaPassword string) {
+	t.Helper()
+	for _, name := range []string{"prometheus", "grafana"} {
+		s, _ := p.GetService(name)
+		if len(s.Ports) == 0 {
+			t.Errorf("%s publishes no port", name)
+		}
+		for _, port := range s.Ports {
+			if ip, err := netip.ParseAddr(port.HostIP); err != nil || !ip.IsLoopback() {
+				t.Errorf("%s publishes %s on %q, not on loopback", name, port.Published, port.HostIP)
+			}
+		}
+	}
+	g, _ := p.GetService("grafana")
+	env := func(k string) string {
+		if v := g.Environment[k]; v != nil {
+			return *v
+		}
+		return ""
+	}
+	for _, k := range []string{"GF_AUTH_ANONYMOUS_ENABLED", "GF_AUTH_DISABLE_LOGIN_FORM", "GF_AUTH_PROXY_ENABLED", "GF_USERS_ALLOW_SIGN_UP"} {
+		if on, _ := strconv.ParseBool(env(k)); on {
+			t.Errorf("grafana: %s=%s", k, env(k))
+		}
+	}
+	if env("GF_AUTH_ANONYMOUS_ENABLED") == "" {
+		t.Error("grafana: GF_AUTH_ANONYMOUS_ENABLED is not set to false")
+	}
+	if env("GF_SECURITY_ADMIN_PASSWORD") != grafanaPassword {
+		t.Errorf("grafana: GF_SECURITY_ADMIN_PASSWORD is %q, not GRAFANA_ADMIN_PASSWORD", env("GF_SECURITY_ADMIN_PASSWORD"))
+	}
+	// Nothing mounted into Grafana turns anonymous access back on.
+	for _, v := range g.Volumes {
+		b, err := os.ReadFile(v.Source)
+		if err == nil && regexp.MustCompile(`(?i)anonymous`).Match(b) {
+			t.Errorf("grafana: %s mentions anonymous access", v.Source)
+		}
 	}
 }
 

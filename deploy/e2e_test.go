@@ -378,7 +378,7 @@ func (e *e2e) checkCompose(t *testing.T) {
 	_ = e.dockerOut(t, "tag", "frontdoor:e2e", "frontdoor:compose")
 	_ = e.dockerOut(t, "tag", "frontdoor-gpusim:e2e", "frontdoor-gpusim:compose")
 	lbPort := freePort(t)
-	env := []string{"FRONTDOOR_ADMIN_TOKEN=" + randomHex(32), fmt.Sprintf("FRONTDOOR_PORT=127.0.0.1:%d", lbPort)}
+	env := []string{"FRONTDOOR_ADMIN_TOKEN=" + randomHex(32), "GRAFANA_ADMIN_PASSWORD=" + randomHex(16), fmt.Sprintf("FRONTDOOR_PORT=127.0.0.1:%d", lbPort)}
 	compose := func(args ...string) (string, error) {
 		return run(e.deployDir, env, e.compose[0], append(slices.Clone(e.compose[1:]), args...)...)
 	}

@@ -14,7 +14,7 @@ import (
 // listener or (when configured) a trusted peer.
 var adminPaths = []string{"/admin/nodes", "/admin/dashboard/history", "/admin/cache/stats", "/admin/cache/hot", "/status", "/dashboard", "/debug/pprof/", "/debug/pprof/goroutine?debug=1"}
 
-const testToken = "fd-test-admin-4f9c2a7e1b"
+const testToken = "a8f8e432998d9af0701319da19bf179f744814bc9d3436fa0ac818363e7bdaa4"
 
 // serveAdmin opens the gateway's admin listener on a loopback port.
 func serveAdmin(t *testing.T, gw *testGateway) string {

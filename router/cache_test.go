@@ -395,7 +395,7 @@ func TestCacheNeverCrossesTenants(t *testing.T) {
 
 func TestCacheAdmin(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, backend string) {
-		t.Setenv("TEST_ADMIN_TOKEN", "fd-test-admin-4f9c2a7e1b")
+		t.Setenv("TEST_ADMIN_TOKEN", "a8f8e432998d9af0701319da19bf179f744814bc9d3436fa0ac818363e7bdaa4")
 		gw, _ := cacheGateway(t, backend, func(c *Config) {
 			c.Admin.TokenEnv = "TEST_ADMIN_TOKEN"
 			c.Admin.AllowCIDRs = nil // only the token opens admin endpoints
@@ -426,27 +426,27 @@ func TestCacheAdmin(t *testing.T) {
 		if resp.Header.Get("X-Cache") != "hit-exact" || id == "" {
 			t.Fatalf("expected a hit with an entry id, got %v", resp.Header)
 		}
-		code, stats := admin("GET", "/admin/cache/stats", "fd-test-admin-4f9c2a7e1b")
+		code, stats := admin("GET", "/admin/cache/stats", "a8f8e432998d9af0701319da19bf179f744814bc9d3436fa0ac818363e7bdaa4")
 		if code != 200 || !strings.Contains(stats, `"hit_exact":1`) || !strings.Contains(stats, `"entries":1`) {
 			t.Fatalf("stats %d: %s", code, stats)
 		}
-		if code, b := admin("DELETE", "/admin/cache/entries/"+id, "fd-test-admin-4f9c2a7e1b"); code != 200 {
+		if code, b := admin("DELETE", "/admin/cache/entries/"+id, "a8f8e432998d9af0701319da19bf179f744814bc9d3436fa0ac818363e7bdaa4"); code != 200 {
 			t.Fatalf("delete: %d %s", code, b)
 		}
 		if xc, _, _ := ask(t, gw, body); xc != "miss" {
 			t.Fatalf("after delete: X-Cache %q", xc)
 		}
-		if code, _ := admin("DELETE", "/admin/cache/entries/"+id, "fd-test-admin-4f9c2a7e1b"); code != 404 {
+		if code, _ := admin("DELETE", "/admin/cache/entries/"+id, "a8f8e432998d9af0701319da19bf179f744814bc9d3436fa0ac818363e7bdaa4"); code != 404 {
 			t.Fatalf("second delete: %d", code)
 		}
 		askStored(t, gw, cbody("acme's question", ""), "Authorization", "Bearer sk-acme-1")
-		if code, b := admin("DELETE", "/admin/cache?namespace=acme", "fd-test-admin-4f9c2a7e1b"); code != 200 || !strings.Contains(b, `"deleted":1`) {
+		if code, b := admin("DELETE", "/admin/cache?namespace=acme", "a8f8e432998d9af0701319da19bf179f744814bc9d3436fa0ac818363e7bdaa4"); code != 200 || !strings.Contains(b, `"deleted":1`) {
 			t.Fatalf("purge: %d %s", code, b)
 		}
 		if xc, _, _ := ask(t, gw, cbody("acme's question", ""), "Authorization", "Bearer sk-acme-1"); xc != "miss" {
 			t.Fatalf("after purge: %q", xc)
 		}
-		if code, _ := admin("DELETE", "/admin/cache", "fd-test-admin-4f9c2a7e1b"); code != 400 {
+		if code, _ := admin("DELETE", "/admin/cache", "a8f8e432998d9af0701319da19bf179f744814bc9d3436fa0ac818363e7bdaa4"); code != 400 {
 			t.Fatalf("purge without namespace: %d", code)
 		}
 	})
@@ -479,14 +479,14 @@ func TestCachePurgeBeatsFlights(t *testing.T) {
 	s := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT = 300 * time.Millisecond })
 	cfg := testConfig(s)
 	cfg.Cache.Backend = "memory"
-	t.Setenv("TEST_ADMIN_TOKEN", "fd-test-admin-4f9c2a7e1b")
+	t.Setenv("TEST_ADMIN_TOKEN", "a8f8e432998d9af0701319da19bf179f744814bc9d3436fa0ac818363e7bdaa4")
 	cfg.Admin.TokenEnv, cfg.Admin.AllowCIDRs = "TEST_ADMIN_TOKEN", nil
 	store := &gatedStore{Store: cache.NewMemoryStore(64<<20, cfg.Cache.Embedder.Dims), stored: make(chan struct{}), release: make(chan struct{})}
 	gw := startGatewayWith(t, cfg, Deps{Store: store})
 	t.Cleanup(func() { close(store.release) }) // before the gateway's shutdown
 	purge := func() {
 		t.Helper()
-		if code, b := adminDo(t, http.MethodDelete, gw.URL+"/admin/cache?namespace=default", "", "Authorization", "Bearer fd-test-admin-4f9c2a7e1b"); code != 200 {
+		if code, b := adminDo(t, http.MethodDelete, gw.URL+"/admin/cache?namespace=default", "", "Authorization", "Bearer a8f8e432998d9af0701319da19bf179f744814bc9d3436fa0ac818363e7bdaa4"); code != 200 {
 			t.Fatalf("purge: %d %s", code, b)
 		}
 	}

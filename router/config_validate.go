@@ -45,7 +45,7 @@ func (c *Config) Problems() []string {
 	}
 	section("admin", c.Admin.Validate(c.Listen))
 	// The token is read where serve, reload and check-config run: a
-	// placeholder or a short one is refused by all three.
+	// placeholder or a weak one (admin.Token) is refused by all three.
 	if _, err := AdminToken(c.Admin); err != nil {
 		add("%v", err)
 	}

@@ -15,7 +15,7 @@ import (
 
 // testAdminToken is the admin token withAdminToken sets: tests that read
 // /admin/* and /status with it pass whatever admin.allow_cidrs says.
-const testAdminToken = "router-test-admin-token-5c1d0e9a"
+const testAdminToken = "8b57e561cf96832a31c60516a3a53a55e91a22fe27bc67a9eb0d47e90a4e1ec0"
 
 // withAdminToken makes testAdminToken cfg's admin token.
 func withAdminToken(t *testing.T, cfg *Config) {

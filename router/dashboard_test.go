@@ -91,7 +91,7 @@ func TestDashboardLogin(t *testing.T) {
 		}
 	}
 	// Forged, expired, foreign: refused as no credentials at all.
-	t.Setenv("OTHER_TOKEN", "another-admin-token-9d8e7f")
+	t.Setenv("OTHER_TOKEN", "43234acef4c0f0307a63afc420e1a498bad34c95b71636e052fdcf65aa5d180a")
 	other, err := admin.NewGuard("OTHER_TOKEN", nil)
 	if err != nil {
 		t.Fatal(err)

@@ -389,7 +389,7 @@ func rssBytes(t *testing.T) int64 {
 func TestFramingTrailers(t *testing.T) {
 	s := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT, c.ITL = 0, 0 })
 	cfg := testConfig(s)
-	const token = "trailer-test-admin-token-0123456789"
+	const token = "ee108b1a29457acb8502a2def6fad060ce371df1754414650ef379947113cb71"
 	t.Setenv("TEST_ADMIN_TOKEN", token)
 	cfg.Admin.TokenEnv, cfg.Admin.AllowCIDRs = "TEST_ADMIN_TOKEN", nil
 	gw := startGateway(t, cfg)

@@ -353,7 +353,7 @@ func TestPanicReleasesCounters(t *testing.T) {
 // TestPprofIsAdminOnly: the Go profiler is served under /debug/pprof/ only
 // to admins (token or allowed address), like /status.
 func TestPprofIsAdminOnly(t *testing.T) {
-	t.Setenv("TEST_ADMIN_TOKEN", "fd-test-admin-4f9c2a7e1b")
+	t.Setenv("TEST_ADMIN_TOKEN", "a8f8e432998d9af0701319da19bf179f744814bc9d3436fa0ac818363e7bdaa4")
 	cfg := testConfig(testenv.GPUSim(t, nil))
 	cfg.Admin.TokenEnv = "TEST_ADMIN_TOKEN"
 	cfg.Admin.AllowCIDRs = nil
@@ -374,7 +374,7 @@ func TestPprofIsAdminOnly(t *testing.T) {
 	if code, b := get("/debug/pprof/", ""); code != 403 || !strings.Contains(b, "admin_forbidden") {
 		t.Fatalf("without token: %d %s", code, b)
 	}
-	if code, b := get("/debug/pprof/goroutine?debug=1", "fd-test-admin-4f9c2a7e1b"); code != 200 || !strings.Contains(b, "goroutine profile") {
+	if code, b := get("/debug/pprof/goroutine?debug=1", "a8f8e432998d9af0701319da19bf179f744814bc9d3436fa0ac818363e7bdaa4"); code != 200 || !strings.Contains(b, "goroutine profile") {
 		t.Fatalf("with token: %d %.200s", code, b)
 	}
 }

@@ -229,11 +229,11 @@ func TestGrafanaMetricsAreExposed(t *testing.T) {
 // Every answer carries X-Request-Id: every route, every method, errors
 // included, and a sane client id is echoed.
 func TestRequestIDOnEveryAnswer(t *testing.T) {
-	t.Setenv("TEST_ADMIN_TOKEN", "fd-test-admin-4f9c2a7e1b")
+	t.Setenv("TEST_ADMIN_TOKEN", "a8f8e432998d9af0701319da19bf179f744814bc9d3436fa0ac818363e7bdaa4")
 	gw := opsGateway(t, func(c *Config) {
 		c.Admin.TokenEnv, c.Admin.AllowCIDRs = "TEST_ADMIN_TOKEN", nil
 	})
-	auth := "Bearer fd-test-admin-4f9c2a7e1b"
+	auth := "Bearer a8f8e432998d9af0701319da19bf179f744814bc9d3436fa0ac818363e7bdaa4"
 	for _, tc := range []struct {
 		method, path, body, auth string
 		status                   int

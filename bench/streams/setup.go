@@ -19,7 +19,7 @@ import (
 
 // adminToken lets -profile fetch frontdoor's profiles (/debug/pprof/
 // wants the admin token).
-const adminToken = "bench-streams-profile-token"
+const adminToken = "49cccc4a0f8aced7178f666a6747200a08562d1ca0cdc95e6c5c9ebf35d91394"
 
 // target is one process to measure and how to reach it.
 type target struct {

@@ -42,7 +42,7 @@ import (
 const (
 	model       = "qwen3-8b"
 	judgeModel  = "judge"
-	adminToken  = "bench-verified-admin-token-0123456789"
+	adminToken  = "270771fa6c406e8d9de0c5fa050111e42b14ad04ac0b9c1fd09d1500bda8d110"
 	systemMsg   = "You are a helpful assistant. Answer the question."
 	storeWait   = 5 * time.Second
 	drainWait   = 120 * time.Second

@@ -52,7 +52,7 @@ func TestCheckConfigAcceptsTheExamples(t *testing.T) {
 				}
 			}
 			for _, e := range cfg.EnvVars() {
-				t.Setenv(e.Name, "set-by-test-7c41f09e2ab3")
+				t.Setenv(e.Name, "c3e1f07a9b5d24e8f61a0c9d7b3e52f4a8c1d06e9f2b7a4c5d8e1f03b6a9c27d")
 			}
 			out.Reset()
 			errOut.Reset()
@@ -66,17 +66,20 @@ func TestCheckConfigAcceptsTheExamples(t *testing.T) {
 	}
 }
 
-// A placeholder or short admin token is refused by check-config and by
-// serve, naming the variable; a random one passes.
+// A placeholder, short or low-entropy admin token is refused by
+// check-config and by serve, naming the variable and how to make a good
+// one; what openssl rand makes passes.
 func TestWeakAdminTokenRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fd.yaml")
 	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:0\nnodes:\n  - {name: a, url: http://127.0.0.1:1, models: [m]}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, tok := range []string{"change-me", "replace-me", "CHANGEME", "secret", "admin", "short-token-15b", "change-me-to-a-long-random-value"} {
+	for _, tok := range []string{"change-me", "replace-me", "CHANGEME", "secret", "admin", "short-token-15b", "change-me-to-a-long-random-value",
+		"aaaaaaaaaaaaaaaa", "Password12345678", "frontdoor-admin-token", "0123456789abcdef0123456789abcdef"} {
 		t.Setenv("FRONTDOOR_ADMIN_TOKEN", tok)
 		var out, errOut bytes.Buffer
-		if code := run([]string{"check-config", "--config", path}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "FRONTDOOR_ADMIN_TOKEN") {
+		if code := run([]string{"check-config", "--config", path}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "FRONTDOOR_ADMIN_TOKEN") ||
+			!strings.Contains(errOut.String(), "generate one with: openssl rand -hex 32") {
 			t.Errorf("check-config with FRONTDOOR_ADMIN_TOKEN=%s: exit %d: %s", tok, code, errOut.String())
 		}
 		errOut.Reset()
@@ -84,10 +87,14 @@ func TestWeakAdminTokenRefused(t *testing.T) {
 			t.Errorf("serve with FRONTDOOR_ADMIN_TOKEN=%s: exit %d: %s", tok, code, errOut.String())
 		}
 	}
-	t.Setenv("FRONTDOOR_ADMIN_TOKEN", "9f86d081884c7d659a2feaa0c55ad015")
-	var out, errOut bytes.Buffer
-	if code := run([]string{"check-config", "--config", path}, &out, &errOut); code != 0 {
-		t.Errorf("check-config with a random token: exit %d: %s", code, errOut.String())
+	// openssl rand -hex 16, -hex 32 and -base64 32.
+	for _, tok := range []string{"9f86d081884c7d659a2feaa0c55ad015", "daceaf44dfc4febfd23efeadca6e4d359fcf71775f604788821021c15762ab58",
+		"yhYW3XQzzew0c/p7ffVaiCCm0DT3v7YaglObAURdusU="} {
+		t.Setenv("FRONTDOOR_ADMIN_TOKEN", tok)
+		var out, errOut bytes.Buffer
+		if code := run([]string{"check-config", "--config", path}, &out, &errOut); code != 0 {
+			t.Errorf("check-config with a random token: exit %d: %s", code, errOut.String())
+		}
 	}
 }
 

@@ -122,7 +122,7 @@ func TestSIGHUPReloadsUnderLoad(t *testing.T) {
 		return s
 	}
 	base, cmd, logs, path := startServeEnv(t, cfg(1000, "a", "b"),
-		[]string{"FD_TEST_ADMIN=fd-test-admin-4f9c2a7e1b", "FD_TEST_LOAD_KEYS=sk-load", "FD_TEST_ACME_KEYS=sk-acme"})
+		[]string{"FD_TEST_ADMIN=a8f8e432998d9af0701319da19bf179f744814bc9d3436fa0ac818363e7bdaa4", "FD_TEST_LOAD_KEYS=sk-load", "FD_TEST_ACME_KEYS=sk-acme"})
 	listen := strings.TrimPrefix(base, "http://")
 
 	burst := func() (ok, limited int) {
@@ -154,7 +154,7 @@ func TestSIGHUPReloadsUnderLoad(t *testing.T) {
 	}
 	testenv.Eventually(t, 5*time.Second, func() bool { return reloads() == 1 }, "no reload logged:\n%s", logs.String())
 	aAfter := sims["a"].Stats().Received
-	testenv.Eventually(t, 5*time.Second, func() bool { return sims["c"].Stats().Received > 0 }, "the added node serves nothing: %s\nload %d failed %d %s\n%s", adminGet(t, base+"/admin/nodes", "fd-test-admin-4f9c2a7e1b"), res.total.Load(), res.failed.Load(), res.firstErr, logs.String())
+	testenv.Eventually(t, 5*time.Second, func() bool { return sims["c"].Stats().Received > 0 }, "the added node serves nothing: %s\nload %d failed %d %s\n%s", adminGet(t, base+"/admin/nodes", "a8f8e432998d9af0701319da19bf179f744814bc9d3436fa0ac818363e7bdaa4"), res.total.Load(), res.failed.Load(), res.firstErr, logs.String())
 	time.Sleep(300 * time.Millisecond)
 	if got := sims["a"].Stats().Received; got != aAfter {
 		t.Fatalf("the removed node received %d requests after the reload", got-aAfter)
@@ -190,12 +190,12 @@ func TestSIGHUPReloadsUnderLoad(t *testing.T) {
 	if code, _ := post(""); code != 403 {
 		t.Fatalf("POST /admin/reload without the token: %d", code)
 	}
-	if code, body := post("fd-test-admin-4f9c2a7e1b"); code != 422 || !strings.Contains(body, `"restart_required":["listen"]`) {
+	if code, body := post("a8f8e432998d9af0701319da19bf179f744814bc9d3436fa0ac818363e7bdaa4"); code != 422 || !strings.Contains(body, `"restart_required":["listen"]`) {
 		t.Fatalf("listen change: %d %s", code, body)
 	}
 	// Back to a good config through the endpoint: applied.
 	writeConfig(t, path, listen, cfg(1000, "a", "b", "c"))
-	if code, body := post("fd-test-admin-4f9c2a7e1b"); code != 200 {
+	if code, body := post("a8f8e432998d9af0701319da19bf179f744814bc9d3436fa0ac818363e7bdaa4"); code != 200 {
 		t.Fatalf("good config: %d %s", code, body)
 	}
 	time.Sleep(300 * time.Millisecond)

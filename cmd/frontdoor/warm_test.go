@@ -22,7 +22,7 @@ import (
 	"frontdoor/router"
 )
 
-const testAdminToken = "fd-test-admin-4f9c2a7e1b"
+const testAdminToken = "a8f8e432998d9af0701319da19bf179f744814bc9d3436fa0ac818363e7bdaa4"
 
 // warmGateway serves a gateway in process (as frontdoor serve does) in front
 // of one gpusim node, with the memory cache unless mutate says otherwise.

@@ -58,9 +58,9 @@ func NewGuard(tokenEnv string, allowCIDRs []string) (*Guard, error) {
 
 // Token reads the admin token from the variable tokenEnv (admin.token_env)
 // names: "" when it is unset or empty (no request passes by token), an
-// error naming the variable when its value is a placeholder or shorter
-// than minAdminToken bytes. serve, reload and check-config all refuse such
-// a token.
+// error naming the variable when its value is a placeholder or weaker than
+// minTokenBits (tokenStrength). serve, reload and check-config all refuse
+// such a token.
 func Token(tokenEnv string) (string, error) {
 	if tokenEnv == "" {
 		return "", nil
@@ -70,15 +70,10 @@ func Token(tokenEnv string) (string, error) {
 		return "", nil
 	}
 	if why := weakToken(tok); why != "" {
-		return "", fmt.Errorf("admin.token_env: environment variable %s %s; set it to a random secret of at least %d bytes, e.g. $(openssl rand -hex 32)", tokenEnv, why, minAdminToken)
+		return "", fmt.Errorf("admin.token_env: environment variable %s %s; generate one with: openssl rand -hex 32", tokenEnv, why)
 	}
 	return tok, nil
 }
-
-// minAdminToken is the shortest admin token accepted: 16 random bytes are
-// beyond guessing; a human-chosen word of that length at least is not a
-// default.
-const minAdminToken = 16
 
 // placeholderTokens are values shipped in examples and typed in haste,
 // compared lower-case with everything but letters and digits removed;
@@ -105,8 +100,8 @@ func weakToken(tok string) string {
 	if slices.Contains(placeholderTokens, norm) || slices.ContainsFunc(templateMarkers, func(m string) bool { return strings.Contains(norm, m) }) {
 		return fmt.Sprintf("holds a placeholder (%q)", tok)
 	}
-	if len(tok) < minAdminToken {
-		return fmt.Sprintf("holds a token of %d bytes, shorter than %d", len(tok), minAdminToken)
+	if bits, flaws := tokenStrength(tok); bits < minTokenBits {
+		return fmt.Sprintf("holds a weak token: about %.0f bits by frontdoor's estimate (%s), at least %d needed", bits, strings.Join(flaws, ", "), minTokenBits)
 	}
 	return ""
 }

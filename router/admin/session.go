@@ -118,16 +118,41 @@ func secure(ctx *fasthttp.RequestCtx) bool {
 	return ctx.IsTLS() || strings.EqualFold(string(ctx.Request.Header.Peek("X-Forwarded-Proto")), "https")
 }
 
+// maxNextLen bounds the path a login redirects to.
+const maxNextLen = 256
+
+// localPath reports whether next (already percent-decoded) may be a
+// login's redirect: a path of this gateway, beginning with one "/" and
+// made of letters, digits and /_.~-?=& only, with no "//". Nothing a
+// browser could read as another origin gets through: no "//" or "/\" (a
+// scheme-relative URL), no control character (browsers drop tabs and
+// newlines, so "/\t/evil.example" is "//evil.example"), no "%" (no second
+// decoding), no "@", ":" or "#".
+func localPath(next string) bool {
+	if len(next) < 1 || len(next) > maxNextLen || next[0] != '/' || strings.Contains(next, "//") {
+		return false
+	}
+	for i := 0; i < len(next); i++ {
+		switch c := next[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("/_.~-?=&", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // serveLogin answers GET /admin/login (the form) and POST /admin/login
 // (form field token, or the bearer header): a right token gets the session
-// cookie and a redirect to next (a path of this gateway, /dashboard by
-// default); a wrong one a 403.
+// cookie and a redirect to next (the query's or the form's, when
+// localPath passes it; /dashboard otherwise); a wrong one a 403.
 func (h *Handler) serveLogin(ctx *fasthttp.RequestCtx, guard *Guard) {
 	next := string(ctx.QueryArgs().Peek("next"))
 	if v := ctx.PostArgs().Peek("next"); len(v) > 0 {
 		next = string(v)
 	}
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+	if !localPath(next) {
 		next = "/dashboard"
 	}
 	switch {
