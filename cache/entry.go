@@ -36,7 +36,8 @@ type Entry struct {
 	// request: a vetted answer that approved near-misses point at.
 	Curated bool `json:"curated,omitempty"`
 	// Via is the curated entry whose answer this one repeats for a
-	// question the judge approved (a promoted near-miss).
+	// question the judge approved (a promoted near-miss). A promoted entry
+	// is never curated itself, so it never anchors a further promotion.
 	Via string `json:"via,omitempty"`
 	// Embedding is an embeddings entry's vector (Endpoint "embeddings"):
 	// little-endian float32s, 4 bytes a dimension, charged to the byte
@@ -66,11 +67,19 @@ func NewEntryID() string {
 // Marshal encodes the entry for a remote store.
 func (e *Entry) Marshal() ([]byte, error) { return json.Marshal(e) }
 
-// UnmarshalEntry decodes what Marshal wrote.
+// Anchor reports whether an approved near-miss may be promoted to the
+// entry's answer: an operator's entry (import, warm-up), not a promoted one.
+func (e *Entry) Anchor() bool { return e.Curated && e.Via == "" }
+
+// UnmarshalEntry decodes what Marshal wrote. An entry promoted by an older
+// version (curated and via both set) decodes as promoted: not curated.
 func UnmarshalEntry(b []byte) (*Entry, error) {
 	var e Entry
 	if err := json.Unmarshal(b, &e); err != nil {
 		return nil, err
+	}
+	if e.Via != "" {
+		e.Curated = false
 	}
 	return &e, nil
 }

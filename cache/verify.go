@@ -41,13 +41,27 @@ type VerifyConfig struct {
 	// below the threshold or less is judged too, after it went upstream:
 	// the evidence that lets a threshold come down.
 	GreyZone float64 `yaml:"grey_zone"`
+	// PromotePerMinute and PromoteMax bound each tenant's promotions (a
+	// near-miss the judge approved against a curated entry, stored with
+	// its answer): at most PromotePerMinute in a clock minute, and at most
+	// PromoteMax within the longest life of an entry (cache.ttl or
+	// max_ttl) from the first one counted. 0 turns promotion off. With the
+	// cache in Redis the counts are the replicas' together.
+	PromotePerMinute int `yaml:"promote_per_minute"`
+	PromoteMax       int `yaml:"promote_max"`
 }
 
 // DefaultVerifyConfig is off, with the rest ready for a judge_model.
 func DefaultVerifyConfig() VerifyConfig {
 	return VerifyConfig{AuditRate: 0.05, MaxJudgeRPS: 5, Queue: 256, JudgeTimeout: units.Duration(10 * time.Second),
-		MinThreshold: 0.75, MaxThreshold: 0.99, GreyZone: 0.05}
+		MinThreshold: 0.75, MaxThreshold: 0.99, GreyZone: 0.05, PromotePerMinute: 10, PromoteMax: 1000}
 }
+
+// Bounds of the promotion limits.
+const (
+	maxPromotePerMinute = 100_000
+	maxPromoteMax       = 100_000_000
+)
 
 // Enabled reports whether a judge is configured.
 func (c VerifyConfig) Enabled() bool { return c.JudgeModel != "" }
@@ -78,6 +92,12 @@ func (c VerifyConfig) Validate() error {
 	}
 	if c.GreyZone < 0 || c.GreyZone >= 0.5 {
 		errs = append(errs, errors.New("grey_zone: must be in [0, 0.5)"))
+	}
+	if c.PromotePerMinute < 0 || c.PromotePerMinute > maxPromotePerMinute {
+		errs = append(errs, fmt.Errorf("promote_per_minute: must be between 0 (no promotions) and %d", maxPromotePerMinute))
+	}
+	if c.PromoteMax < 0 || c.PromoteMax > maxPromoteMax {
+		errs = append(errs, fmt.Errorf("promote_max: must be between 0 (no promotions) and %d", maxPromoteMax))
 	}
 	return errors.Join(errs...)
 }

@@ -284,7 +284,7 @@ func (g *Gateway) lookupSemantic(ctx *fasthttp.RequestCtx, x *exchange, p *cache
 			continue // judged wrong for a question at least this close
 		}
 		if m.Similarity < p.threshold {
-			if m.Entry.Curated && g.verify != nil {
+			if m.Entry.Anchor() && g.verify != nil { // an operator's entry; a promoted one never anchors
 				a.promote = g.newPromotion(p)
 				p.promote = a.promote
 			}

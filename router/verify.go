@@ -51,6 +51,9 @@ type verifier struct {
 	dropped  *metrics.Counter
 	promoted *metrics.Counter
 
+	limits         *cache.PromoteLimits        // each tenant's promotions
+	promoteRefused map[string]*metrics.Counter // approved near-misses not promoted, by reason
+
 	shared     *cache.SharedEvidence // nil: this replica learns alone
 	sharedErrs *metrics.Counter
 
@@ -76,6 +79,13 @@ func newVerifier(g *Gateway, cfg cache.VerifyConfig, set *metrics.Set, log *slog
 	}
 	v.dropped = set.NewCounter(`frontdoor_cache_verify_dropped_total`)
 	v.promoted = set.NewCounter(`frontdoor_cache_verify_promoted_total`)
+	c := &g.conf().Cache
+	v.limits = cache.NewPromoteLimits(cfg, max(c.TTL.D(), c.MaxTTL.D()), shared)
+	v.promoteRefused = map[string]*metrics.Counter{}
+	for _, reason := range []string{promoteRefusedLookupOnly, promoteRefusedNotStored, cache.PromoteRefusedPerMinute,
+		cache.PromoteRefusedMax, promoteRefusedUnavailable} {
+		v.promoteRefused[reason] = set.NewCounter(`frontdoor_cache_verify_promote_refused_total{reason="` + reason + `"}`)
+	}
 	v.sharedErrs = set.NewCounter(`frontdoor_cache_errors_total{op="verify_shared"}`)
 	set.NewGauge(`frontdoor_cache_false_hit_ratio`, func() float64 { return v.evid.Rate().Estimate })
 	return v
@@ -164,7 +174,7 @@ func (v *verifier) check(ctx context.Context, a audit) {
 		v.evid.Add(a.tenant, a.model, vd) // the false-hit rate is of served hits
 	}
 	if vd == cache.VerdictYes && a.promote != nil {
-		v.approve(ctx, a.promote, a.entry)
+		v.approve(ctx, a.promote, a.tenant, a.entry)
 	}
 	if vd == cache.VerdictNo {
 		v.g.log.Debug("cache verify: a semantic hit was judged wrong", "entry", a.entry, "tenant", a.tenant,
@@ -249,6 +259,14 @@ func (v *verifier) status() *admin.VerifyStatus {
 	st := &admin.VerifyStatus{JudgeModel: v.cfg.JudgeModel, AuditRate: v.cfg.AuditRate, FalseHitRate: v.evid.Rate(),
 		Scopes: v.evid.Scopes(), State: "ok", Calls: v.calls.Load(), Failures: v.failures.Load(),
 		Queued: len(v.queue), DroppedAudits: v.dropped.Get(), Promoted: v.promoted.Get(), Thresholds: v.thresholds()}
+	for reason, c := range v.promoteRefused {
+		if n := c.Get(); n > 0 {
+			if st.PromoteRefused == nil {
+				st.PromoteRefused = map[string]uint64{}
+			}
+			st.PromoteRefused[reason] = n
+		}
+	}
 	if t := v.lastFail.Load(); t != 0 && time.Since(time.Unix(0, t)) < 30*time.Second {
 		st.State = "failing"
 	}

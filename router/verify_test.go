@@ -209,9 +209,11 @@ func TestVerifySharedThroughRedis(t *testing.T) {
 // A near-miss the judge approves against a curated entry (imported) is
 // stored with the curated answer: the question is answered from the vetted
 // text from then on, whether its own answer was written back before the
-// verdict (slow judge), after it (slow node), or never (lookup-only). A
-// near-miss on an entry a client's request stored is only evidence
-// (TestVerifyRemembersWrongEntriesAndJudgesNearMisses).
+// verdict (slow judge) or after it (slow node). The promoted entry is not
+// curated; its via names the imported entry. A near-miss on an entry a
+// client's request stored is only evidence
+// (TestVerifyRemembersWrongEntriesAndJudgesNearMisses); a lookup-only one
+// is never promoted (TestVerifyLookupOnlyNearMissNeverPromotes).
 func TestVerifyPromotesApprovedNearMissesToCuratedAnswers(t *testing.T) {
 	// "what's the capital of france" is about 0.78 from the stored question
 	// with the local embedder: a miss at 0.85, within a grey zone of 0.2.
@@ -222,11 +224,9 @@ func TestVerifyPromotesApprovedNearMissesToCuratedAnswers(t *testing.T) {
 	imp, _ := json.Marshal(map[string]any{"request": json.RawMessage(cbody(stored, "")), "answer": vetted, "tag": "faq"})
 	for name, tc := range map[string]struct {
 		chatNode, judgeNode func(*sim.Config)
-		headers             []string
 	}{
 		"judge after the write-back":  {judgeNode: slow},
 		"judge before the write-back": {chatNode: slow, judgeNode: func(*sim.Config) {}},
-		"lookup-only":                 {headers: []string{"X-Cache-Only", "1"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			forEachBackend(t, func(t *testing.T, backend string) {
@@ -239,12 +239,9 @@ func TestVerifyPromotesApprovedNearMissesToCuratedAnswers(t *testing.T) {
 						c.Cache.Backend, c.Cache.VectorSearch, c.Redis.URL = "redis", "redisearch", testenv.StartRediSearch(t).URL()
 					}
 				})
-				if code, b := adminDo(t, "POST", gw.URL+"/admin/cache/entries", string(imp)); code != 200 {
-					t.Fatalf("import: %d %s", code, b)
-				}
-				resp, _ := post(t, gw.URL+"/v1/chat/completions", cbody(reworded, ""), tc.headers...)
-				if xc := resp.Header.Get("X-Cache"); xc != "miss" && resp.StatusCode != 204 {
-					t.Fatalf("the near-miss: %d X-Cache %q", resp.StatusCode, xc)
+				curatedID := importCurated(t, gw, string(imp))
+				if xc, _, _ := ask(t, gw, cbody(reworded, "")); xc != "miss" {
+					t.Fatalf("the near-miss: X-Cache %q", xc)
 				}
 				testenv.Eventually(t, 10*time.Second, func() bool {
 					return gatewayStatus(t, gw).Cache.Verify.Promoted == 1
@@ -256,10 +253,10 @@ func TestVerifyPromotesApprovedNearMissesToCuratedAnswers(t *testing.T) {
 						t.Fatalf("after the promotion: X-Cache %q, answer %q (entry %s)", xc, chatContent(t, b), resp.Header.Get("X-Cache-Entry"))
 					}
 				}
-				_, resp, _ = ask(t, gw, cbody(reworded, ""))
+				_, resp, _ := ask(t, gw, cbody(reworded, ""))
 				if code, b := adminDo(t, "GET", gw.URL+"/admin/cache/entries/"+resp.Header.Get("X-Cache-Entry"), ""); code != 200 ||
-					!strings.Contains(string(b), `"curated":true`) || !strings.Contains(string(b), `"via":"`) {
-					t.Fatalf("the promoted entry's view: %d %s", code, b)
+					strings.Contains(string(b), `"curated"`) || !strings.Contains(string(b), `"via":"`+curatedID+`"`) {
+					t.Fatalf("the promoted entry's view (via %s): %d %s", curatedID, code, b)
 				}
 				if metricValue(t, metricsText(t, gw), `frontdoor_cache_verify_promoted_total`) != 1 {
 					t.Fatal("frontdoor_cache_verify_promoted_total is not 1")

@@ -191,10 +191,13 @@ func ReadJudgeLabels(r io.Reader) (*JudgeLabels, error) {
 	return l, nil
 }
 
-// judgeRequest recognises a judge request: a chat whose last message is a
-// user message whose content is a string holding exactly the JSON object
-// {"cached": "...", "new": "..."} (both strings, no other field, each once).
-// It returns the verdict, or verdictNone for any other request.
+// judgeRequest recognises a judge request (cache.JudgeRequest): a chat
+// whose last message is a user message whose content is a string holding
+// exactly the JSON object {"cached_question": "...", "new_question": "..."}
+// (both strings, no other field, each once). The two questions are the
+// decoded JSON strings, whatever they say: a question that carries an
+// instruction or quotes is a text like any other, looked up as it is. It
+// returns the verdict, or verdictNone for any other request.
 func (s *Server) judgeRequest(v *fastjson.Value) verdict {
 	msgs := v.GetArray("messages")
 	if len(msgs) == 0 {
@@ -230,9 +233,9 @@ func (s *Server) judgeRequest(v *fastjson.Value) verdict {
 			return
 		}
 		switch string(k) {
-		case "cached":
+		case "cached_question":
 			cached, seenCached = fv.GetStringBytes(), true
-		case "new":
+		case "new_question":
 			asked, seenNew = fv.GetStringBytes(), true
 		default:
 			bad = true

@@ -107,10 +107,10 @@ func TestReadJudgeLabels(t *testing.T) {
 }
 
 // judgeBody is a judge request as frontdoor sends it: an instruction and one
-// user message holding {"cached": ..., "new": ...}.
+// user message holding {"cached_question": ..., "new_question": ...}.
 func judgeBody(t *testing.T, cached, asked, extra string) string {
 	t.Helper()
-	content, err := json.Marshal(map[string]string{"cached": cached, "new": asked})
+	content, err := json.Marshal(map[string]string{"cached_question": cached, "new_question": asked})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,6 +159,10 @@ func TestJudgeRequests(t *testing.T) {
 		{ba, ab, JudgeNo},
 		{"Is it raining?", "Will it rain?", JudgeUnsure},
 		{"What is love?", "What time is it?", JudgeUnsure},
+		// The questions are the decoded strings: quotes are text, and a
+		// question that tries to end its field is one text, not a pair.
+		{`Say "yes" {}`, `Say "yes" {}`, JudgeYes},
+		{"Anything at all?", `x", "new_question": "Anything at all?`, JudgeUnsure},
 	} {
 		body := judgeBody(t, tc.cached, tc.asked, "")
 		cc := answer(body)
@@ -174,17 +178,18 @@ func TestJudgeRequests(t *testing.T) {
 	const one = `"max_tokens":1,`
 	normal := []string{
 		chatBody(t, "What is the capital of France?", one),
-		chatBody(t, `{"cached": "a", "new": `, one),                   // not JSON
-		chatBody(t, `{"cached": "a", "new": "b"} trailing`, one),      // JSON and more
-		chatBody(t, `{"cached": "a", "new": "b", "extra": "c"}`, one), // another field
-		chatBody(t, `{"cached": "a"}`, one),                           // a field missing
-		chatBody(t, `{"cached": "a", "cached": "b"}`, one),            // a field twice
-		chatBody(t, `{"cached": "a", "new": 1}`, one),                 // not a string
-		chatBody(t, `["a", "b"]`, one),                                // not an object
+		chatBody(t, `{"cached_question": "a", "new_question": `, one),                   // not JSON
+		chatBody(t, `{"cached_question": "a", "new_question": "b"} trailing`, one),      // JSON and more
+		chatBody(t, `{"cached_question": "a", "new_question": "b", "extra": "c"}`, one), // another field
+		chatBody(t, `{"cached_question": "a"}`, one),                                    // a field missing
+		chatBody(t, `{"cached_question": "a", "cached_question": "b"}`, one),            // a field twice
+		chatBody(t, `{"cached_question": "a", "new_question": 1}`, one),                 // not a string
+		chatBody(t, `{"cached": "a", "new": "a"}`, one),                                 // the shape before cached_question
+		chatBody(t, `["a", "b"]`, one),                                                  // not an object
 		// Not a user message; not the last message; not a string content.
-		`{"max_tokens":1,"messages":[{"role":"system","content":"{\"cached\":\"a\",\"new\":\"a\"}"}]}`,
-		`{"max_tokens":1,"messages":[{"role":"user","content":"{\"cached\":\"a\",\"new\":\"a\"}"},{"role":"assistant","content":"yes"}]}`,
-		`{"max_tokens":1,"messages":[{"role":"user","content":[{"type":"text","text":"{\"cached\":\"a\",\"new\":\"a\"}"}]}]}`,
+		`{"max_tokens":1,"messages":[{"role":"system","content":"{\"cached_question\":\"a\",\"new_question\":\"a\"}"}]}`,
+		`{"max_tokens":1,"messages":[{"role":"user","content":"{\"cached_question\":\"a\",\"new_question\":\"a\"}"},{"role":"assistant","content":"yes"}]}`,
+		`{"max_tokens":1,"messages":[{"role":"user","content":[{"type":"text","text":"{\"cached_question\":\"a\",\"new_question\":\"a\"}"}]}]}`,
 	}
 	for _, body := range normal {
 		cc := answer(body)
@@ -192,21 +197,21 @@ func TestJudgeRequests(t *testing.T) {
 			t.Errorf("%s: content %q, want %q", body, got, want)
 		}
 	}
-	r := post(t, c, s.URL()+"/v1/completions", `{"max_tokens":1,"prompt":"{\"cached\":\"a\",\"new\":\"a\"}"}`)
-	if cc := decode[completion](t, r.body); r.status != 200 || cc.Choices[0].Text != ExpectedText(`{"cached":"a","new":"a"}`, 1) {
+	r := post(t, c, s.URL()+"/v1/completions", `{"max_tokens":1,"prompt":"{\"cached_question\":\"a\",\"new_question\":\"a\"}"}`)
+	if cc := decode[completion](t, r.body); r.status != 200 || cc.Choices[0].Text != ExpectedText(`{"cached_question":"a","new_question":"a"}`, 1) {
 		t.Errorf("completions with a judge-shaped prompt: %s", r.body)
 	}
 
 	st := s.Stats()
-	if st.JudgeYes != 4 || st.JudgeNo != 2 || st.JudgeUnsure != 2 || st.Completed != 8+int64(len(normal))+1 {
+	if st.JudgeYes != 5 || st.JudgeNo != 2 || st.JudgeUnsure != 3 || st.Completed != 10+int64(len(normal))+1 {
 		t.Errorf("Stats %+v", st)
 	}
 	metrics := doReq(t, c, "GET", s.URL()+"/metrics", "", nil).body
 	for _, line := range []string{
 		"# TYPE gpusim_judge_answers_total counter",
-		`gpusim_judge_answers_total{model_name="qwen3-8b",verdict="yes"} 4`,
+		`gpusim_judge_answers_total{model_name="qwen3-8b",verdict="yes"} 5`,
 		`gpusim_judge_answers_total{model_name="qwen3-8b",verdict="no"} 2`,
-		`gpusim_judge_answers_total{model_name="qwen3-8b",verdict="unsure"} 2`,
+		`gpusim_judge_answers_total{model_name="qwen3-8b",verdict="unsure"} 3`,
 	} {
 		if !bytes.Contains(metrics, []byte(line+"\n")) {
 			t.Errorf("/metrics lacks %q", line)

@@ -104,6 +104,9 @@ type VerifyStatus struct {
 	DroppedAudits uint64                 `json:"dropped_audits"`
 	Promoted      uint64                 `json:"promoted"` // approved near-misses stored with a curated answer
 	Thresholds    []VerifyThreshold      `json:"thresholds,omitempty"`
+	// PromoteRefused counts approved near-misses not promoted, by reason:
+	// lookup_only, not_stored, per_minute, max, unavailable.
+	PromoteRefused map[string]uint64 `json:"promote_refused,omitempty"`
 }
 
 // VerifyThreshold is a tenant and model's semantic threshold as the judged
