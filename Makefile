@@ -119,6 +119,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzResponseStream -fuzztime 60s ./adapters
 	$(GO) test -run '^$$' -fuzz FuzzParseEmbeddingsRequest -fuzztime 60s ./adapters
 	$(GO) test -run '^$$' -fuzz FuzzParseEmbeddingsAnswer -fuzztime 60s ./adapters
+	$(GO) test -run '^$$' -fuzz FuzzAnswersAreValidJSON -fuzztime 60s ./adapters
 	$(GO) test -run '^$$' -fuzz FuzzParsePassthrough -fuzztime 60s ./adapters
 	$(GO) test -run '^$$' -fuzz FuzzRequestViewsAgree -fuzztime 60s ./router
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./internal/warm

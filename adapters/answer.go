@@ -405,7 +405,7 @@ func appendCompletionJSON(dst []byte, ep Endpoint, id string, created int64, a *
 		}
 		if len(a.ToolCalls) > 0 {
 			dst = append(dst, `,"tool_calls":`...)
-			dst = append(dst, a.ToolCalls...)
+			dst = appendToolCalls(dst, a.ToolCalls)
 		}
 		dst = append(dst, '}')
 	}
@@ -460,6 +460,20 @@ func StreamToJSON(ep Endpoint, body []byte) ([]byte, error) {
 		}
 	}
 	return appendCompletionJSON(make([]byte, 0, 256+len(a.Content)+len(a.Reasoning)+len(a.ToolCalls)), ep, id, created, a, asm.usageSeen), nil
+}
+
+// appendToolCalls appends an answer's tool calls as JSON that is valid
+// and compact whatever they hold: they were a node's, read by fastjson,
+// whose MarshalTo writes Go escapes (\a, \x00) and its numbers as written
+// (NaN); null when they do not parse.
+func appendToolCalls(dst []byte, calls json.RawMessage) []byte {
+	p := answerParsers.Get()
+	defer answerParsers.Put(p)
+	v, err := p.ParseBytes(calls)
+	if err != nil {
+		return append(dst, "null"...)
+	}
+	return AppendJSONValue(dst, v)
 }
 
 func appendUsage(dst []byte, u Usage) []byte {
@@ -522,7 +536,7 @@ func StreamEvents(ep Endpoint, id string, created int64, a *Answer, chunkTokens 
 				c.Set("index", arena.NewNumberInt(i))
 			}
 			b := append(head(), `{"index":0,"delta":{"tool_calls":`...)
-			b = calls.MarshalTo(b)
+			b = AppendJSONValue(b, calls)
 			emit(append(b, `},"logprobs":null,"finish_reason":null}]}`...))
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/valyala/fastjson"
 )
 
@@ -39,8 +40,17 @@ var ErrEmbeddingsAnswer = errors.New("not an embeddings answer for the inputs se
 // ParseEmbeddingsAnswer reads a node's 2xx answer to an embeddings request
 // of n inputs: an object whose data holds exactly one embedding for each
 // index from 0 to n-1, each an array of numbers or a base64 string of
-// little-endian float32s. Its errors never quote the body.
+// little-endian float32s, all of one length, every component a finite
+// float32 (NaN, an infinity or a number past float32's range, which the
+// cache would keep as an infinity, is refused: no JSON can carry it to a
+// client). Its errors never quote the body.
 func ParseEmbeddingsAnswer(body []byte, n int) (*EmbeddingsAnswer, error) {
+	if !jsontext.Value(body).IsValid() {
+		// fastjson reads NaN, inf, +1 and 01 as numbers, raw control
+		// characters in strings, and the first of two "data" keys, where
+		// a client's JSON.parse fails or reads the last.
+		return nil, fmt.Errorf("%w: not valid JSON (%d bytes), or a key twice in an object", ErrEmbeddingsAnswer, len(body))
+	}
 	p := answerParsers.Get()
 	defer answerParsers.Put(p)
 	v, err := p.ParseBytes(body)
@@ -52,7 +62,7 @@ func ParseEmbeddingsAnswer(body []byte, n int) (*EmbeddingsAnswer, error) {
 		return nil, fmt.Errorf("%w: %d embeddings for %d inputs", ErrEmbeddingsAnswer, len(data), n)
 	}
 	a := &EmbeddingsAnswer{Model: string(v.GetStringBytes("model")), Vectors: make([]Embedding, n)}
-	seen := make([]bool, n)
+	seen, dims := make([]bool, n), -1
 	for _, item := range data {
 		idx := item.Get("index")
 		if idx == nil {
@@ -66,9 +76,23 @@ func ParseEmbeddingsAnswer(body []byte, n int) (*EmbeddingsAnswer, error) {
 		if a.Vectors[i], err = readEmbedding(item.Get("embedding")); err != nil {
 			return nil, fmt.Errorf("%w: data[index %d]: %w", ErrEmbeddingsAnswer, i, err)
 		}
+		switch d := len(a.Vectors[i].Vector); {
+		case dims < 0:
+			dims = d
+		case d != dims:
+			return nil, fmt.Errorf("%w: vectors of %d and of %d dimensions", ErrEmbeddingsAnswer, dims, d)
+		}
 	}
 	parseUsage(v.Get("usage"), &a.Usage)
 	return a, nil
+}
+
+// Dimensions is the length of the answer's vectors (all have one length).
+func (a *EmbeddingsAnswer) Dimensions() int {
+	if len(a.Vectors) == 0 {
+		return 0
+	}
+	return len(a.Vectors[0].Vector)
 }
 
 func readEmbedding(v *fastjson.Value) (Embedding, error) {
@@ -82,6 +106,9 @@ func readEmbedding(v *fastjson.Value) (Embedding, error) {
 		if err != nil || m%4 != 0 || m == 0 {
 			return Embedding{}, errors.New("an embedding that is not base64 of float32s")
 		}
+		if !FiniteFloat32s(b[:m]) {
+			return Embedding{}, errors.New("a component that is NaN or infinite")
+		}
 		return Embedding{Vector: DecodeFloat32s(b[:m]), Wide: true}, nil
 	}
 	nums, err := v.Array()
@@ -94,7 +121,9 @@ func readEmbedding(v *fastjson.Value) (Embedding, error) {
 		if x.Type() != fastjson.TypeNumber {
 			return Embedding{}, errors.New("an embedding holding something else than numbers")
 		}
-		s := x.MarshalTo(raw[:0]) // the number as written (fastjson's own parse is not exact)
+		// The number as written (fastjson's own parse is not exact), a
+		// JSON number: the body is valid JSON.
+		s := x.MarshalTo(raw[:0])
 		f, err := parseFloat32(s, &e.Wide)
 		if err != nil {
 			return Embedding{}, err
@@ -104,25 +133,37 @@ func readEmbedding(v *fastjson.Value) (Embedding, error) {
 	return e, nil
 }
 
-// parseFloat32 reads a JSON number as the float32 it stands for. While
-// *wide holds, every number so far was the exact float64 value of a
-// float32; the first that is not clears it.
+// parseFloat32 reads a JSON number as the float32 it stands for; one past
+// float32's range is an error. While *wide holds, every number so far was
+// the exact float64 value of a float32; the first that is not clears it.
 func parseFloat32(s []byte, wide *bool) (float32, error) {
 	if *wide {
 		f, err := strconv.ParseFloat(bytesString(s), 64)
-		if err != nil {
+		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
 			return 0, errors.New("a number out of range")
 		}
-		if f32 := float32(f); float64(f32) == f && !math.IsInf(float64(f32), 0) {
+		if f32 := float32(f); float64(f32) == f {
 			return f32, nil
 		}
 		*wide = false
 	}
 	f, err := strconv.ParseFloat(bytesString(s), 32)
-	if err != nil {
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
 		return 0, errors.New("a number out of float32 range")
 	}
 	return float32(f), nil
+}
+
+// FiniteFloat32s reports whether b, little-endian float32s, holds no NaN
+// and no infinity (a cached vector written before they were refused).
+func FiniteFloat32s(b []byte) bool {
+	const exponent = 0x7f800000 // all ones: an infinity or a NaN
+	for i := 0; i+4 <= len(b); i += 4 {
+		if binary.LittleEndian.Uint32(b[i:])&exponent == exponent {
+			return false
+		}
+	}
+	return true
 }
 
 // DecodeFloat32s reads little-endian float32s.
@@ -167,9 +208,9 @@ func AppendEmbeddingsJSON(dst []byte, model string, vectors []Embedding, asBase6
 				dst = append(dst, ',')
 			}
 			if e.Wide {
-				dst = strconv.AppendFloat(dst, float64(f), 'g', -1, 64)
+				dst = AppendJSONFloat(dst, float64(f), 64)
 			} else {
-				dst = strconv.AppendFloat(dst, float64(f), 'g', -1, 32)
+				dst = AppendJSONFloat(dst, float64(f), 32)
 			}
 		}
 		dst = append(dst, ']', '}')

@@ -1,6 +1,8 @@
 package adapters
 
 import (
+	"math"
+	"strconv"
 	"unicode/utf8"
 	"unsafe"
 
@@ -84,9 +86,82 @@ func AppendJSONValue(dst []byte, v *fastjson.Value) []byte {
 		return append(dst, ']')
 	case fastjson.TypeString:
 		return AppendJSONString(dst, bytesString(v.GetStringBytes()))
-	default: // numbers as written, true, false, null
+	case fastjson.TypeNumber:
+		return appendNumber(dst, v)
+	default: // true, false, null
 		return v.MarshalTo(dst)
 	}
+}
+
+// appendNumber appends a number as written when that is a JSON number (a
+// request's always is: it was checked). fastjson also reads NaN, inf, +1,
+// .5 and 01 as numbers; those are written as the float64 they stand for,
+// and NaN and the infinities as null.
+func appendNumber(dst []byte, v *fastjson.Value) []byte {
+	start := len(dst)
+	dst = v.MarshalTo(dst)
+	if validJSONNumber(dst[start:]) {
+		return dst
+	}
+	f, err := strconv.ParseFloat(string(dst[start:]), 64)
+	if err != nil {
+		f = math.NaN()
+	}
+	return AppendJSONFloat(dst[:start], f, 64)
+}
+
+// AppendJSONFloat appends f as the shortest decimal that reads back as the
+// float of bitSize (32 or 64) it is. JSON has no NaN or infinity: those are
+// written as null, as JavaScript's JSON.stringify does, never as NaN or
+// +Inf, which no JSON reader takes.
+func AppendJSONFloat(dst []byte, f float64, bitSize int) []byte {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return append(dst, "null"...)
+	}
+	return strconv.AppendFloat(dst, f, 'g', -1, bitSize)
+}
+
+// validJSONNumber reports whether s is a number in JSON's grammar:
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func validJSONNumber(s []byte) bool {
+	i := 0
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(s) && s[i] == '0':
+		i++
+	case i < len(s) && s[i] >= '1' && s[i] <= '9':
+		i = skipDigits(s, i)
+	default:
+		return false
+	}
+	if i < len(s) && s[i] == '.' {
+		j := skipDigits(s, i+1)
+		if j == i+1 {
+			return false
+		}
+		i = j
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		j := skipDigits(s, i)
+		if j == i {
+			return false
+		}
+		i = j
+	}
+	return i == len(s)
+}
+
+func skipDigits(s []byte, i int) int {
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	return i
 }
 
 // bytesString views b as a string, for a read that ends before b changes.

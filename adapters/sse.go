@@ -357,12 +357,21 @@ func sseField(line []byte) (name, value []byte) {
 	return name, value
 }
 
-// AppendSSEData appends one "data: <payload>\n\n" event to dst. The payload
-// must not contain a newline (compact JSON never does).
+// AppendSSEData appends one "data: <payload>\n\n" event to dst. A CR or
+// LF in the payload, which would end the data line, is written as a space:
+// in JSON it can only be whitespace between tokens (compact JSON has none).
 func AppendSSEData(dst, payload []byte) []byte {
 	dst = append(dst, sseDataPrefix...)
 	dst = append(dst, ' ')
+	start := len(dst)
 	dst = append(dst, payload...)
+	if bytes.ContainsAny(payload, "\r\n") {
+		for i, c := range dst[start:] {
+			if c == '\r' || c == '\n' {
+				dst[start+i] = ' '
+			}
+		}
+	}
 	return append(dst, '\n', '\n')
 }
 

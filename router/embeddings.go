@@ -11,6 +11,7 @@ import (
 
 	"frontdoor/adapters"
 	"frontdoor/admission"
+	"frontdoor/balancer"
 	"frontdoor/cache"
 )
 
@@ -34,15 +35,22 @@ type embeddingBatch struct {
 	whole bool
 }
 
-// embeddingMetrics count inputs, each a hit or a miss.
+// embeddingMetrics count inputs, each a hit or a miss, and the nodes'
+// answers that are no embeddings answer for the inputs sent.
 type embeddingMetrics struct {
 	hits, misses *metrics.Counter
+	badAnswers   *metrics.Counter
 }
+
+// badEmbeddingsReason labels frontdoor_upstream_bad_answers_total for an
+// embeddings answer refused by what it holds (see tryEmbeddingNodes).
+const badEmbeddingsReason = "invalid_embeddings"
 
 func newEmbeddingMetrics(set *metrics.Set) *embeddingMetrics {
 	return &embeddingMetrics{
-		hits:   set.NewCounter(`frontdoor_cache_embedding_inputs_total{result="hit"}`),
-		misses: set.NewCounter(`frontdoor_cache_embedding_inputs_total{result="miss"}`),
+		hits:       set.NewCounter(`frontdoor_cache_embedding_inputs_total{result="hit"}`),
+		misses:     set.NewCounter(`frontdoor_cache_embedding_inputs_total{result="miss"}`),
+		badAnswers: set.NewCounter(`frontdoor_upstream_bad_answers_total{reason="` + badEmbeddingsReason + `"}`),
 	}
 }
 
@@ -87,12 +95,12 @@ func (g *Gateway) serveEmbeddings(ctx *fasthttp.RequestCtx, id string) {
 	}
 	ur := adapters.UpstreamRequest{Endpoint: x.endpoint, Body: er.UpstreamBody(x.model, idx), RequestID: x.id, Model: x.model}
 	st := g.waitCandidates(x)
-	a, ok := g.tryNodes(x, &ur, st)
+	a, ans, ok := g.tryEmbeddingNodes(x, &ur, st, b)
 	if !ok {
 		g.writeError(ctx, g.noNodeError(x, st))
 		return
 	}
-	g.commitEmbeddings(ctx, x, b, a)
+	g.commitEmbeddings(ctx, x, b, a, ans)
 }
 
 // planEmbeddings decides how the cache treats an embeddings request: its
@@ -184,9 +192,12 @@ func countHits(hits []*cache.Entry) int {
 
 // usableEmbedding reports whether e is an embeddings entry of namespace
 // that can answer (the key covers both: this is defence in depth).
+// An entry holding NaN or an infinity (stored before they were refused)
+// is a miss: no JSON can carry it.
 func usableEmbedding(e *cache.Entry, namespace string, dims int) bool {
 	return e != nil && e.Namespace == namespace && e.Endpoint == cache.EndpointEmbeddings &&
-		len(e.Embedding) > 0 && len(e.Embedding)%4 == 0 && (dims == 0 || len(e.Embedding) == 4*dims)
+		len(e.Embedding) > 0 && len(e.Embedding)%4 == 0 && (dims == 0 || len(e.Embedding) == 4*dims) &&
+		adapters.FiniteFloat32s(e.Embedding)
 }
 
 func entryEmbedding(e *cache.Entry) adapters.Embedding {
@@ -240,34 +251,95 @@ func (g *Gateway) admitEmbeddings(ctx *fasthttp.RequestCtx, x *exchange, b *embe
 	return g.chargeTokens(ctx, x, tokens)
 }
 
-// commitEmbeddings answers from the node's answer a, with the cached
-// vectors in their places, and stores what the node computed.
-func (g *Gateway) commitEmbeddings(ctx *fasthttp.RequestCtx, x *exchange, b *embeddingBatch, a attempt) {
+// tryEmbeddingNodes is tryNodes for an embeddings batch, which checks a
+// node's 2xx answer before taking it (the whole batch's too, passed on as
+// the node wrote it): exactly one vector for each input sent (indexes 0 to
+// n-1), all of one non-zero length, every number a finite float32, the body
+// valid JSON. An answer that is not fails its attempt as a malformed one
+// does (the node is reported, the next one tried; a 502 when none is
+// left). One whose vectors are not as long as the batch's cached ones ends
+// the attempts with a 502: the node works, and another would most likely
+// answer as it did. Neither is cached, and each is counted and logged
+// (badEmbeddings). ans is nil for an error status, the client's as mapped.
+func (g *Gateway) tryEmbeddingNodes(x *exchange, ur *adapters.UpstreamRequest, st *attempts, b *embeddingBatch) (attempt, *adapters.EmbeddingsAnswer, bool) {
+	var a attempt
+	for {
+		n := g.nextNode(x, st)
+		if n == nil {
+			return a, nil, false
+		}
+		if x.attempts > 0 {
+			g.metrics.retries[st.lastReason].Inc()
+			time.Sleep(g.backoff(x.attempts))
+		}
+		a = g.send(x, ur, n)
+		if a.err != nil || adapters.RetryableStatus(a.resp.Status) {
+			g.attemptFailed(x, st, a)
+			if st.final {
+				return a, nil, false
+			}
+			continue
+		}
+		if a.resp.Status >= 400 {
+			g.answeredBy(x, a)
+			return a, nil, true
+		}
+		ans, err := adapters.ParseEmbeddingsAnswer(a.resp.Body, len(b.send))
+		if err == nil {
+			if err = b.sameDimensions(ans); err == nil {
+				g.answeredBy(x, a)
+				return a, ans, true
+			}
+			st.final = true // the node works: this answer is its and the cache's disagreement
+		}
+		x.slot.release()
+		a.resp.Close()
+		outcome := balancer.OutcomeFailure
+		if st.final {
+			outcome = balancer.OutcomeSuccess
+		}
+		g.pool.Report(n, outcome, 0)
+		st.lastErr = adapters.UpstreamError("upstream " + n.Name() + " failed: " + err.Error())
+		st.lastReason = "malformed"
+		g.badEmbeddings(x.id, n.Name(), err)
+		if st.final {
+			return a, nil, false
+		}
+	}
+}
+
+// sameDimensions reports an error unless ans's vectors are as long as the
+// cached ones of the batch.
+func (b *embeddingBatch) sameDimensions(ans *adapters.EmbeddingsAnswer) error {
+	for _, e := range b.hits {
+		if e != nil && len(e.Embedding) != 4*ans.Dimensions() {
+			return fmt.Errorf("vectors of %d dimensions, the cache holds %d for this model (Cache-Control: no-cache sends the whole batch)",
+				ans.Dimensions(), len(e.Embedding)/4)
+		}
+	}
+	return nil
+}
+
+// badEmbeddings makes an embeddings answer the gateway refused for what it
+// holds loud, as badAnswer does a malformed one: a metric and a WARN line
+// naming the node, at most one per node every 10 s (never the body).
+func (g *Gateway) badEmbeddings(id, node string, err error) {
+	g.emb.badAnswers.Inc()
+	g.upLog.Warn(badEmbeddingsReason+":"+node, "upstream answer refused", "reason", badEmbeddingsReason, "node", node, "request_id", id, "error", err.Error())
+}
+
+// commitEmbeddings answers from the node's answer a (ans, read and
+// checked, unless a is an error status), with the cached vectors in their
+// places, and stores what the node computed.
+func (g *Gateway) commitEmbeddings(ctx *fasthttp.RequestCtx, x *exchange, b *embeddingBatch, a attempt, ans *adapters.EmbeddingsAnswer) {
 	resp := a.resp
 	defer func() {
 		resp.Close()
 		x.slot.release()
 	}()
 	setUpstream(&ctx.Response.Header, x.upstream, x.attempts)
-	if resp.Status >= 400 {
+	if ans == nil {
 		g.writeError(ctx, a.backend.MapError(resp.Status, resp.Body))
-		return
-	}
-	var ans *adapters.EmbeddingsAnswer
-	if !b.whole || b.plan.store { // else nothing to store or join: the vectors need no reading
-		var err error
-		if ans, err = adapters.ParseEmbeddingsAnswer(resp.Body, len(b.send)); err != nil {
-			g.badAnswer(x.id, x.upstream, fmt.Errorf("%w: %w", adapters.ErrMalformedAnswer, err))
-			if !b.whole { // the cached vectors have nothing to join
-				g.writeError(ctx, adapters.UpstreamError("upstream "+x.upstream+" failed: "+err.Error()))
-				return
-			}
-		}
-	}
-	if ans == nil { // the node's answer is the client's, as it is, and is not stored
-		u, ok := adapters.ParseUsage(resp.Body)
-		g.settle(x, u, ok)
-		g.passOn(ctx, resp)
 		return
 	}
 	g.settle(x, ans.Usage, ans.Usage.TotalTokens > 0 || ans.Usage.PromptTokens > 0)
@@ -275,7 +347,7 @@ func (g *Gateway) commitEmbeddings(ctx *fasthttp.RequestCtx, x *exchange, b *emb
 	if model == "" {
 		model = x.model
 	}
-	if b.whole {
+	if b.whole { // the node's answer, as it is: checked, so valid JSON
 		g.passOn(ctx, resp)
 	} else {
 		g.savedByCache(x, b)

@@ -22,7 +22,7 @@ var metricHelp = map[string]string{
 	"frontdoor_retries_total":                      "Upstream attempts retried on another node, by why the previous attempt failed.",
 	"frontdoor_client_aborts_total":                "Streams whose client went away before the end.",
 	"frontdoor_stream_errors_total":                "Upstream streams that broke before their end.",
-	"frontdoor_upstream_bad_answers_total":         "Node answers not passed on as sent, by reason: too_large (over limits.max_upstream_body_bytes; 502), malformed (cut or not a JSON completion; retried, else 502), sse_converted (an event stream for a non-streaming request, converted to JSON).",
+	"frontdoor_upstream_bad_answers_total":         "Node answers not passed on as sent, by reason: too_large (over limits.max_upstream_body_bytes; 502), malformed (cut or not a JSON completion; retried, else 502), sse_converted (an event stream for a non-streaming request, converted to JSON), invalid_embeddings (an embeddings answer with a non-finite number, vectors of mixed or wrong length, or missing, extra or duplicate items; retried, else 502; never cached).",
 	"frontdoor_trace_spans_exported_total":         "Spans delivered to the OTLP receiver (tracing on only).",
 	"frontdoor_trace_spans_dropped_total":          "Spans dropped, by reason: export_failed (the OTLP receiver could not take them within the export timeout, retries included), queue_full (ended while the batch queue, OTEL_BSP_MAX_QUEUE_SIZE, was full) (tracing on only).",
 	"frontdoor_streams_active":                     "Streams being sent to clients now.",
