@@ -6,8 +6,10 @@ BENCHTIME ?= 2s
 .PHONY: test e2e docker crossbuild build lint bench fuzz redis-server chromium demo clean
 
 ## test: the cross-builds, then every test with the race detector against a
-## real redis-server, and the dashboard in a real headless Chromium.
+## real redis-server, and the dashboard in a real headless Chromium, after
+## 15 s of fuzzing that every JSON frontdoor writes to a client is valid.
 test: crossbuild redis-server chromium
+	$(GO) test -run '^$$' -fuzz '^FuzzAnswersAreValidJSON$$' -fuzztime 15s ./adapters
 	FRONTDOOR_REQUIRE_REDIS=1 $(GO) test -race -count=1 $(PKGS)
 
 ## e2e: the containers for real (deploy/e2e_test.go, TestE2E): build the
@@ -111,8 +113,8 @@ bench:
 ## fuzz: fuzz the request parsers (chat and completions, Responses,
 ## embeddings), a node's Responses stream, the reader of a node's embeddings
 ## answer, the agreement of the cache's and an engine's reading of a
-## request, the pass-through's model reader and the warm-file parser for 60s
-## each.
+## request, the pass-through's model reader, the warm-file parser and the
+## validity of every JSON written to clients for 60s each.
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseRequest -fuzztime 60s ./adapters
 	$(GO) test -run '^$$' -fuzz FuzzParseResponsesRequest -fuzztime 60s ./adapters
