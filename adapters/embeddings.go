@@ -27,18 +27,19 @@ type EmbeddingsRequest struct {
 	Base64     bool // encoding_format "base64"; else floats
 	Dimensions int  // 0: not asked for
 
-	root   *fastjson.Value
-	parser *fastjson.Parser
+	lim BodyLimits
+	parsedBody
 }
 
 // Root returns the parsed JSON object. It is valid until Release.
 func (r *EmbeddingsRequest) Root() *fastjson.Value { return r.root }
 
-// Release returns the parser to its pool. The request must not be used after.
+// Release returns the parser to its pool (a small one) and the parse cost
+// to its gate. The request must not be used after.
 func (r *EmbeddingsRequest) Release() {
 	if r.parser != nil {
-		parserPool.Put(r.parser)
-		r.parser, r.root, r.Body, r.Inputs = nil, nil, nil, nil
+		r.release()
+		r.Body, r.Inputs = nil, nil
 	}
 }
 
@@ -63,11 +64,18 @@ func (r *EmbeddingsRequest) InputText(i int) string {
 // encoding_format is "float" (the default) or "base64"; dimensions a
 // positive integer. Other fields are forwarded untouched.
 func ParseEmbeddingsRequest(body []byte) (*EmbeddingsRequest, *APIError) {
-	p, root, apiErr := parseIJSON(body)
+	return ParseEmbeddingsRequestWith(body, ParseOptions{})
+}
+
+// ParseEmbeddingsRequestWith is ParseEmbeddingsRequest within opt's
+// bounds (a token array holds at most Limits.MaxTokenIDs ids), the parse
+// admitted by opt.Gate.
+func ParseEmbeddingsRequestWith(body []byte, opt ParseOptions) (*EmbeddingsRequest, *APIError) {
+	pb, apiErr := parseBody(EndpointEmbeddings, body, opt)
 	if apiErr != nil {
 		return nil, apiErr
 	}
-	r := &EmbeddingsRequest{root: root, parser: p}
+	r := &EmbeddingsRequest{parsedBody: pb, lim: opt.Limits.orDefaults()}
 	if apiErr := r.validate(); apiErr != nil {
 		r.Release()
 		return nil, apiErr
@@ -145,7 +153,7 @@ func (r *EmbeddingsRequest) validateInput(v *fastjson.Value) *APIError {
 	}
 	switch items[0].Type() {
 	case fastjson.TypeNumber: // one input of token ids
-		if e := validateTokenIDs(v, "input"); e != nil {
+		if e := r.validateTokenIDs(v, "input"); e != nil {
 			return e
 		}
 		r.Inputs = []*fastjson.Value{v}
@@ -172,7 +180,7 @@ func (r *EmbeddingsRequest) validateInput(v *fastjson.Value) *APIError {
 		if len(it.GetArray()) == 0 {
 			return BadRequest(param, param+" is an empty token array: "+inputShapes)
 		}
-		if e := validateTokenIDs(it, param); e != nil {
+		if e := r.validateTokenIDs(it, param); e != nil {
 			return e
 		}
 	}
@@ -180,10 +188,14 @@ func (r *EmbeddingsRequest) validateInput(v *fastjson.Value) *APIError {
 	return nil
 }
 
-// validateTokenIDs checks an array of token ids: integers from 0 to
-// 2^31-1.
-func validateTokenIDs(v *fastjson.Value, param string) *APIError {
-	for i, t := range v.GetArray() {
+// validateTokenIDs checks an array of token ids: at most MaxTokenIDs
+// integers from 0 to 2^31-1.
+func (r *EmbeddingsRequest) validateTokenIDs(v *fastjson.Value, param string) *APIError {
+	ids := v.GetArray()
+	if len(ids) > r.lim.MaxTokenIDs {
+		return tooMany(param, r.lim.MaxTokenIDs)
+	}
+	for i, t := range ids {
 		if t.Type() != fastjson.TypeNumber {
 			return BadRequest(param, param+" must hold token ids (integers), found a "+t.Type().String()+" at "+strconv.Itoa(i))
 		}

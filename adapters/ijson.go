@@ -148,3 +148,228 @@ func shorten(s string) string {
 	}
 	return s[:cut] + "..."
 }
+
+// BodyLimits bound what one request body may hold, so that a body well
+// under limits.max_body_bytes cannot make the gateway build a tree of
+// millions of values. Zero fields take their defaults.
+type BodyLimits struct {
+	MaxMessages     int // chat messages, or a Responses request's input items
+	MaxContentParts int // content parts of one message
+	MaxTokenIDs     int // items of one token array (embeddings input, completions prompt)
+}
+
+// Defaults of BodyLimits: far above what real clients send (OpenAI's
+// embeddings take 8192 tokens per input; long-context models take prompts
+// of 128k tokens; long agent sessions send hundreds of messages).
+const (
+	DefaultMaxMessages     = 10000
+	DefaultMaxContentParts = 1000
+	DefaultMaxTokenIDs     = 131072
+)
+
+func (l BodyLimits) orDefaults() BodyLimits {
+	if l.MaxMessages <= 0 {
+		l.MaxMessages = DefaultMaxMessages
+	}
+	if l.MaxContentParts <= 0 {
+		l.MaxContentParts = DefaultMaxContentParts
+	}
+	if l.MaxTokenIDs <= 0 {
+		l.MaxTokenIDs = DefaultMaxTokenIDs
+	}
+	return l
+}
+
+// ParseGate admits the parse of a body by its estimated memory cost (see
+// ParseCost): the tree is built only once AcquireParse returns nil, and
+// ReleaseParse gives the cost back when the request is released.
+type ParseGate interface {
+	AcquireParse(cost int64) *APIError
+	ReleaseParse(cost int64)
+}
+
+// ParseOptions are the bounds and the gate of a parse.
+type ParseOptions struct {
+	Limits BodyLimits
+	Gate   ParseGate // nil: none
+}
+
+// Parse cost: a fastjson tree takes about costPerValue bytes per value or
+// object member (an 80-byte Value, its pointer or member entry, and the
+// slack of growing slices); ParseCostPerByte covers the copies of the body
+// made while the request lives (the parser's, the cache key's canonical
+// form, the semantic query, the upstream request's buffer).
+const (
+	costPerValue     = 128
+	ParseCostPerByte = 4
+)
+
+// maxPooledCost is the largest parse whose parser goes back to the pool:
+// a parser keeps its copy of the body and its values, so a pooled parser
+// that once read a large body would hold that memory for good.
+const maxPooledCost = 1 << 20
+
+// bodyShape is what scanBody found in a body.
+type bodyShape struct {
+	values int // values and object members
+}
+
+// cost is the estimated memory of parsing a body of n bytes of this shape.
+func (s bodyShape) cost(n int) int64 {
+	return int64(n)*ParseCostPerByte + int64(s.values)*costPerValue
+}
+
+// scanBody reads a body that is valid JSON once, without building a tree:
+// it counts its values and refuses an array over ep's bounds before the
+// parser spends the memory (the validation after the parse checks the
+// same bounds again, for keys spelled with escapes). Bounded arrays are
+// chat's messages and messages[i].content, a Responses request's input and
+// input[i].content, a completion's prompt and prompt[i], and an embeddings
+// request's input and input[i].
+func scanBody(ep Endpoint, body []byte, lim BodyLimits) (bodyShape, *APIError) {
+	var stack [4]scanFrame // the bounded arrays are at most 4 deep; deeper levels are only counted
+	depth := 0             // levels open
+	var shape bodyShape
+	// valueStarts counts a value at the current level (an array item).
+	valueStarts := func() *APIError {
+		shape.values++
+		if depth == 0 || depth > len(stack) {
+			return nil
+		}
+		f := &stack[depth-1]
+		if !f.array || !f.awaiting {
+			return nil
+		}
+		f.awaiting = false
+		f.count++
+		if max := arrayBound(ep, stack[:depth], lim); max > 0 && f.count > max {
+			return tooMany(boundParam(stack[:depth]), max)
+		}
+		return nil
+	}
+	for i := 0; i < len(body); i++ {
+		switch c := body[i]; c {
+		case '"':
+			end := stringEnd(body, i+1)
+			if depth > 0 && depth <= len(stack) && !stack[depth-1].array {
+				if f := &stack[depth-1]; f.awaiting { // a key
+					f.key, f.awaiting = body[i+1:end], false
+					shape.values++
+					i = end
+					continue
+				}
+			}
+			if e := valueStarts(); e != nil {
+				return shape, e
+			}
+			i = end
+		case '{', '[':
+			if e := valueStarts(); e != nil {
+				return shape, e
+			}
+			depth++
+			if depth <= len(stack) {
+				stack[depth-1] = scanFrame{array: c == '[', awaiting: true}
+			}
+		case '}', ']':
+			depth--
+		case ',':
+			if depth > 0 && depth <= len(stack) {
+				stack[depth-1].awaiting = true
+			}
+		case ':', ' ', '\t', '\r', '\n':
+		default: // a number, true, false or null: skip to its end
+			if e := valueStarts(); e != nil {
+				return shape, e
+			}
+			for i+1 < len(body) && !isDelim(body[i+1]) {
+				i++
+			}
+		}
+	}
+	return shape, nil
+}
+
+// scanFrame is one open level of scanBody.
+type scanFrame struct {
+	array    bool
+	awaiting bool   // array: before its next value; object: before its next key
+	count    int    // array: values so far
+	key      []byte // object: the current member's key, raw
+}
+
+// stringEnd is the index of the quote that closes the string whose
+// contents start at body[from] (valid JSON: there is one).
+func stringEnd(body []byte, from int) int {
+	for {
+		j := bytes.IndexByte(body[from:], '"')
+		if j < 0 {
+			return len(body) - 1
+		}
+		end := from + j
+		backslashes := 0
+		for k := end - 1; k >= from && body[k] == '\\'; k-- {
+			backslashes++
+		}
+		if backslashes%2 == 0 {
+			return end
+		}
+		from = end + 1
+	}
+}
+
+func isDelim(c byte) bool {
+	switch c {
+	case ',', ']', '}', ' ', '\t', '\r', '\n':
+		return true
+	}
+	return false
+}
+
+// arrayBound is the most items the innermost array of open (the levels
+// from the root object down to that array) may hold for ep; 0 when it is
+// not bounded here.
+func arrayBound(ep Endpoint, open []scanFrame, lim BodyLimits) int {
+	if len(open) < 2 || open[0].array {
+		return 0
+	}
+	top := open[0].key
+	switch len(open) {
+	case 2: // a top-level field's array
+		switch {
+		case ep == EndpointChat && string(top) == "messages", ep == EndpointResponses && string(top) == "input":
+			return lim.MaxMessages
+		case ep == EndpointCompletion && string(top) == "prompt":
+			return lim.MaxTokenIDs
+		case ep == EndpointEmbeddings && string(top) == "input":
+			return max(lim.MaxTokenIDs, MaxEmbeddingInputs)
+		}
+	case 3: // an array in a top-level array: a token array
+		if open[1].array && (ep == EndpointCompletion && string(top) == "prompt" || ep == EndpointEmbeddings && string(top) == "input") {
+			return lim.MaxTokenIDs
+		}
+	case 4: // a message's content parts
+		if open[1].array && !open[2].array && string(open[2].key) == "content" &&
+			(ep == EndpointChat && string(top) == "messages" || ep == EndpointResponses && string(top) == "input") {
+			return lim.MaxContentParts
+		}
+	}
+	return 0
+}
+
+// boundParam is the parameter path of the array arrayBound bounded.
+func boundParam(open []scanFrame) string {
+	p := string(open[0].key)
+	if len(open) >= 3 {
+		p += "[" + strconv.Itoa(open[1].count-1) + "]"
+	}
+	if len(open) == 4 {
+		p += ".content"
+	}
+	return p
+}
+
+// tooMany is the error for an array of param over its bound of max items.
+func tooMany(param string, max int) *APIError {
+	return BadRequest(param, param+" holds more than "+strconv.Itoa(max)+" items, the most this gateway accepts")
+}

@@ -27,9 +27,8 @@ type PassthroughRequest struct {
 	Model string
 	Body  []byte // the client's body (JSON), as received
 
-	root   *fastjson.Value // JSON
-	parser *fastjson.Parser
-	parts  []formPart // multipart/form-data
+	parsedBody            // JSON
+	parts      []formPart // multipart/form-data
 }
 
 type formPart struct {
@@ -42,10 +41,16 @@ type formPart struct {
 // multipart/form-data with exactly one model field. Other content types
 // are a 415.
 func ParsePassthrough(contentType, body []byte) (*PassthroughRequest, *APIError) {
+	return ParsePassthroughWith(contentType, body, ParseOptions{})
+}
+
+// ParsePassthroughWith is ParsePassthrough with a JSON body's parse
+// admitted by opt.Gate (a pass-through body has no bounded arrays).
+func ParsePassthroughWith(contentType, body []byte, opt ParseOptions) (*PassthroughRequest, *APIError) {
 	mt, params, err := mime.ParseMediaType(string(contentType))
 	switch {
 	case err == nil && mt == "application/json":
-		return parsePassthroughJSON(body)
+		return parsePassthroughJSON(body, opt)
 	case err == nil && mt == "multipart/form-data" && params["boundary"] != "":
 		return parsePassthroughForm(body, params["boundary"])
 	}
@@ -53,12 +58,13 @@ func ParsePassthrough(contentType, body []byte) (*PassthroughRequest, *APIError)
 		Message: "a pass-through request's Content-Type must be application/json or multipart/form-data (with a boundary)"}
 }
 
-func parsePassthroughJSON(body []byte) (*PassthroughRequest, *APIError) {
-	p, root, apiErr := parseIJSON(body)
+func parsePassthroughJSON(body []byte, opt ParseOptions) (*PassthroughRequest, *APIError) {
+	pb, apiErr := parseBody(EndpointPassthrough, body, opt)
 	if apiErr != nil {
 		return nil, apiErr
 	}
-	r := &PassthroughRequest{root: root, parser: p, Body: body}
+	r := &PassthroughRequest{parsedBody: pb, Body: body}
+	root := pb.root
 	m := root.Get("model")
 	if root.Type() != fastjson.TypeObject || m == nil {
 		r.Release()
@@ -110,13 +116,9 @@ func parsePassthroughForm(body []byte, boundary string) (*PassthroughRequest, *A
 	return r, nil
 }
 
-// Release returns a JSON body's parser to its pool.
-func (r *PassthroughRequest) Release() {
-	if r.parser != nil {
-		parserPool.Put(r.parser)
-		r.parser, r.root = nil, nil
-	}
-}
+// Release returns a JSON body's parser to its pool (a small one) and the
+// parse cost to its gate.
+func (r *PassthroughRequest) Release() { r.release() }
 
 // UpstreamBody is the body to send upstream naming model, and its content
 // type: a JSON body as it came (re-encoded when model differs from the

@@ -68,8 +68,8 @@ type Request struct {
 	rewritten bool             // the tree differs from Body: UpstreamBody encodes it
 	held      *fastjson.Parser // holds values grafted into the tree (Continue)
 
-	root   *fastjson.Value
-	parser *fastjson.Parser
+	lim BodyLimits
+	parsedBody
 }
 
 var parserPool fastjson.ParserPool
@@ -77,11 +77,12 @@ var parserPool fastjson.ParserPool
 // Root returns the parsed JSON object. It is valid until Release.
 func (r *Request) Root() *fastjson.Value { return r.root }
 
-// Release returns the parser to its pool. The request must not be used after.
+// Release returns the parser to its pool (a small one) and the parse cost
+// to its gate. The request must not be used after.
 func (r *Request) Release() {
 	if r.parser != nil {
-		parserPool.Put(r.parser)
-		r.parser, r.root, r.Body = nil, nil, nil
+		r.release()
+		r.Body = nil
 	}
 }
 
@@ -91,6 +92,12 @@ func (r *Request) Release() {
 // Body (the gateway forwards it within the handler); the parsed tree is the
 // parser's own copy and lives until Release.
 func ParseRequest(ep Endpoint, body []byte) (*Request, *APIError) {
+	return ParseRequestWith(ep, body, ParseOptions{})
+}
+
+// ParseRequestWith is ParseRequest within opt's bounds, the parse admitted
+// by opt.Gate.
+func ParseRequestWith(ep Endpoint, body []byte, opt ParseOptions) (*Request, *APIError) {
 	// One reading of the body: the cache reads it with fastjson, which
 	// takes the first of duplicate keys, keeps a lone surrogate escape as
 	// its six characters and lets invalid UTF-8 through, while the engines
@@ -100,11 +107,11 @@ func ParseRequest(ep Endpoint, body []byte) (*Request, *APIError) {
 	// jsontext checks in one pass. It is also stricter than fastjson's
 	// parser, which accepts a lone "." as a number: nothing invalid is ever
 	// forwarded.
-	p, root, apiErr := parseIJSON(body)
+	pb, apiErr := parseBody(ep, body, opt)
 	if apiErr != nil {
 		return nil, apiErr
 	}
-	r := &Request{Endpoint: ep, root: root, parser: p, N: 1}
+	r := &Request{Endpoint: ep, parsedBody: pb, lim: opt.Limits.orDefaults(), N: 1}
 	if apiErr := r.validate(); apiErr != nil {
 		r.Release()
 		return nil, apiErr
@@ -113,19 +120,60 @@ func ParseRequest(ep Endpoint, body []byte) (*Request, *APIError) {
 	return r, nil
 }
 
-// parseIJSON checks that body is I-JSON (see ParseRequest) and parses it
-// with a pooled parser, which the caller returns to parserPool.
-func parseIJSON(body []byte) (*fastjson.Parser, *fastjson.Value, *APIError) {
+// parsedBody is a parsed request body: the tree, the parser holding it,
+// and the parse's cost, given back to its gate on release.
+type parsedBody struct {
+	root   *fastjson.Value
+	parser *fastjson.Parser
+	cost   int64
+	gate   ParseGate
+}
+
+// release returns a small parse's parser to parserPool (a large one is
+// dropped, with the memory it holds) and the cost to the gate.
+func (p *parsedBody) release() {
+	if p.parser == nil {
+		return
+	}
+	if p.cost <= maxPooledCost {
+		parserPool.Put(p.parser)
+	}
+	if p.gate != nil {
+		p.gate.ReleaseParse(p.cost)
+	}
+	*p = parsedBody{}
+}
+
+// parseBody checks that body is I-JSON (see ParseRequest) and within
+// opt's bounds for ep, has opt.Gate admit its cost, and parses it. The
+// caller releases the result.
+func parseBody(ep Endpoint, body []byte, opt ParseOptions) (parsedBody, *APIError) {
 	if !jsontext.Value(body).IsValid() {
-		return nil, nil, invalidBody(body)
+		return parsedBody{}, invalidBody(body)
 	}
-	p := parserPool.Get()
-	root, err := p.ParseBytes(body)
+	shape, apiErr := scanBody(ep, body, opt.Limits.orDefaults())
+	if apiErr != nil {
+		return parsedBody{}, apiErr
+	}
+	pb := parsedBody{cost: shape.cost(len(body))}
+	if opt.Gate != nil {
+		if apiErr := opt.Gate.AcquireParse(pb.cost); apiErr != nil {
+			return parsedBody{}, apiErr
+		}
+		pb.gate = opt.Gate
+	}
+	if pb.cost <= maxPooledCost {
+		pb.parser = parserPool.Get()
+	} else {
+		pb.parser = new(fastjson.Parser) // dropped on release
+	}
+	root, err := pb.parser.ParseBytes(body)
 	if err != nil {
-		parserPool.Put(p)
-		return nil, nil, BadRequest("", "invalid JSON body: "+err.Error())
+		pb.release()
+		return parsedBody{}, BadRequest("", "invalid JSON body: "+err.Error())
 	}
-	return p, root, nil
+	pb.root = root
+	return pb, nil
 }
 
 func (r *Request) validate() *APIError {
@@ -163,7 +211,7 @@ func (r *Request) validate() *APIError {
 				return
 			}
 			sawInput = true
-			apiErr = validatePrompt(v)
+			apiErr = validatePrompt(v, r.lim)
 		case "stream":
 			b, e := v.Bool()
 			if e != nil {
@@ -330,6 +378,9 @@ func (r *Request) validateMessages(v *fastjson.Value) *APIError {
 	if err != nil || len(msgs) == 0 {
 		return BadRequest("messages", "messages must be a non-empty array")
 	}
+	if len(msgs) > r.lim.MaxMessages {
+		return tooMany("messages", r.lim.MaxMessages)
+	}
 	// Parameter paths are built only for an error: valid requests, the
 	// hot path, allocate nothing here.
 	param := func(i int, field string) string { return "messages[" + strconv.Itoa(i) + "]" + field }
@@ -388,7 +439,11 @@ func (r *Request) validateContent(c *fastjson.Value, param string) *APIError {
 	case fastjson.TypeString:
 		return nil
 	case fastjson.TypeArray:
-		for i, part := range c.GetArray() {
+		parts := c.GetArray()
+		if len(parts) > r.lim.MaxContentParts {
+			return tooMany(param, r.lim.MaxContentParts)
+		}
+		for i, part := range parts {
 			pp := param + "[" + strconv.Itoa(i) + "]"
 			t := part.GetStringBytes("type")
 			if part.Type() != fastjson.TypeObject || t == nil {
@@ -430,7 +485,10 @@ func validateToolCalls(v *fastjson.Value, param string) *APIError {
 	return nil
 }
 
-func validatePrompt(v *fastjson.Value) *APIError {
+// validatePrompt checks a completion's prompt: a string, or an array of
+// strings, token ids or token arrays, each array of at most
+// lim.MaxTokenIDs items.
+func validatePrompt(v *fastjson.Value, lim BodyLimits) *APIError {
 	switch v.Type() {
 	case fastjson.TypeString:
 		return nil
@@ -439,11 +497,18 @@ func validatePrompt(v *fastjson.Value) *APIError {
 		if len(items) == 0 {
 			return BadRequest("prompt", "prompt must not be empty")
 		}
-		for _, it := range items {
+		if len(items) > lim.MaxTokenIDs {
+			return tooMany("prompt", lim.MaxTokenIDs)
+		}
+		for i, it := range items {
 			switch it.Type() {
 			case fastjson.TypeString, fastjson.TypeNumber:
 			case fastjson.TypeArray:
-				for _, tok := range it.GetArray() {
+				toks := it.GetArray()
+				if len(toks) > lim.MaxTokenIDs {
+					return tooMany("prompt["+strconv.Itoa(i)+"]", lim.MaxTokenIDs)
+				}
+				for _, tok := range toks {
 					if tok.Type() != fastjson.TypeNumber {
 						return BadRequest("prompt", "token arrays in prompt must hold integers")
 					}

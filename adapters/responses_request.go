@@ -158,6 +158,9 @@ func (r *Request) validateInput(v *fastjson.Value) *APIError {
 	if err != nil || len(items) == 0 {
 		return BadRequest("input", "input must be a string or a non-empty array of input items")
 	}
+	if len(items) > r.lim.MaxMessages {
+		return tooMany("input", r.lim.MaxMessages)
+	}
 	param := func(i int, field string) string { return "input[" + strconv.Itoa(i) + "]" + field }
 	for i, it := range items {
 		if it.Type() != fastjson.TypeObject {
@@ -203,7 +206,11 @@ func (r *Request) validateInput(v *fastjson.Value) *APIError {
 }
 
 func (r *Request) validateInputParts(c *fastjson.Value, param string) *APIError {
-	for j, part := range c.GetArray() {
+	parts := c.GetArray()
+	if len(parts) > r.lim.MaxContentParts {
+		return tooMany(param, r.lim.MaxContentParts)
+	}
+	for j, part := range parts {
 		pp := param + "[" + strconv.Itoa(j) + "]"
 		t := part.GetStringBytes("type")
 		if part.Type() != fastjson.TypeObject || t == nil {

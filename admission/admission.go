@@ -399,6 +399,9 @@ type Status struct {
 	// in Redis and were added back (Redis lost data, or renewals failed).
 	LeasesRestored uint64           `json:"leases_restored"`
 	Inflight       map[string]int64 `json:"inflight"`
+	// ParseBudget is the byte budget of the request bodies parsed at
+	// once (the gateway sets it; see ByteBudget).
+	ParseBudget *ByteBudgetStatus `json:"parse_budget,omitempty"`
 }
 
 // Status returns the backend state and every tenant's in-flight count.

@@ -39,6 +39,8 @@ const (
 	MaxBatchSize    = 2048
 	MaxBatchWait    = time.Second
 	MaxMemoEntries  = 1 << 22
+	MinInputBytes   = 1 << 10
+	MaxInputBytes   = 1 << 20
 	defaultDims     = 512
 	defaultTimeout  = 2 * time.Second
 	defaultBatch    = 32
@@ -57,6 +59,9 @@ type Config struct {
 	BatchSize   int            `yaml:"batch_size"`   // openai: most texts in one call
 	BatchWait   units.Duration `yaml:"batch_wait"`   // openai: how long to gather concurrent texts into one call
 	MemoEntries int            `yaml:"memo_entries"` // openai: LRU of recent text -> vector
+	// MaxInputBytes bounds the text the local embedder reads: a longer
+	// one embeds its first and last halves of it (see Local).
+	MaxInputBytes int `yaml:"max_input_bytes"`
 }
 
 // DefaultConfig returns the local embedder with every default filled in.
@@ -68,6 +73,8 @@ func DefaultConfig() Config {
 		BatchSize:   defaultBatch,
 		BatchWait:   units.Duration(defaultWait),
 		MemoEntries: defaultMemoSize,
+
+		MaxInputBytes: DefaultMaxInputBytes,
 	}
 }
 
@@ -93,6 +100,9 @@ func (c *Config) Validate() error {
 	if c.MemoEntries == 0 {
 		c.MemoEntries = def.MemoEntries
 	}
+	if c.MaxInputBytes == 0 {
+		c.MaxInputBytes = def.MaxInputBytes
+	}
 
 	switch c.Kind {
 	case KindLocal, KindOpenAI:
@@ -113,6 +123,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MemoEntries < 0 || c.MemoEntries > MaxMemoEntries {
 		return fmt.Errorf("memo_entries: must be between 0 and %d, got %d", MaxMemoEntries, c.MemoEntries)
+	}
+	if c.MaxInputBytes < MinInputBytes || c.MaxInputBytes > MaxInputBytes {
+		return fmt.Errorf("max_input_bytes: must be between %d and %d, got %d", MinInputBytes, MaxInputBytes, c.MaxInputBytes)
 	}
 	if c.Kind != KindOpenAI {
 		return nil
@@ -144,7 +157,7 @@ func New(cfg Config) (Embedder, error) {
 	if cfg.Kind == KindOpenAI {
 		return NewOpenAI(cfg)
 	}
-	return NewLocal(cfg.Dims), nil
+	return NewLocalBounded(cfg.Dims, cfg.MaxInputBytes), nil
 }
 
 // Cosine returns the cosine similarity of two L2-normalised vectors, i.e. their

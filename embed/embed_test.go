@@ -14,7 +14,7 @@ func TestDefaultConfig(t *testing.T) {
 	c := DefaultConfig()
 	want := Config{
 		Kind: KindLocal, Dims: 512, Timeout: units.Duration(2 * time.Second),
-		BatchSize: 32, BatchWait: units.Duration(2 * time.Millisecond), MemoEntries: 4096,
+		BatchSize: 32, BatchWait: units.Duration(2 * time.Millisecond), MemoEntries: 4096, MaxInputBytes: 32 << 10,
 	}
 	if c != want {
 		t.Fatalf("DefaultConfig() = %+v, want %+v", c, want)
@@ -96,7 +96,7 @@ func TestConfigFromYAML(t *testing.T) {
 	want := Config{
 		Kind: KindOpenAI, URL: "http://127.0.0.1:8000/v1", Model: "bge-m3", APIKeyEnv: "EMBED_KEY",
 		Dims: 1024, Timeout: units.Duration(500 * time.Millisecond), BatchSize: 16,
-		BatchWait: units.Duration(5 * time.Millisecond), MemoEntries: 100,
+		BatchWait: units.Duration(5 * time.Millisecond), MemoEntries: 100, MaxInputBytes: DefaultMaxInputBytes,
 	}
 	if c != want {
 		t.Fatalf("got %+v, want %+v", c, want)

@@ -30,10 +30,24 @@ var _ Embedder = (*Local)(nil)
 //
 // Text with no features (empty, or punctuation only) embeds to a fixed unit
 // vector, so two such texts are identical and match nothing else closely.
+//
+// Text longer than the input bound (DefaultMaxInputBytes) embeds its first
+// and last halves of the bound only, cut at rune boundaries: the cost of an
+// embedding stays bounded whatever the prompt. Little is lost: each family
+// is scaled by 1/sqrt(count), so a change in the middle of a text that long
+// hardly moves its vector anyway. A word longer than maxTokenizedWordLen
+// bytes (a run of CJK without punctuation, a base64 blob) goes to the
+// tokenizer in pieces of that length, since byte-pair merging costs the
+// square of a word's length.
 type Local struct {
-	dims int
-	w    featureWeights
+	dims     int
+	maxInput int
+	w        featureWeights
 }
+
+// DefaultMaxInputBytes is the local embedder's input bound
+// (cache.embedder.max_input_bytes).
+const DefaultMaxInputBytes = 32 << 10
 
 // featureWeights sets each feature family's share of the vector. The values
 // in defaultWeights were tuned on the bench/semantic data (see README.md).
@@ -50,8 +64,35 @@ var defaultWeights = featureWeights{
 // dims below MinDims is raised to MinDims. It starts loading the tokenizer
 // vocabulary in the background so that the first Embed rarely waits for it.
 func NewLocal(dims int) *Local {
+	return NewLocalBounded(dims, DefaultMaxInputBytes)
+}
+
+// NewLocalBounded is NewLocal embedding at most maxInput bytes of a text
+// (its head and tail; < 1: DefaultMaxInputBytes).
+func NewLocalBounded(dims, maxInput int) *Local {
 	go o200k()
-	return &Local{dims: max(dims, MinDims), w: defaultWeights}
+	if maxInput < 1 {
+		maxInput = DefaultMaxInputBytes
+	}
+	return &Local{dims: max(dims, MinDims), maxInput: maxInput, w: defaultWeights}
+}
+
+// headAndTail is text when it fits in maxBytes, else its first and last
+// maxBytes/2 bytes (each cut back to a rune boundary) joined by a space.
+func headAndTail(text string, maxBytes int) string {
+	if len(text) <= maxBytes {
+		return text
+	}
+	half := maxBytes / 2
+	head := half
+	for head > 0 && !utf8.RuneStart(text[head]) {
+		head--
+	}
+	tail := len(text) - half
+	for tail < len(text) && !utf8.RuneStart(text[tail]) {
+		tail++
+	}
+	return text[:head] + " " + text[tail:]
 }
 
 // Dims returns the vector length.
@@ -61,9 +102,10 @@ func (l *Local) Dims() int { return l.dims }
 func (l *Local) Name() string { return "local-" + strconv.Itoa(l.dims) }
 
 // Embed returns the text's vector. It never fails and ignores ctx: it is
-// pure computation taking tens of microseconds.
+// pure computation taking tens of microseconds for a question, a few
+// milliseconds at the input bound.
 func (l *Local) Embed(_ context.Context, text string) ([]float32, error) {
-	return l.embed(text), nil
+	return l.embed(headAndTail(text, l.maxInput)), nil
 }
 
 // Feature family seeds keep equal strings in different families apart.
@@ -229,8 +271,19 @@ func (l *Local) addTokenFeatures(acc []float64, s *scratch, runes []rune) int {
 		for _, r := range w {
 			s.text = utf8.AppendRune(s.text, r)
 		}
-		if ids, err := wordTokens(s.text); err == nil {
-			s.ids = append(s.ids, ids...)
+		for word := s.text; len(word) > 0; {
+			piece := word
+			if len(piece) > maxTokenizedWordLen {
+				cut := maxTokenizedWordLen
+				for !utf8.RuneStart(word[cut]) {
+					cut--
+				}
+				piece = word[:cut]
+			}
+			word = word[len(piece):]
+			if ids, err := wordTokens(piece); err == nil {
+				s.ids = append(s.ids, ids...)
+			}
 		}
 	})
 	if len(s.ids) == 0 {
@@ -249,6 +302,10 @@ func (l *Local) addTokenFeatures(acc []float64, s *scratch, runes []rune) int {
 const (
 	maxCachedWords   = 1 << 16
 	maxCachedWordLen = 64 // bytes; longer words (long CJK runs) are not cached
+	// maxTokenizedWordLen: a longer word is tokenized in pieces of at
+	// most this many bytes (byte-pair merging is quadratic in a word's
+	// length). Words of prose are far shorter, and keep their tokens.
+	maxTokenizedWordLen = 256
 )
 
 var wordCache = struct {

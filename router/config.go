@@ -22,6 +22,19 @@ type Limits struct {
 	// MaxUpstreamBodyBytes bounds a node's answer read whole (every
 	// non-streaming answer is); past it the answer is a 502, unread.
 	MaxUpstreamBodyBytes units.Bytes `yaml:"max_upstream_body_bytes"`
+	// What one body may hold (adapters.BodyLimits): chat messages or
+	// Responses input items, content parts of one message, items of one
+	// token array. Past them the request is a 400 naming the array.
+	MaxMessages     int `yaml:"max_messages"`
+	MaxContentParts int `yaml:"max_content_parts"`
+	MaxTokenIDs     int `yaml:"max_token_ids"`
+	// ParseBudgetBytes is shared by the bodies parsed at once, each
+	// charged its estimated memory (4 bytes per body byte, 128 per JSON
+	// value) until its request ends. Past it a request waits up to
+	// ParseWait, then is a 503; a body costing more than the whole
+	// budget is a 413.
+	ParseBudgetBytes units.Bytes    `yaml:"parse_budget_bytes"`
+	ParseWait        units.Duration `yaml:"parse_wait"`
 }
 
 // The range of limits.max_upstream_body_bytes: below 64 KiB ordinary
@@ -245,7 +258,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Listen:    ":8080",
-		Limits:    Limits{MaxBodyBytes: 8 << 20, MaxUpstreamBodyBytes: adapters.DefaultMaxBody},
+		Limits:    defaultLimits(),
 		Timeouts:  Timeouts{Connect: units.Duration(2e9), FirstByte: units.Duration(60e9), Idle: units.Duration(30e9), Total: units.Duration(600e9), Client: units.Duration(120e9)},
 		Admin:     Admin{TokenEnv: "FRONTDOOR_ADMIN_TOKEN"},
 		Logging:   Logging{Level: "info", Format: "json", AccessLog: true, FlushInterval: units.Duration(100 * time.Millisecond)},
@@ -259,6 +272,12 @@ func DefaultConfig() Config {
 		Tracing:   Tracing{SampleRatio: 1, ServiceName: "frontdoor"},
 		Shutdown:  Shutdown{Grace: units.Duration(30e9)},
 	}
+}
+
+func defaultLimits() Limits {
+	return Limits{MaxBodyBytes: 8 << 20, MaxUpstreamBodyBytes: adapters.DefaultMaxBody,
+		MaxMessages: adapters.DefaultMaxMessages, MaxContentParts: adapters.DefaultMaxContentParts, MaxTokenIDs: adapters.DefaultMaxTokenIDs,
+		ParseBudgetBytes: 48 << 20, ParseWait: units.Duration(time.Second)}
 }
 
 // Load reads and validates a config file. Unknown keys are errors.

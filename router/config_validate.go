@@ -136,6 +136,10 @@ func (s *Server) Validate() error {
 	return ps.err()
 }
 
+// maxBodyItems bounds limits.max_messages, max_content_parts and
+// max_token_ids: past it the bound no longer bounds the memory of a body.
+const maxBodyItems = 1 << 22
+
 // Validate checks the section. Errors are prefixed with their YAML key.
 func (l *Limits) Validate() error {
 	var ps problemList
@@ -144,6 +148,20 @@ func (l *Limits) Validate() error {
 	}
 	if v := l.MaxUpstreamBodyBytes; v < minUpstreamBody || v > maxUpstreamBody {
 		ps.add("max_upstream_body_bytes", "must be between 64KiB and 1GiB (a node's whole answer, held in memory while it is read)")
+	}
+	for _, b := range []struct {
+		key string
+		v   int
+	}{{"max_messages", l.MaxMessages}, {"max_content_parts", l.MaxContentParts}, {"max_token_ids", l.MaxTokenIDs}} {
+		if b.v < 1 || b.v > maxBodyItems {
+			ps.add(b.key, "must be between 1 and %d", maxBodyItems)
+		}
+	}
+	if l.ParseBudgetBytes < adapters.ParseCostPerByte*l.MaxBodyBytes {
+		ps.add("parse_budget_bytes", "must be at least %d times max_body_bytes (what a body of max_body_bytes read as one string costs)", adapters.ParseCostPerByte)
+	}
+	if w := l.ParseWait; w < 0 || w.D() > time.Minute {
+		ps.add("parse_wait", "must be between 0 and 1m")
 	}
 	return ps.err()
 }

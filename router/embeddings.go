@@ -60,7 +60,7 @@ func (g *Gateway) serveEmbeddings(ctx *fasthttp.RequestCtx, id string) {
 	if !g.enter(ctx, x, true) {
 		return
 	}
-	er, apiErr := adapters.ParseEmbeddingsRequest(ctx.PostBody())
+	er, apiErr := adapters.ParseEmbeddingsRequestWith(ctx.PostBody(), g.parseOptions())
 	if apiErr != nil {
 		g.bodies.note(x, apiErr)
 		g.writeError(ctx, apiErr)

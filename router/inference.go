@@ -89,7 +89,7 @@ func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
 	if !g.enter(ctx, x, true) {
 		return false
 	}
-	req, apiErr := adapters.ParseRequest(x.endpoint, ctx.PostBody())
+	req, apiErr := adapters.ParseRequestWith(x.endpoint, ctx.PostBody(), g.parseOptions())
 	if apiErr != nil {
 		g.bodies.note(x, apiErr)
 		g.writeError(ctx, apiErr)

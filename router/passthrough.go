@@ -119,7 +119,7 @@ func (g *Gateway) servePassthrough(ctx *fasthttp.RequestCtx, id, pattern string)
 		return
 	}
 	ct := ctx.Request.Header.ContentType()
-	pr, apiErr := adapters.ParsePassthrough(ct, ctx.PostBody())
+	pr, apiErr := adapters.ParsePassthroughWith(ct, ctx.PostBody(), g.parseOptions())
 	if apiErr != nil {
 		g.bodies.note(x, apiErr)
 		g.writeError(ctx, apiErr)

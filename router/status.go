@@ -57,6 +57,8 @@ func (g *Gateway) status() admin.Status {
 		st.Spill = ss
 	}
 	st.Admission = g.adm.Status()
+	pb := g.bodies.budget.Status()
+	st.Admission.ParseBudget = &pb
 	st.Discovery = g.pool.Discovery()
 	st.Reload = g.reload.status()
 	for _, w := range g.warms.List() {
