@@ -299,11 +299,18 @@ func (g *Gateway) lookupSemantic(ctx *fasthttp.RequestCtx, x *exchange, p *cache
 }
 
 // semanticScope computes the scope on first use (an exact hit never needs
-// it) and reports whether a semantic lookup or store applies.
+// it) and reports whether a semantic lookup or store applies. A last user
+// turn longer than the embedder reads (cache.embedder.max_input_bytes) is
+// left to the exact key: its vector would stand for its head and tail
+// only, and two texts that differ in the middle must not match.
 func (g *Gateway) semanticScope(x *exchange, p *cachePlan) bool {
 	if p.semantic && p.keys.Scope == "" {
 		p.keys.Scope, p.keys.Query = cache.SemanticScope(p.namespace, p.model, p.endpoint, x.req.Root(), p.keyOpt)
 		p.semantic = p.keys.Scope != ""
+		if p.semantic && len(p.keys.Query) > g.conf().Cache.Embedder.MaxInputBytes {
+			g.cm.longQueries.Inc()
+			p.semantic, p.keys.Scope, p.keys.Query = false, "", ""
+		}
 	}
 	return p.semantic
 }

@@ -25,6 +25,9 @@ type cacheMetrics struct {
 	// notStored counts streamed answers unfit to store, by notStoredReasons;
 	// not in drops, which is the store's health.
 	notStored map[string]*metrics.Counter
+	// longQueries counts requests whose last user turn is longer than the
+	// embedder reads (cache.embedder.max_input_bytes): exact only.
+	longQueries *metrics.Counter
 }
 
 var (
@@ -53,6 +56,7 @@ func newCacheMetrics(set *metrics.Set) *cacheMetrics {
 	m.similarity = set.NewPrometheusHistogramExt(`frontdoor_cache_similarity`,
 		[]float64{0.5, 0.6, 0.7, 0.8, 0.85, 0.88, 0.9, 0.91, 0.92, 0.93, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 1})
 	m.tokensSaved = set.NewCounter(`frontdoor_cache_tokens_saved_total`)
+	m.longQueries = set.NewCounter(`frontdoor_cache_semantic_skipped_total{reason="query_too_long"}`)
 	set.NewGauge(`frontdoor_cache_entries`, func() float64 { return float64(m.entries.Load()) })
 	set.NewGauge(`frontdoor_cache_vector_entries`, func() float64 { return float64(m.vectors.Load()) })
 	set.NewGauge(`frontdoor_cache_bytes`, func() float64 { return float64(m.bytes.Load()) })

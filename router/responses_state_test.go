@@ -127,9 +127,9 @@ func TestResponsesStateStaysWithTenant(t *testing.T) {
 	for series, want := range map[string]float64{
 		`frontdoor_responses_refused_total{field="previous_response_id",reason="other_tenant"}`: 8,
 		`frontdoor_responses_refused_total{field="previous_response_id",reason="unknown"}`:      8,
-		`frontdoor_responses_refused_total{field="conversation",reason="unknown"}`:             1,
-		`frontdoor_responses_refused_total{field="prompt",reason="unknown"}`:                   1,
-		`frontdoor_responses_refused_total{field="item_reference",reason="unknown"}`:           1,
+		`frontdoor_responses_refused_total{field="conversation",reason="unknown"}`:              1,
+		`frontdoor_responses_refused_total{field="prompt",reason="unknown"}`:                    1,
+		`frontdoor_responses_refused_total{field="item_reference",reason="unknown"}`:            1,
 	} {
 		if v := metricValue(t, text, series); v != want {
 			t.Errorf("%s = %v, want %v", series, v, want)
@@ -213,4 +213,3 @@ func TestResponsesStateAcrossReplicas(t *testing.T) {
 		t.Errorf("bob's GET of alice's cached response on the second replica: %d", resp.StatusCode)
 	}
 }
-

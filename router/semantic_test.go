@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"frontdoor/cache"
 	"frontdoor/embed"
@@ -285,4 +286,32 @@ func statusOf(t *testing.T, url string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// TestSemanticSkipsQueriesLongerThanTheEmbedderReads: a last user turn
+// longer than cache.embedder.max_input_bytes is cached by its exact key
+// only. Its vector would stand for its head and tail, so two long texts
+// that differ in the middle alone would match at similarity 1.
+func TestSemanticSkipsQueriesLongerThanTheEmbedderReads(t *testing.T) {
+	gw, _ := cacheGateway(t, "memory", func(c *Config) { c.Cache.Embedder.MaxInputBytes = 1024 })
+	head := strings.Repeat("The contract between the two parties was signed in spring. ", 12)
+	tail := strings.Repeat("Please summarise the obligations of each party in one line. ", 12)
+	long := func(middle string) string { return cbody(head+middle+tail, "") }
+	first := long("keep the summary formal and brief for the lawyers. ")
+	ask(t, gw, first)
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		xc, _, _ := ask(t, gw, first)
+		return xc == "hit-exact"
+	}, "the long question was not stored for its exact key")
+	if xc, resp, _ := ask(t, gw, long("keep the summary playful and rhyming for the children. ")); xc != "miss" {
+		t.Errorf("a long question that differs in the middle: X-Cache %q (similarity %s), want miss", xc, resp.Header.Get("X-Cache-Similarity"))
+	}
+	if v := metricValue(t, metricsText(t, gw), `frontdoor_cache_semantic_skipped_total{reason="query_too_long"}`); v < 2 {
+		t.Errorf("query_too_long counted %v times, want at least 2", v)
+	}
+	// A question within the bound still gets its semantic lookup.
+	askStored(t, gw, cbody("What is the capital of France?", ""))
+	if xc, _, _ := ask(t, gw, cbody("what is the capital of france", "")); xc != "hit-semantic" {
+		t.Errorf("a short reworded question: X-Cache %q, want hit-semantic", xc)
+	}
 }

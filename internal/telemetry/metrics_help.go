@@ -37,6 +37,7 @@ var metricHelp = map[string]string{
 	"frontdoor_discovery_errors_total":             "Failed DNS lookups of a discover: dns node entry; the last known nodes are kept.",
 	"frontdoor_discovery_nodes":                    "Nodes a discover: dns entry currently resolves to.",
 	"frontdoor_discovery_dropped_total":            "Addresses a discover: dns lookup returned but did not make nodes, by reason (unspecified, multicast, self, metadata, loopback, link_local, over_cap), counted at every lookup.",
+	"frontdoor_cache_semantic_skipped_total":       "Requests looked up and stored by their exact key only, by reason: query_too_long (a last user turn longer than cache.embedder.max_input_bytes).",
 	"frontdoor_cache_embed_skipped_total":          "Semantic lookups skipped because the embedder failed, timed out or its breaker was open.",
 	"frontdoor_cache_index_sync_errors_total":      "Failed steps of the in-process vector index's sync with Redis (backend redis without RediSearch): it misses other replicas' entries until it recovers.",
 	"frontdoor_cache_verify_promote_refused_total": "Promotions of a judged near-miss to a curated answer refused, by reason: lookup_only (no upstream call), not_stored (its own answer was not stored), per_minute and max (the tenant's promote_per_minute and promote_max), unavailable (the shared count in Redis failed).",
