@@ -42,6 +42,6 @@ func EmbeddingKeys(namespace, model string, root *fastjson.Value, inputs []*fast
 		keys[i] = hex.EncodeToString(sum[:16])
 	}
 	*bp = b
-	bufPool.Put(bp)
+	putBuf(bp)
 	return keys
 }

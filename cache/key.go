@@ -112,7 +112,7 @@ func canonicalHash(namespace, model, endpoint string, root *fastjson.Value, skip
 	b = appendTopLevel(b, obj, endpoint, skipMessage, opt, nil)
 	sum := sha256.Sum256(b)
 	*bp = b
-	bufPool.Put(bp)
+	putBuf(bp)
 	return hex.EncodeToString(sum[:16])
 }
 
@@ -250,7 +250,7 @@ func appendValue(b []byte, v *fastjson.Value) []byte {
 		}
 		return append(b, ']')
 	case fastjson.TypeString:
-		return appendStr(b, string(v.GetStringBytes()))
+		return appendStrBytes(b, v.GetStringBytes()) // no copy of a long string
 	case fastjson.TypeNumber:
 		b = append(b, 'n')
 		if i, err := v.Int64(); err == nil {
@@ -307,4 +307,21 @@ func appendStr(b []byte, s string) []byte {
 	b = strconv.AppendInt(b, int64(len(s)), 10)
 	b = append(b, ':')
 	return append(b, s...)
+}
+
+func appendStrBytes(b []byte, s []byte) []byte {
+	b = append(b, 's')
+	b = strconv.AppendInt(b, int64(len(s)), 10)
+	b = append(b, ':')
+	return append(b, s...)
+}
+
+// maxPooledBuf is the largest canonical-form buffer kept in bufPool: one
+// grown by a long prompt goes to the collector, not into the pool for good.
+const maxPooledBuf = 64 << 10
+
+func putBuf(bp *[]byte) {
+	if cap(*bp) <= maxPooledBuf {
+		bufPool.Put(bp)
+	}
 }
