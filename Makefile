@@ -113,7 +113,8 @@ bench:
 ## fuzz: fuzz the request parsers (chat and completions, Responses,
 ## embeddings), a node's Responses stream, the reader of a node's embeddings
 ## answer, the agreement of the cache's and an engine's reading of a
-## request, the pass-through's model reader, the warm-file parser and the
+## request, the pass-through's model reader, the agreement of a body's
+## pre-scan (scanBody) with validation, the warm-file parser and the
 ## validity of every JSON written to clients for 60s each.
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseRequest -fuzztime 60s ./adapters
@@ -123,6 +124,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseEmbeddingsAnswer -fuzztime 60s ./adapters
 	$(GO) test -run '^$$' -fuzz FuzzAnswersAreValidJSON -fuzztime 60s ./adapters
 	$(GO) test -run '^$$' -fuzz FuzzParsePassthrough -fuzztime 60s ./adapters
+	$(GO) test -run '^$$' -fuzz FuzzScanBodyAgreesWithValidation -fuzztime 60s ./adapters
 	$(GO) test -run '^$$' -fuzz FuzzRequestViewsAgree -fuzztime 60s ./router
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./internal/warm
 

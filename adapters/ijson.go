@@ -224,8 +224,8 @@ func (s bodyShape) cost(n int) int64 {
 // parser spends the memory (the validation after the parse checks the
 // same bounds again, for keys spelled with escapes). Bounded arrays are
 // chat's messages and messages[i].content, a Responses request's input and
-// input[i].content, a completion's prompt and prompt[i], and an embeddings
-// request's input and input[i].
+// input[i].content (of a message item only), a completion's prompt and
+// prompt[i], and an embeddings request's input and input[i].
 func scanBody(ep Endpoint, body []byte, lim BodyLimits) (bodyShape, *APIError) {
 	var stack [4]scanFrame // the bounded arrays are at most 4 deep; deeper levels are only counted
 	depth := 0             // levels open
@@ -243,7 +243,15 @@ func scanBody(ep Endpoint, body []byte, lim BodyLimits) (bodyShape, *APIError) {
 		f.awaiting = false
 		f.count++
 		if max := arrayBound(ep, stack[:depth], lim); max > 0 && f.count > max {
-			return tooMany(boundParam(stack[:depth]), max)
+			e := tooMany(boundParam(stack[:depth]), max)
+			if ep != EndpointResponses || depth != 4 {
+				return e
+			}
+			// Only a message's content is bounded, and the item's type
+			// may come after it: refused when the item closes.
+			if item := &stack[2]; item.pending == nil {
+				item.pending = e
+			}
 		}
 		return nil
 	}
@@ -254,9 +262,12 @@ func scanBody(ep Endpoint, body []byte, lim BodyLimits) (bodyShape, *APIError) {
 			if depth > 0 && depth <= len(stack) && !stack[depth-1].array {
 				if f := &stack[depth-1]; f.awaiting { // a key
 					f.key, f.awaiting = body[i+1:end], false
+					f.escapedKey = f.escapedKey || bytes.IndexByte(f.key, '\\') >= 0
 					shape.values++
 					i = end
 					continue
+				} else if string(f.key) == "type" && end > i+1 {
+					f.typ = body[i+1 : end]
 				}
 			}
 			if e := valueStarts(); e != nil {
@@ -272,6 +283,9 @@ func scanBody(ep Endpoint, body []byte, lim BodyLimits) (bodyShape, *APIError) {
 				stack[depth-1] = scanFrame{array: c == '[', awaiting: true}
 			}
 		case '}', ']':
+			if depth == 3 && stack[2].pending != nil && stack[2].isMessage() {
+				return shape, stack[2].pending
+			}
 			depth--
 		case ',':
 			if depth > 0 && depth <= len(stack) {
@@ -296,6 +310,21 @@ type scanFrame struct {
 	awaiting bool   // array: before its next value; object: before its next key
 	count    int    // array: values so far
 	key      []byte // object: the current member's key, raw
+	// A Responses input item: its content over its bound, refused when
+	// the item closes as a message; its "type" string, raw; whether a key
+	// was spelled with an escape (it may be "type").
+	pending    *APIError
+	typ        []byte
+	escapedKey bool
+}
+
+// isMessage reports whether a closed Responses input item is one whose
+// content validation bounds: of type "message", or of no type at all.
+func (f *scanFrame) isMessage() bool {
+	if f.typ != nil {
+		return string(f.typ) == "message"
+	}
+	return !f.escapedKey
 }
 
 // stringEnd is the index of the quote that closes the string whose
