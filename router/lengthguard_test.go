@@ -13,11 +13,16 @@ func TestSemanticLengthGuardOverHTTP(t *testing.T) {
 	short := cbody(strings.Repeat("hello ", 10_000), "")
 	long := cbody(strings.Repeat("hello ", 50_000), "")
 
-	off, _ := cacheGateway(t, "memory", func(c *Config) { c.Cache.Semantic.Guards.MaxLengthRatio = 0 })
+	// Prompts this long are embedded only under a raised input bound (by
+	// default, past 32 KiB a prompt is cached by its exact key only).
+	const maxInput = 1 << 20
+	off, _ := cacheGateway(t, "memory", func(c *Config) {
+		c.Cache.Semantic.Guards.MaxLengthRatio, c.Cache.Embedder.MaxInputBytes = 0, maxInput
+	})
 	askStored(t, off, short)
 	eventuallyHit(t, off, long, "hit-semantic")
 
-	gw, _ := cacheGateway(t, "memory", nil) // the default guard
+	gw, _ := cacheGateway(t, "memory", func(c *Config) { c.Cache.Embedder.MaxInputBytes = maxInput }) // the default guard
 	askStored(t, gw, short)
 	if xc, resp, b := ask(t, gw, long); xc != "miss" {
 		t.Fatalf("50,000 words after 10,000: X-Cache %q (similarity %s), want miss: %.200s", xc, resp.Header.Get("X-Cache-Similarity"), b)
