@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 )
 
 // newFlags is the flag set of subcommand name; synopsis ("serve --config
@@ -44,4 +46,66 @@ func parseFlags(fs *flag.FlagSet, stdout io.Writer, parse func() error) (code in
 // isHelp reports whether args ask for help and nothing else.
 func isHelp(args []string) bool {
 	return len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help")
+}
+
+// optionalFloat is a float flag that may be left unset: its usage line
+// shows no default, and set says whether the flag was given.
+type optionalFloat struct {
+	v   float64
+	set bool
+}
+
+func (o *optionalFloat) String() string {
+	if o == nil || !o.set {
+		return ""
+	}
+	return strconv.FormatFloat(o.v, 'g', -1, 64)
+}
+
+func (o *optionalFloat) Set(s string) error {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return errors.New("not a number")
+	}
+	o.v, o.set = v, true
+	return nil
+}
+
+// commands are frontdoor's subcommands, for the suggestion after a typo.
+var commands = []string{"serve", "demo", "check-config", "healthcheck", "warm", "cache", "calibrate", "version", "help"}
+
+// suggestCommand is the subcommand name is most likely a typo of (a
+// prefix of it, or at most two edits away), "" when none is close.
+func suggestCommand(name string) string {
+	best, bestDist := "", 3
+	for _, c := range commands {
+		if len(name) >= 2 && strings.HasPrefix(c, name) {
+			return c
+		}
+		if d := editDistance(name, c); d < bestDist {
+			best, bestDist = c, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b (bytes).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

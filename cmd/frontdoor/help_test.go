@@ -22,7 +22,7 @@ func TestSubcommandHelp(t *testing.T) {
 		{[]string{"check-config", "--help"}, []string{"Usage: frontdoor check-config --config FILE [--strict]", "-strict"}},
 		{[]string{"check-config", "-h"}, []string{"Usage: frontdoor check-config"}},
 		{[]string{"demo", "--help"}, []string{"Usage: frontdoor demo", "-listen", "-embedder", "127.0.0.1:8080"}},
-		{[]string{"warm", "--help"}, []string{"Usage: frontdoor warm FILE...", "-target"}},
+		{[]string{"warm", "--help"}, []string{"Usage: frontdoor warm FILE...", "-target", "-temperature number\n"}},
 		{[]string{"warm", "hot.txt", "--help"}, []string{"Usage: frontdoor warm FILE..."}},
 		{[]string{"cache", "--help"}, []string{"Usage: frontdoor cache export"}},
 		{[]string{"cache", "export", "--help"}, []string{"Usage: frontdoor cache export", "-top"}},
@@ -76,5 +76,26 @@ func TestDemoBannerNamesItsAddress(t *testing.T) {
 		if b := banner(addr, "127.0.0.1:8081", cfg, "http://q", "local"); !strings.Contains(b, want) {
 			t.Errorf("listening on %s: %q missing from the banner", addr, want)
 		}
+	}
+}
+
+// A mistyped subcommand is refused with exit 2, naming the closest one when
+// there is one; warm's usage shows no NaN default for an unset temperature.
+func TestUnknownCommandSuggests(t *testing.T) {
+	for args, want := range map[string]string{
+		"serv":        `unknown command "serv"; did you mean "serve"?`,
+		"chek-config": `did you mean "check-config"?`,
+		"wram":        `did you mean "warm"?`,
+		"xyzzy":       "unknown command \"xyzzy\"\n",
+	} {
+		var out, errOut bytes.Buffer
+		if code := run([]string{args}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), want) {
+			t.Errorf("%s: exit %d, stderr %.120q, want %q", args, code, errOut.String(), want)
+		}
+	}
+	var out, errOut bytes.Buffer
+	run([]string{"warm", "--help"}, &out, &errOut)
+	if strings.Contains(out.String(), "NaN") {
+		t.Errorf("warm --help shows a NaN default:\n%s", out.String())
 	}
 }

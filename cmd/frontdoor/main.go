@@ -87,6 +87,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
+		if c := suggestCommand(args[0]); c != "" {
+			fmt.Fprintf(stderr, "frontdoor: unknown command %q; did you mean %q?\n\n%s", args[0], c, usage)
+			return 2
+		}
 		fmt.Fprintf(stderr, "frontdoor: unknown command %q\n\n%s", args[0], usage)
 		return 2
 	}

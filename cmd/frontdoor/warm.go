@@ -79,7 +79,8 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.report, "report", "", "write the failures to this JSONL file (file, line, error)")
 	fs.StringVar(&f.model, "model", "", "model of plain-text prompts and of requests without one")
 	fs.StringVar(&f.system, "system", "", "system prompt of plain-text prompts")
-	fs.Float64Var(&f.temperature, "temperature", math.NaN(), "temperature of plain-text prompts (default: none sent)")
+	var temperature optionalFloat
+	fs.Var(&temperature, "temperature", "the `number` sent as temperature of plain-text prompts (default: none sent)")
 	fs.IntVar(&f.maxTokens, "max-tokens", 0, "max_tokens of plain-text prompts (0: none sent)")
 	fs.IntVar(&f.concurrency, "concurrency", 5, "requests in flight at most")
 	fs.Float64Var(&f.rps, "rps", 0, "items started per second at most (0: no limit)")
@@ -88,6 +89,10 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var files []string
 	if code, done := parseFlags(fs, stdout, func() (err error) { files, err = parseInterleaved(fs, args); return err }); done {
 		return code
+	}
+	f.temperature = math.NaN()
+	if temperature.set {
+		f.temperature = temperature.v
 	}
 	switch {
 	case len(files) == 0:
