@@ -290,9 +290,15 @@ func (r *Request) validate() *APIError {
 	if !sawInput {
 		switch r.Endpoint {
 		case EndpointChat:
+			if r.root.Get("prompt") != nil {
+				return BadRequest("messages", "messages is required and must be a non-empty array; a body with prompt is a completions request: send it to /v1/completions")
+			}
 			return BadRequest("messages", "messages is required and must be a non-empty array")
 		case EndpointResponses:
 			return BadRequest("input", "input is required: a string or an array of input items")
+		}
+		if r.root.Get("messages") != nil {
+			return BadRequest("prompt", "prompt is required; a body with messages is a chat request: send it to /v1/chat/completions")
 		}
 		return BadRequest("prompt", "prompt is required")
 	}

@@ -23,7 +23,12 @@ func errInternal(id string) *adapters.APIError {
 }
 
 func errUnknownPath(path string) *adapters.APIError {
-	return &adapters.APIError{Status: 404, Type: adapters.TypeNotFound, Code: "unknown_url", Message: "unknown path " + strconv.Quote(path)}
+	msg := "unknown path " + strconv.Quote(path)
+	switch path {
+	case "/chat/completions", "/completions", "/embeddings", "/responses", "/models":
+		msg += "; did you mean " + strconv.Quote("/v1"+path) + "?"
+	}
+	return &adapters.APIError{Status: 404, Type: adapters.TypeNotFound, Code: "unknown_url", Message: msg}
 }
 
 func errHeaderTooLarge() *adapters.APIError {

@@ -209,3 +209,15 @@ func TestBadConfigsCoverEveryCheck(t *testing.T) {
 		}
 	}
 }
+
+// check-config's summary counts in words: "1 node", "0 tenants".
+func TestCheckConfigSummary(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "one.yaml")
+	if err := os.WriteFile(path, []byte(validBase), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := run([]string{"check-config", "--config", path}, &out, &errOut); code != 0 || !strings.Contains(out.String(), ": ok (1 node, 0 tenants, cache ") {
+		t.Errorf("exit %d: %s%s", code, out.String(), errOut.String())
+	}
+}

@@ -157,8 +157,8 @@ func cmdCheckConfig(args []string, stdout, stderr io.Writer) int {
 		}
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s: ok (%d nodes, %d tenants, cache %s, admission %s)\n",
-		path, len(cfg.Nodes), len(cfg.Tenants), cfg.Cache.Backend, cfg.Admission.Backend)
+	fmt.Fprintf(stdout, "%s: ok (%s, %s, cache %s, admission %s)\n",
+		path, plural(len(cfg.Nodes), "node"), plural(len(cfg.Tenants), "tenant"), cfg.Cache.Backend, cfg.Admission.Backend)
 	return 0
 }
 
@@ -313,4 +313,12 @@ func serve(ctx context.Context, cfg router.Config, path string, logOut io.Writer
 	<-errc
 	logger.Info("stopped")
 	return nil
+}
+
+// plural is "1 node", "2 nodes".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
