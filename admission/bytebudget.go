@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"frontdoor/internal/telemetry"
 )
 
 // ByteBudget shares a number of bytes among the requests that hold memory
@@ -141,28 +143,30 @@ func (b *ByteBudget) Status() ByteBudgetStatus {
 		Waited: b.waits.Load(), Refused: b.refused.Load(), TooLarge: b.tooLarge.Load()}
 }
 
-// RegisterMetrics exposes, in set, with prefix (e.g.
-// "frontdoor_parse_budget"):
-//
-//	<prefix>_bytes               bytes in use (gauge)
-//	<prefix>_capacity_bytes      the budget (gauge)
-//	<prefix>_waits_total         requests that found the budget full
-//	<prefix>_refused_total{reason="full"|"too_large"}  requests refused
-func (b *ByteBudget) RegisterMetrics(set *metrics.Set, prefix string) {
-	set.GetOrCreateGauge(prefix+"_bytes", func() float64 {
+// ByteBudgetFamilies are the families a ByteBudget's series belong to;
+// their user declares them, with help texts that say what the budget is.
+type ByteBudgetFamilies struct {
+	Bytes    telemetry.Family // gauge: bytes in use
+	Capacity telemetry.Family // gauge: the budget
+	Waits    telemetry.Family // counter: requests that found the budget full
+	Refused  telemetry.Family // counter, by reason (full, too_large): requests refused
+}
+
+// RegisterMetrics exposes the budget in set, in the families f.
+func (b *ByteBudget) RegisterMetrics(set *metrics.Set, f ByteBudgetFamilies) {
+	f.Bytes.GetOrCreateGauge(set, func() float64 {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		return float64(b.used)
 	})
-	set.GetOrCreateGauge(prefix+"_capacity_bytes", func() float64 { return float64(b.capacity.Load()) })
-	register := func(p *atomic.Pointer[metrics.Counter], name string, n uint64) {
-		c := set.GetOrCreateCounter(name)
+	f.Capacity.GetOrCreateGauge(set, func() float64 { return float64(b.capacity.Load()) })
+	register := func(p *atomic.Pointer[metrics.Counter], c *metrics.Counter, n uint64) {
 		c.Set(n)
 		p.Store(c)
 	}
-	register(&b.waitsC, prefix+"_waits_total", b.waits.Load())
-	register(&b.refusedC, prefix+`_refused_total{reason="full"}`, b.refused.Load())
-	register(&b.tooLargeC, prefix+`_refused_total{reason="too_large"}`, b.tooLarge.Load())
+	register(&b.waitsC, f.Waits.GetOrCreateCounter(set), b.waits.Load())
+	register(&b.refusedC, f.Refused.GetOrCreateCounter(set, "reason", "full"), b.refused.Load())
+	register(&b.tooLargeC, f.Refused.GetOrCreateCounter(set, "reason", "too_large"), b.tooLarge.Load())
 }
 
 func inc(p *atomic.Pointer[metrics.Counter]) {

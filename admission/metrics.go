@@ -1,11 +1,30 @@
 package admission
 
 import (
-	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"frontdoor/internal/telemetry"
+)
+
+// The families admission exposes (see RegisterMetrics).
+var (
+	rejectedFamily = telemetry.NewFamily("frontdoor_admission_rejected_total",
+		"Requests refused by admission, by tenant and limit.")
+	waitFamily = telemetry.NewFamily("frontdoor_admission_wait_seconds",
+		"Time spent waiting in admission.")
+	fallbackFamily = telemetry.NewFamily("frontdoor_admission_fallback_total",
+		"Admission decisions made locally because Redis failed.")
+	redisUpFamily = telemetry.NewFamily("frontdoor_admission_redis_up",
+		"1 while admission decisions go to Redis.")
+	capUnavailableFamily = telemetry.NewFamily("frontdoor_admission_cap_unavailable_total",
+		"Requests of tenants with max_concurrency refused because Redis, which holds the cap, did not answer.")
+	leasesRestoredFamily = telemetry.NewFamily("frontdoor_admission_leases_restored_total",
+		"Live concurrency leases found missing in Redis and added back (Redis lost data or renewals failed).")
+	tenantInflightFamily = telemetry.NewFamily("frontdoor_tenant_inflight",
+		"Requests in flight on this replica, by tenant.")
 )
 
 // metricsState holds the metrics once RegisterMetrics has been called; the
@@ -25,30 +44,24 @@ type metricsState struct {
 	inflight  sync.Map // tenant -> *atomic.Pointer[tenantState], what its gauge reads
 }
 
-// RegisterMetrics exposes, in set:
-//
-//	frontdoor_admission_rejected_total{tenant,limit}  requests refused
-//	frontdoor_admission_wait_seconds                  time spent in Enter and AdmitMiss (limited tenants and misses; histogram)
-//	frontdoor_tenant_inflight{tenant}                 this replica's requests in flight
-//	frontdoor_admission_fallback_total                decisions made locally because Redis failed
-//	frontdoor_admission_redis_up                      1 while decisions go to Redis (redis backend only)
-//	frontdoor_admission_cap_unavailable_total         capped requests refused because Redis did not answer
-//	frontdoor_admission_leases_restored_total         live leases found missing in Redis and added back
+// RegisterMetrics exposes the families above in set: redis_up,
+// cap_unavailable and leases_restored with the redis backend only; the
+// wait histogram times Enter and AdmitMiss (limited tenants and misses).
 func (a *Admitter) RegisterMetrics(set *metrics.Set) {
 	a.m.set.Store(set)
-	a.m.wait.Store(set.GetOrCreatePrometheusHistogram(`frontdoor_admission_wait_seconds`))
-	fb := set.GetOrCreateCounter(`frontdoor_admission_fallback_total`)
+	a.m.wait.Store(waitFamily.GetOrCreateHistogram(set, nil))
+	fb := fallbackFamily.GetOrCreateCounter(set)
 	fb.Set(a.m.fallbacks.Load())
 	a.m.fallback.Store(fb)
 	if a.rs != nil {
-		cr := set.GetOrCreateCounter(`frontdoor_admission_cap_unavailable_total`)
+		cr := capUnavailableFamily.GetOrCreateCounter(set)
 		cr.Set(a.m.capRefusals.Load())
 		a.m.capRefused.Store(cr)
-		lr := set.GetOrCreateCounter(`frontdoor_admission_leases_restored_total`)
+		lr := leasesRestoredFamily.GetOrCreateCounter(set)
 		lr.Set(a.m.restored.Load())
 		a.m.restoredC.Store(lr)
 		h := &a.rs.health
-		set.GetOrCreateGauge(`frontdoor_admission_redis_up`, func() float64 {
+		redisUpFamily.GetOrCreateGauge(set, func() float64 {
 			if h.down.Load() {
 				return 0
 			}
@@ -74,8 +87,7 @@ func (m *metricsState) addTenant(ts *tenantState) {
 	cur, _ := m.inflight.LoadOrStore(ts.name, &atomic.Pointer[tenantState]{})
 	p := cur.(*atomic.Pointer[tenantState])
 	p.Store(ts)
-	set.GetOrCreateGauge(`frontdoor_tenant_inflight{tenant="`+labelValue(ts.name)+`"}`,
-		func() float64 { return float64(p.Load().inflight.Load()) })
+	tenantInflightFamily.GetOrCreateGauge(set, func() float64 { return float64(p.Load().inflight.Load()) }, "tenant", ts.name)
 }
 
 func (m *metricsState) rejected(tenant, limit string) {
@@ -88,7 +100,7 @@ func (m *metricsState) rejected(tenant, limit string) {
 		c.(*metrics.Counter).Inc()
 		return
 	}
-	c := set.GetOrCreateCounter(`frontdoor_admission_rejected_total{tenant="` + labelValue(tenant) + `",limit="` + limit + `"}`)
+	c := rejectedFamily.GetOrCreateCounter(set, "tenant", tenant, "limit", limit)
 	m.rejects.Store(k, c)
 	c.Inc()
 }
@@ -99,7 +111,3 @@ func (m *metricsState) observeWait(start, now int64) {
 		h.Update(float64(max(now-start, 0)) / 1e9)
 	}
 }
-
-var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
-
-func labelValue(s string) string { return labelEscaper.Replace(s) }

@@ -482,11 +482,11 @@ func (p *Pool) registerDiscoveryLocked() {
 			continue
 		}
 		name := e.Name
-		p.mset.GetOrCreateGauge(`frontdoor_discovery_nodes{entry="`+escapeLabel(name)+`"}`, func() float64 {
+		discoveryNodesFamily.GetOrCreateGauge(p.mset, func() float64 {
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			return float64(len(p.found[name]))
-		})
+		}, "entry", name)
 		p.discoveryCounterLocked(name)
 		for _, r := range dropReasons {
 			p.droppedCounterLocked(name, r)
@@ -498,12 +498,12 @@ func (p *Pool) droppedCounterLocked(entry, reason string) interface{ Add(int) } 
 	if p.mset == nil {
 		return nil
 	}
-	return p.mset.GetOrCreateCounter(`frontdoor_discovery_dropped_total{entry="` + escapeLabel(entry) + `",reason="` + reason + `"}`)
+	return discoveryDroppedFamily.GetOrCreateCounter(p.mset, "entry", entry, "reason", reason)
 }
 
 func (p *Pool) discoveryCounterLocked(entry string) interface{ Inc() } {
 	if p.mset == nil {
 		return nil
 	}
-	return p.mset.GetOrCreateCounter(`frontdoor_discovery_errors_total{entry="` + escapeLabel(entry) + `"}`)
+	return discoveryErrorsFamily.GetOrCreateCounter(p.mset, "entry", entry)
 }

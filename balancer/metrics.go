@@ -2,22 +2,41 @@ package balancer
 
 import (
 	"math"
-	"strings"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"frontdoor/internal/telemetry"
 )
 
-// RegisterMetrics registers the per-node series on set, every label set
-// made up front so the hot path never formats a name:
-//
-//	frontdoor_node_inflight{node}               gauge
-//	frontdoor_node_score{node}                  gauge, as in Status
-//	frontdoor_node_state{node,state}            gauge, 1 for the current state
-//	frontdoor_node_requests_total{node,outcome} counter (success, failure, canceled)
-//	frontdoor_node_ttft_seconds{node}           histogram of the first-byte times reported
-//	frontdoor_node_predicted_ttft_seconds{node} gauge, the node's last known TTFT prediction (NaN: none)
-//	frontdoor_ttft_prediction_error_seconds     histogram of |predicted − measured| TTFT, known predictions of streams
-//	frontdoor_balancer_sessions_total{outcome}  counter of conversation turns routed: new, stayed, moved
+// The families the balancer exposes: RegisterMetrics makes their series.
+var (
+	nodeInflightFamily = telemetry.NewFamily("frontdoor_node_inflight",
+		"Requests in flight on a node.")
+	nodeScoreFamily = telemetry.NewFamily("frontdoor_node_score",
+		"The picker's score of a node (lower is better).")
+	nodeStateFamily = telemetry.NewFamily("frontdoor_node_state",
+		"1 for a node's current state (healthy, ejected, open, draining, ...).")
+	nodeRequestsFamily = telemetry.NewFamily("frontdoor_node_requests_total",
+		"Attempts on a node, by outcome (success, failure, canceled).")
+	nodeTTFTFamily = telemetry.NewFamily("frontdoor_node_ttft_seconds",
+		"Time to first token of streamed answers, by node.")
+	nodePredictedTTFTFamily = telemetry.NewFamily("frontdoor_node_predicted_ttft_seconds",
+		"The TTFT predictor's last known prediction for a node (NaN until it has enough observations).")
+	predictionErrorFamily = telemetry.NewFamily("frontdoor_ttft_prediction_error_seconds",
+		"Absolute error of the TTFT predictor, |predicted - measured|, over streamed answers with a known prediction.")
+	sessionsFamily = telemetry.NewFamily("frontdoor_balancer_sessions_total",
+		"Conversation turns routed by the prefix scorer: new (no node known), stayed (on the node of the previous turn), moved.")
+	discoveryErrorsFamily = telemetry.NewFamily("frontdoor_discovery_errors_total",
+		"Failed DNS lookups of a discover: dns node entry; the last known nodes are kept.")
+	discoveryNodesFamily = telemetry.NewFamily("frontdoor_discovery_nodes",
+		"Nodes a discover: dns entry currently resolves to.")
+	discoveryDroppedFamily = telemetry.NewFamily("frontdoor_discovery_dropped_total",
+		"Addresses a discover: dns lookup returned but did not make nodes, by reason (unspecified, multicast, self, metadata, loopback, link_local, over_cap), counted at every lookup.")
+)
+
+// RegisterMetrics makes the series of the families above on set (the
+// discovery ones for discover: dns entries only), every label set made up
+// front so the hot path never formats a name.
 //
 // Call it once per set. Nodes that join later are registered when they
 // join; a node's series go once it has left and drained.
@@ -44,22 +63,21 @@ func (p *Pool) registerNodeLocked(n *Node) {
 		return
 	}
 	name := n.cfg.Name
-	lbl := `node="` + escapeLabel(name) + `"`
-	set.GetOrCreateGauge(`frontdoor_node_inflight{`+lbl+`}`, func() float64 {
+	nodeInflightFamily.GetOrCreateGauge(set, func() float64 {
 		var sum int64
 		for _, m := range p.namedAll(name) {
 			sum += m.inflight.Load()
 		}
 		return float64(sum)
-	})
-	set.GetOrCreateGauge(`frontdoor_node_score{`+lbl+`}`, func() float64 {
+	}, "node", name)
+	nodeScoreFamily.GetOrCreateGauge(set, func() float64 {
 		if m := p.Node(name); m != nil {
 			return p.nodeScore(m, p.nowNanos()).Total
 		}
 		return 0
-	})
+	}, "node", name)
 	for _, s := range States {
-		set.GetOrCreateGauge(`frontdoor_node_state{`+lbl+`,state="`+s+`"}`, func() float64 {
+		nodeStateFamily.GetOrCreateGauge(set, func() float64 {
 			st := StateRemoved
 			if m := p.Node(name); m != nil {
 				st = m.state(p.nowNanos())
@@ -68,22 +86,22 @@ func (p *Pool) registerNodeLocked(n *Node) {
 				return 1
 			}
 			return 0
-		})
+		}, "node", name, "state", s)
 	}
 	for o := range n.mReq {
-		c := set.GetOrCreateCounter(`frontdoor_node_requests_total{` + lbl + `,outcome="` + Outcome(o).String() + `"}`)
+		c := nodeRequestsFamily.GetOrCreateCounter(set, "node", name, "outcome", Outcome(o).String())
 		if v := n.requests[o].Load(); c.Get() < v {
 			c.Set(v)
 		}
 		n.mReq[o].Store(c)
 	}
-	n.mTTFT.Store(set.GetOrCreatePrometheusHistogram(`frontdoor_node_ttft_seconds{` + lbl + `}`))
-	set.GetOrCreateGauge(`frontdoor_node_predicted_ttft_seconds{`+lbl+`}`, func() float64 {
+	n.mTTFT.Store(nodeTTFTFamily.GetOrCreateHistogram(set, nil, "node", name))
+	nodePredictedTTFTFamily.GetOrCreateGauge(set, func() float64 {
 		if m := p.Node(name); m != nil {
 			return m.predictedGauge()
 		}
 		return math.NaN()
-	})
+	}, "node", name)
 }
 
 // namedAll returns the node in service called name and any retiring ones.
@@ -112,19 +130,14 @@ func (p *Pool) unregisterNodeLocked(name string) {
 			return
 		}
 	}
-	lbl := `node="` + escapeLabel(name) + `"`
-	p.mset.UnregisterMetric(`frontdoor_node_inflight{` + lbl + `}`)
-	p.mset.UnregisterMetric(`frontdoor_node_score{` + lbl + `}`)
+	p.mset.UnregisterMetric(nodeInflightFamily.Series("node", name))
+	p.mset.UnregisterMetric(nodeScoreFamily.Series("node", name))
 	for _, s := range States {
-		p.mset.UnregisterMetric(`frontdoor_node_state{` + lbl + `,state="` + s + `"}`)
+		p.mset.UnregisterMetric(nodeStateFamily.Series("node", name, "state", s))
 	}
 	for o := range 3 {
-		p.mset.UnregisterMetric(`frontdoor_node_requests_total{` + lbl + `,outcome="` + Outcome(o).String() + `"}`)
+		p.mset.UnregisterMetric(nodeRequestsFamily.Series("node", name, "outcome", Outcome(o).String()))
 	}
-	p.mset.UnregisterMetric(`frontdoor_node_ttft_seconds{` + lbl + `}`)
-	p.mset.UnregisterMetric(`frontdoor_node_predicted_ttft_seconds{` + lbl + `}`)
+	p.mset.UnregisterMetric(nodeTTFTFamily.Series("node", name))
+	p.mset.UnregisterMetric(nodePredictedTTFTFamily.Series("node", name))
 }
-
-var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
-
-func escapeLabel(s string) string { return labelEscaper.Replace(s) }

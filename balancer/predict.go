@@ -302,5 +302,5 @@ func (n *Node) predictedGauge() float64 {
 var predictionErrorBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 
 func (p *Pool) registerPredictorLocked(set *metrics.Set) {
-	p.predErr.Store(set.GetOrCreatePrometheusHistogramExt(`frontdoor_ttft_prediction_error_seconds`, predictionErrorBuckets))
+	p.predErr.Store(predictionErrorFamily.GetOrCreateHistogram(set, predictionErrorBuckets))
 }

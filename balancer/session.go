@@ -40,7 +40,7 @@ func (t *sessionTable) count(i int) {
 // register makes frontdoor_balancer_sessions_total{outcome} on set.
 func (t *sessionTable) register(set *metrics.Set) {
 	for i, o := range sessionOutcomes {
-		c := set.GetOrCreateCounter(`frontdoor_balancer_sessions_total{outcome="` + o + `"}`)
+		c := sessionsFamily.GetOrCreateCounter(set, "outcome", o)
 		c.Set(t.counts[i].Load())
 		t.m[i].Store(c)
 	}

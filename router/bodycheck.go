@@ -25,7 +25,7 @@ import (
 // It is also the gate of every body's parse (adapters.ParseGate): the
 // bodies parsed at once share limits.parse_budget_bytes (see parseOptions).
 type bodyRefusals struct {
-	counts map[string]*metrics.Counter // by adapters.Code*
+	bodyMetrics
 	log    *telemetry.RateLog
 	budget *admission.ByteBudget
 	// collecting: a collection started by ReleaseParse runs.
@@ -34,12 +34,9 @@ type bodyRefusals struct {
 
 func newBodyRefusals(set *metrics.Set, log *slog.Logger) *bodyRefusals {
 	def := DefaultConfig().Limits
-	b := &bodyRefusals{counts: map[string]*metrics.Counter{}, log: telemetry.NewRateLog(log, 10*time.Second),
+	b := &bodyRefusals{log: telemetry.NewRateLog(log, 10*time.Second),
 		budget: admission.NewByteBudget(int64(def.ParseBudgetBytes), def.ParseWait.D())}
-	for _, code := range []string{adapters.CodeDuplicateKey, adapters.CodeInvalidUTF8, adapters.CodeInvalidEscape} {
-		b.counts[code] = set.NewCounter(`frontdoor_request_bodies_refused_total{reason="` + code + `"}`)
-	}
-	b.budget.RegisterMetrics(set, "frontdoor_parse_budget")
+	b.bodyMetrics = newBodyMetrics(set, b.budget)
 	return b
 }
 

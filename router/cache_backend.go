@@ -15,46 +15,19 @@ import (
 // rate-limited log lines: every breaker, dropped write and state change is
 // loud.
 type cacheObserver struct {
-	log  *telemetry.RateLog
-	cm   *cacheMetrics
-	look map[string]*metrics.PrometheusHistogram
-	// writes: stored entries, failed entries
-	stored, failed *metrics.Counter
-	dropped        map[string]*metrics.Counter
-	transitions    map[string]*metrics.Counter // path + ":" + to
-	// the embedder: its name, failures (in frontdoor_cache_errors_total)
-	// and the lookups skipped
-	embedder           string
-	embedErrs, skipped *metrics.Counter
+	log *telemetry.RateLog
+	cm  *cacheMetrics
+	cacheObserverMetrics
+	// the embedder: its name and failures (in frontdoor_cache_errors_total)
+	embedder  string
+	embedErrs *metrics.Counter
 }
 
 var _ cache.Observer = (*cacheObserver)(nil)
 
-// lookupBuckets resolve the 0.1–10 ms range that a store on the same network
-// answers in, and the timeouts above it.
-var lookupBuckets = []float64{0.0001, 0.0002, 0.0003, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1}
-
 func newCacheObserver(set *metrics.Set, cm *cacheMetrics, log *slog.Logger, embedder string) *cacheObserver {
-	o := &cacheObserver{log: telemetry.NewRateLog(log, 10*time.Second), cm: cm, look: map[string]*metrics.PrometheusHistogram{},
-		dropped: map[string]*metrics.Counter{}, transitions: map[string]*metrics.Counter{},
-		embedder: embedder, embedErrs: cm.errors("embed")}
-	if embedder != "" {
-		o.skipped = set.NewCounter(`frontdoor_cache_embed_skipped_total`)
-	}
-	for _, op := range []string{"get", "search"} {
-		o.look[op] = set.NewPrometheusHistogramExt(`frontdoor_cache_lookup_seconds{op="`+op+`"}`, lookupBuckets)
-	}
-	o.stored = set.NewCounter(`frontdoor_cache_writes_total{result="stored"}`)
-	o.failed = set.NewCounter(`frontdoor_cache_writes_total{result="failed"}`)
-	for _, r := range []string{cache.DropQueueFull, cache.DropBreakerOpen, cache.DropShutdown} {
-		o.dropped[r] = set.NewCounter(`frontdoor_cache_writes_dropped_total{reason="` + r + `"}`)
-	}
-	for _, path := range []string{"read", "write"} {
-		for _, to := range []cache.BreakerState{cache.BreakerOpen, cache.BreakerHalfOpen, cache.BreakerClosed} {
-			o.transitions[path+":"+to.String()] = set.NewCounter(`frontdoor_cache_breaker_transitions_total{path="` + path + `",to="` + to.String() + `"}`)
-		}
-	}
-	return o
+	return &cacheObserver{log: telemetry.NewRateLog(log, 10*time.Second), cm: cm, embedder: embedder, embedErrs: cm.errors("embed"),
+		cacheObserverMetrics: newCacheObserverMetrics(set, embedder != "")}
 }
 
 func (o *cacheObserver) Lookup(op string, d time.Duration, err error) {

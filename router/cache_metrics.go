@@ -2,66 +2,10 @@ package router
 
 import (
 	"context"
-	"frontdoor/cache"
-	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 )
-
-// cacheMetrics are the cache's Prometheus series.
-type cacheMetrics struct {
-	set         *metrics.Set
-	requests    [numResults][numReasons]*metrics.Counter
-	errs        map[string]*metrics.Counter
-	guards      map[string]*metrics.Counter
-	similarity  *metrics.PrometheusHistogram
-	tokensSaved *metrics.Counter
-	results     [numResults]atomic.Int64
-	entries     atomic.Int64
-	vectors     atomic.Int64
-	bytes       atomic.Int64
-	drops       atomic.Uint64 // write-backs dropped since start (the store's reasons)
-	// notStored counts streamed answers unfit to store, by notStoredReasons;
-	// not in drops, which is the store's health.
-	notStored map[string]*metrics.Counter
-	// longQueries counts requests whose last user turn is longer than the
-	// embedder reads (cache.embedder.max_input_bytes): exact only.
-	longQueries *metrics.Counter
-}
-
-var (
-	cacheErrOps = []string{"get", "put", "search", "embed", "stats"}
-)
-
-func newCacheMetrics(set *metrics.Set) *cacheMetrics {
-	m := &cacheMetrics{set: set, errs: map[string]*metrics.Counter{}, guards: map[string]*metrics.Counter{},
-		notStored: map[string]*metrics.Counter{}}
-	for _, r := range notStoredReasons {
-		m.notStored[r] = set.NewCounter(`frontdoor_cache_writes_dropped_total{reason="` + r + `"}`)
-	}
-	// Only the outcomes that can happen have a series: a dashboard or an
-	// alert never sees pairs such as hit_exact with temperature.
-	for _, o := range cacheOutcomes {
-		if o.result != resultNone {
-			m.requests[o.result][o.reason] = set.NewCounter(cacheRequestsSeries(o))
-		}
-	}
-	for _, op := range cacheErrOps {
-		m.errs[op] = set.NewCounter(`frontdoor_cache_errors_total{op="` + op + `"}`)
-	}
-	for _, g := range cache.GuardReasons {
-		m.guards[g] = set.NewCounter(`frontdoor_cache_guard_rejections_total{guard="` + g + `"}`)
-	}
-	m.similarity = set.NewPrometheusHistogramExt(`frontdoor_cache_similarity`,
-		[]float64{0.5, 0.6, 0.7, 0.8, 0.85, 0.88, 0.9, 0.91, 0.92, 0.93, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 1})
-	m.tokensSaved = set.NewCounter(`frontdoor_cache_tokens_saved_total`)
-	m.longQueries = set.NewCounter(`frontdoor_cache_semantic_skipped_total{reason="query_too_long"}`)
-	set.NewGauge(`frontdoor_cache_entries`, func() float64 { return float64(m.entries.Load()) })
-	set.NewGauge(`frontdoor_cache_vector_entries`, func() float64 { return float64(m.vectors.Load()) })
-	set.NewGauge(`frontdoor_cache_bytes`, func() float64 { return float64(m.bytes.Load()) })
-	return m
-}
 
 // request counts a request's cache outcome; nothing when the cache was
 // not consulted.
@@ -70,17 +14,7 @@ func (m *cacheMetrics) request(o cacheOutcome) {
 		return
 	}
 	m.results[o.result].Add(1)
-	c := m.requests[o.result][o.reason]
-	if c == nil {
-		// An outcome missing from cacheOutcomes: counted all the same
-		// (TestCacheRequestSeriesCanHappen fails on it).
-		c = m.set.GetOrCreateCounter(cacheRequestsSeries(o))
-	}
-	c.Inc()
-}
-
-func cacheRequestsSeries(o cacheOutcome) string {
-	return `frontdoor_cache_requests_total{result="` + o.result.label() + `",reason="` + o.reason.label() + `"}`
+	m.requestCounter(o).Inc()
 }
 
 // totals returns the request counts by result since start.

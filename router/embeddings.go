@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
 	"frontdoor/adapters"
@@ -35,24 +34,9 @@ type embeddingBatch struct {
 	whole bool
 }
 
-// embeddingMetrics count inputs, each a hit or a miss, and the nodes'
-// answers that are no embeddings answer for the inputs sent.
-type embeddingMetrics struct {
-	hits, misses *metrics.Counter
-	badAnswers   *metrics.Counter
-}
-
 // badEmbeddingsReason labels frontdoor_upstream_bad_answers_total for an
 // embeddings answer refused by what it holds (see tryEmbeddingNodes).
 const badEmbeddingsReason = "invalid_embeddings"
-
-func newEmbeddingMetrics(set *metrics.Set) *embeddingMetrics {
-	return &embeddingMetrics{
-		hits:       set.NewCounter(`frontdoor_cache_embedding_inputs_total{result="hit"}`),
-		misses:     set.NewCounter(`frontdoor_cache_embedding_inputs_total{result="miss"}`),
-		badAnswers: set.NewCounter(`frontdoor_upstream_bad_answers_total{reason="` + badEmbeddingsReason + `"}`),
-	}
-}
 
 func (g *Gateway) serveEmbeddings(ctx *fasthttp.RequestCtx, id string) {
 	x := g.newExchange(ctx, adapters.EndpointEmbeddings, id)

@@ -349,7 +349,7 @@ func (g *Gateway) buildCache(deps Deps, set *metrics.Set) error {
 	g.store = deps.Store
 	if g.store == nil && c.Backend == "redis" {
 		// Before the store: its sync goroutine may fail at once.
-		errs, warn := set.NewCounter(`frontdoor_cache_index_sync_errors_total`), telemetry.NewRateLog(g.log, 10*time.Second)
+		errs, warn := newIndexSyncErrors(set), telemetry.NewRateLog(g.log, 10*time.Second)
 		g.onIndexSyncError = func(err error) {
 			errs.Inc()
 			warn.Warn("index-sync", "cache: the in-process index's sync with Redis failed; semantic lookups miss what other replicas store until it recovers", "error", err.Error())
@@ -372,28 +372,8 @@ func (g *Gateway) buildCache(deps Deps, set *metrics.Set) error {
 	g.backend = cache.NewBackend(g.store, c.Reads, c.Writes, obs)
 	if g.embedder != nil {
 		g.backend.UseEmbedder(g.embedder)
-		set.NewGauge(`frontdoor_cache_embedder_up`, func() float64 {
-			if g.backend.EmbedderHealth().State == "ok" {
-				return 1
-			}
-			return 0
-		})
 	}
-	set.NewGauge(`frontdoor_cache_backend_up`, func() float64 {
-		if g.backend.Health().Up {
-			return 1
-		}
-		return 0
-	})
-	for _, st := range []cache.BackendState{cache.StateOK, cache.StateDegraded, cache.StateBypassed} {
-		set.NewGauge(`frontdoor_cache_backend_state{state="`+string(st)+`"}`, func() float64 {
-			if g.backend.Health().State == st {
-				return 1
-			}
-			return 0
-		})
-	}
-	set.NewGauge(`frontdoor_cache_write_queue`, func() float64 { return float64(g.backend.Health().WriteQueue) })
+	g.registerBackendGauges(set)
 	return nil
 }
 

@@ -166,7 +166,7 @@ func TestMetricsHaveHelpAndType(t *testing.T) {
 			t.Errorf("%s is untyped", name)
 		}
 		if strings.HasPrefix(name, "frontdoor_") && !telemetry.HasHelp(name) {
-			t.Errorf("%s has no help text: add it to metricHelp (internal/telemetry/metrics_help.go)", name)
+			t.Errorf("%s has no help text: declare it with telemetry.NewFamily (router/metrics.go)", name)
 		}
 		if f.GetHelp() == "" {
 			t.Errorf("%s has an empty # HELP", name)

@@ -4,9 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 
-	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
 	"frontdoor/adapters"
@@ -92,20 +90,6 @@ func (g *Gateway) passthroughPattern(path string) string {
 		}
 	}
 	return ""
-}
-
-// passthroughCounters count pass-through requests by pattern.
-type passthroughCounters struct {
-	set *metrics.Set
-	m   sync.Map // pattern -> *metrics.Counter
-}
-
-func (c *passthroughCounters) inc(pattern string) {
-	v, ok := c.m.Load(pattern)
-	if !ok {
-		v, _ = c.m.LoadOrStore(pattern, c.set.GetOrCreateCounter(`frontdoor_passthrough_requests_total{path="`+pattern+`"}`))
-	}
-	v.(*metrics.Counter).Inc()
 }
 
 // servePassthrough forwards a request to a pass-through path (pattern

@@ -179,13 +179,6 @@ type reloader struct {
 	ok, bad *metrics.Counter
 }
 
-func (r *reloader) register(set *metrics.Set) {
-	r.smu.Lock()
-	r.ok = set.GetOrCreateCounter(`frontdoor_config_reloads_total{result="applied"}`)
-	r.bad = set.GetOrCreateCounter(`frontdoor_config_reloads_total{result="refused"}`)
-	r.smu.Unlock()
-}
-
 func (r *reloader) record(err error) {
 	r.smu.Lock()
 	defer r.smu.Unlock()
@@ -206,26 +199,4 @@ func (r *reloader) status() *admin.ReloadStatus {
 		return nil
 	}
 	return &admin.ReloadStatus{At: r.last, Error: r.lastErr}
-}
-
-// setTenants adds the token counters of tenants a reload brought.
-func (m *gatewayMetrics) setTenants(tenants []Tenant) {
-	names := []string{DefaultTenant}
-	for _, t := range tenants {
-		names = append(names, t.Name)
-	}
-	tokens := map[string]*[4]*metrics.Counter{}
-	for _, name := range names {
-		var cs [4]*metrics.Counter
-		for i, kind := range []string{"prompt", "completion", "prompt", "completion"} {
-			source := "upstream"
-			if i >= 2 {
-				source = "cache"
-			}
-			cs[i] = m.set.GetOrCreateCounter(`frontdoor_tokens_total{tenant="` + name + `",kind="` + kind + `",source="` + source + `"}`)
-		}
-		tokens[name] = &cs
-	}
-	m.tokens.Store(&tokens)
-	m.dash.setTenants(names)
 }

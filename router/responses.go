@@ -84,8 +84,7 @@ type responseIDs struct {
 
 	shared *sharedIDs // nil: this replica's memory only
 
-	found, gone, unknown *metrics.Counter
-	refusedState         map[stateRefusal]*metrics.Counter // frontdoor_responses_refused_total
+	responseIDMetrics
 }
 
 // stateRefusal is why a request naming server-side state is refused.
@@ -104,14 +103,7 @@ var refusedStates = []stateRefusal{
 
 func newResponseIDs(cfg ResponsesConfig, set *metrics.Set) *responseIDs {
 	r := &responseIDs{m: map[string]*respRecord{}, max: max(cfg.RememberIDs, 0), ttl: cfg.RememberFor.D()}
-	r.found = set.NewCounter(`frontdoor_responses_by_id_total{result="found"}`)
-	r.gone = set.NewCounter(`frontdoor_responses_by_id_total{result="holder_gone"}`)
-	r.unknown = set.NewCounter(`frontdoor_responses_by_id_total{result="unknown"}`)
-	r.refusedState = map[stateRefusal]*metrics.Counter{}
-	for _, k := range refusedStates {
-		r.refusedState[k] = set.NewCounter(`frontdoor_responses_refused_total{field="` + k.field + `",reason="` + k.reason + `"}`)
-	}
-	set.NewGauge(`frontdoor_responses_remembered`, func() float64 {
+	r.responseIDMetrics = newResponseIDMetrics(set, func() float64 {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return float64(len(r.m))

@@ -35,11 +35,7 @@ type sharedIDs struct {
 }
 
 func newSharedIDs(c redis.UniversalClient, prefix string, timeout time.Duration, warn *telemetry.RateLog, set *metrics.Set) *sharedIDs {
-	s := &sharedIDs{redis: c, prefix: prefix, timeout: timeout, warn: warn, errs: map[string]*metrics.Counter{}}
-	for _, op := range []string{"put", "get", "del"} {
-		s.errs[op] = set.NewCounter(`frontdoor_responses_shared_errors_total{op="` + op + `"}`)
-	}
-	return s
+	return &sharedIDs{redis: c, prefix: prefix, timeout: timeout, warn: warn, errs: newSharedIDErrors(set)}
 }
 
 func (s *sharedIDs) failed(op string, err error) {

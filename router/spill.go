@@ -28,15 +28,13 @@ type spillover struct {
 	spilled  atomic.Int64
 
 	mu            sync.Mutex
-	counters      map[string]*metrics.Counter // reason|model
-	byReason      map[string]int64            // spilled requests by reason, for /status
-	lastPredicted time.Time                   // the last predicted_slo spill
-	set           *metrics.Set
+	spillMetrics                   // its counters guarded by mu
+	byReason      map[string]int64 // spilled requests by reason, for /status
+	lastPredicted time.Time        // the last predicted_slo spill
 
 	// responses: /v1/responses spills too; else such a request is not
 	// spilled, and is counted in skipped
 	responses bool
-	skipped   *metrics.Counter
 }
 
 func newSpillover(cfg Config, set *metrics.Set, inflight *atomic.Int64) (*spillover, error) {
@@ -61,8 +59,8 @@ func newSpillover(cfg Config, set *metrics.Set, inflight *atomic.Int64) (*spillo
 	if err != nil {
 		return nil, fmt.Errorf("spillover: %w", err)
 	}
-	s := &spillover{name: t.Name, backend: be, counters: map[string]*metrics.Counter{}, byReason: map[string]int64{}, set: set, inflight: inflight,
-		responses: sc.Responses, skipped: set.GetOrCreateCounter(`frontdoor_spillover_skipped_total{reason="endpoint"}`)}
+	s := &spillover{name: t.Name, backend: be, byReason: map[string]int64{}, inflight: inflight,
+		responses: sc.Responses, spillMetrics: newSpillMetrics(set, inflight)}
 	for _, on := range sc.On {
 		s.onSat = s.onSat || on == "saturated"
 		s.onFail = s.onFail || on == "failed"
@@ -73,19 +71,13 @@ func newSpillover(cfg Config, set *metrics.Set, inflight *atomic.Int64) (*spillo
 	if sc.TPM > 0 {
 		s.tpm = admission.NewBucket(float64(sc.TPM)/60, float64(sc.TPM))
 	}
-	set.GetOrCreateGauge(`frontdoor_spillover_inflight`, func() float64 { return float64(inflight.Load()) })
 	return s, nil
 }
 
 // count records one spilled request.
 func (s *spillover) count(reason, model string) {
-	key := reason + "|" + model
 	s.mu.Lock()
-	c := s.counters[key]
-	if c == nil {
-		c = s.set.GetOrCreateCounter(`frontdoor_spillover_total{reason="` + reason + `",model="` + model + `"}`)
-		s.counters[key] = c
-	}
+	c := s.counter(reason, model)
 	s.byReason[reason]++
 	if reason == reasonPredicted {
 		s.lastPredicted = time.Now()

@@ -1,9 +1,6 @@
 package router
 
 import (
-	"log/slog"
-	"time"
-
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
@@ -27,14 +24,6 @@ const (
 type transportRefusals struct {
 	log     *telemetry.RateLog
 	counter map[string]*metrics.Counter
-}
-
-func newTransportRefusals(set *metrics.Set, log *slog.Logger) *transportRefusals {
-	r := &transportRefusals{log: telemetry.NewRateLog(log, 10*time.Second), counter: map[string]*metrics.Counter{}}
-	for _, reason := range []string{refusedFraming, refusedTrailers, refusedTooLarge, refusedAuth, refusedOrigin} {
-		r.counter[reason] = set.NewCounter(`frontdoor_transport_refusals_total{reason="` + reason + `"}`)
-	}
-	return r
 }
 
 // refuse answers e with a close and counts it under reason.

@@ -41,21 +41,17 @@ type audit struct {
 // With the cache in Redis, the evidence, thresholds and entries judged
 // wrong are shared by the replicas (sharedEvidence).
 type verifier struct {
-	g        *Gateway
-	cfg      cache.VerifyConfig
-	queue    chan audit
-	rate     *admission.Bucket
-	evid     cache.FalseHits
-	log      *telemetry.RateLog
-	verdict  map[[2]string]*metrics.Counter // kind, verdict
-	dropped  *metrics.Counter
-	promoted *metrics.Counter
+	g     *Gateway
+	cfg   cache.VerifyConfig
+	queue chan audit
+	rate  *admission.Bucket
+	evid  cache.FalseHits
+	log   *telemetry.RateLog
+	verifyMetrics
 
-	limits         *cache.PromoteLimits        // each tenant's promotions
-	promoteRefused map[string]*metrics.Counter // approved near-misses not promoted, by reason
+	limits *cache.PromoteLimits // each tenant's promotions
 
-	shared     *cache.SharedEvidence // nil: this replica learns alone
-	sharedErrs *metrics.Counter
+	shared *cache.SharedEvidence // nil: this replica learns alone
 
 	learner *cache.Learner // the evidence, the thresholds it moved, the entries judged wrong
 
@@ -69,25 +65,12 @@ const judgeWorkers = 4
 
 func newVerifier(g *Gateway, cfg cache.VerifyConfig, set *metrics.Set, log *slog.Logger, shared *cache.SharedEvidence) *verifier {
 	v := &verifier{g: g, cfg: cfg, queue: make(chan audit, cfg.Queue),
-		rate: admission.NewBucket(cfg.MaxJudgeRPS, max(1, cfg.MaxJudgeRPS)),
-		log:  telemetry.NewRateLog(log, 10*time.Second), verdict: map[[2]string]*metrics.Counter{},
+		rate:    admission.NewBucket(cfg.MaxJudgeRPS, max(1, cfg.MaxJudgeRPS)),
+		log:     telemetry.NewRateLog(log, 10*time.Second),
 		learner: cache.NewLearner(cfg), shared: shared}
-	for _, kind := range []string{"audit", "near_miss"} {
-		for _, vd := range []string{"yes", "no", "unsure", "error"} {
-			v.verdict[[2]string{kind, vd}] = set.NewCounter(`frontdoor_cache_verify_total{kind="` + kind + `",verdict="` + vd + `"}`)
-		}
-	}
-	v.dropped = set.NewCounter(`frontdoor_cache_verify_dropped_total`)
-	v.promoted = set.NewCounter(`frontdoor_cache_verify_promoted_total`)
+	v.verifyMetrics = newVerifyMetrics(set, func() float64 { return v.evid.Rate().Estimate })
 	c := &g.conf().Cache
 	v.limits = cache.NewPromoteLimits(cfg, max(c.TTL.D(), c.MaxTTL.D()), shared)
-	v.promoteRefused = map[string]*metrics.Counter{}
-	for _, reason := range []string{promoteRefusedLookupOnly, promoteRefusedNotStored, cache.PromoteRefusedPerMinute,
-		cache.PromoteRefusedMax, promoteRefusedUnavailable} {
-		v.promoteRefused[reason] = set.NewCounter(`frontdoor_cache_verify_promote_refused_total{reason="` + reason + `"}`)
-	}
-	v.sharedErrs = set.NewCounter(`frontdoor_cache_errors_total{op="verify_shared"}`)
-	set.NewGauge(`frontdoor_cache_false_hit_ratio`, func() float64 { return v.evid.Rate().Estimate })
 	return v
 }
 

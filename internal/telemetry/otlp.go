@@ -174,6 +174,11 @@ type otlpExporter struct {
 
 var _ sdktrace.SpanExporter = (*otlpExporter)(nil)
 
+var (
+	spansExported = NewFamily("frontdoor_trace_spans_exported_total", "Spans delivered to the OTLP receiver (tracing on only).")
+	spansDropped  = NewFamily("frontdoor_trace_spans_dropped_total", "Spans dropped, by reason: export_failed (the OTLP receiver could not take them within the export timeout, retries included), queue_full (ended while the batch queue, OTEL_BSP_MAX_QUEUE_SIZE, was full) (tracing on only).")
+)
+
 func newOTLPExporter(t otlpTarget, log *slog.Logger, set *metrics.Set) *otlpExporter {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if t.tls != nil {
@@ -183,9 +188,9 @@ func newOTLPExporter(t otlpTarget, log *slog.Logger, set *metrics.Set) *otlpExpo
 		target:    t,
 		client:    &http.Client{Transport: tr},
 		warn:      NewRateLog(log, time.Minute),
-		exported:  set.NewCounter("frontdoor_trace_spans_exported_total"),
-		dropped:   set.NewCounter(`frontdoor_trace_spans_dropped_total{reason="export_failed"}`),
-		queueDrop: set.NewCounter(`frontdoor_trace_spans_dropped_total{reason="queue_full"}`),
+		exported:  spansExported.NewCounter(set),
+		dropped:   spansDropped.NewCounter(set, "reason", "export_failed"),
+		queueDrop: spansDropped.NewCounter(set, "reason", "queue_full"),
 	}
 }
 
