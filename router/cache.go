@@ -190,6 +190,16 @@ func semanticThreshold(c cache.SemanticConfig, t Tenant, model string) float64 {
 	return c.Threshold
 }
 
+// semanticThreshold is the package's semanticThreshold for the tenant
+// named tenant (none: the cache's) and model.
+func (rt *liveConfig) semanticThreshold(tenant, model string) float64 {
+	var tc Tenant
+	if t := rt.tenants.byName[tenant]; t != nil {
+		tc = t.cfg
+	}
+	return semanticThreshold(rt.cfg.Cache.Semantic, tc, model)
+}
+
 // lookup runs the cache lookups, exact then semantic, each traced when the
 // request is.
 func (g *Gateway) lookup(ctx *fasthttp.RequestCtx, x *exchange, p *cachePlan) bool {

@@ -10,6 +10,12 @@
 // choice, attempts, retries on another node), spill.go (the hosted API),
 // respond.go (commit as JSON or as a stream, the pump, settle, finish).
 // errors.go holds every error answer the gateway makes itself.
+//
+// Off the request path, verify.go's judge audits semantic hits and
+// near-misses (promote.go: approved near-misses take a curated answer). It
+// holds no gateway: it asks the judge model through judge.go's
+// judgeSender, which the gateway implements with forward.go's attempts
+// and spill.go's spill-over, as a client's request goes.
 // metrics.go declares every metric family of the router, beside its help
 // text, and makes all their series, into the fields of the stages'
 // structs; the stages only count. It is over 600 lines because it is the

@@ -84,6 +84,7 @@ func (g *Gateway) serveEmbeddings(ctx *fasthttp.RequestCtx, id string) {
 		g.writeError(ctx, g.noNodeError(x, st))
 		return
 	}
+	g.metrics.upstreamAnswers.Add(1)
 	g.commitEmbeddings(ctx, x, b, a, ans)
 }
 

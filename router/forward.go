@@ -1,7 +1,6 @@
 package router
 
 import (
-	"context"
 	"errors"
 	"frontdoor/adapters"
 	"frontdoor/balancer"
@@ -17,6 +16,10 @@ type attempts struct {
 	lastErr    *adapters.APIError
 	lastReason string // why the last attempt failed, for the retry metric
 	final      bool   // lastErr is the answer: no other node, no spill-over
+	// accept, when set, refuses an answer that is not a retryable status
+	// (an error says why): the attempt fails as a failed send does, and the
+	// next node is tried. nil: every such answer is taken.
+	accept func(*adapters.UpstreamResponse) error
 }
 
 // forward tries the candidate nodes in order until one answers. Failures
@@ -109,7 +112,7 @@ func (g *Gateway) waitCandidates(x *exchange) *attempts {
 		// answering 503.
 		deadline := time.Now().Add(maxWait)
 		for !anyFree(st.cands) && time.Now().Before(deadline) {
-			if !g.pool.WaitForSlot(context.Background(), x.model, time.Until(deadline)) {
+			if !g.pool.WaitForSlot(x.upstreamCtx(), x.model, time.Until(deadline)) {
 				break
 			}
 			st = g.candidates(x)
@@ -142,6 +145,7 @@ func (g *Gateway) candidates(x *exchange) *attempts {
 // forwardFrom is forward from where st stands.
 func (g *Gateway) forwardFrom(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.UpstreamRequest, st *attempts) {
 	if a, ok := g.tryNodes(x, ur, st); ok {
+		g.metrics.upstreamAnswers.Add(1)
 		g.commit(ctx, x, a.node, a.backend, a.resp)
 		return
 	}
@@ -155,8 +159,10 @@ func (g *Gateway) forwardFrom(ctx *fasthttp.RequestCtx, x *exchange, ur *adapter
 
 // tryNodes sends ur to the candidates in order until one answers, moving
 // on to the next (different) node after a failure before the first byte.
-// It returns the answer (ok), or no answer when the candidates or the
-// attempts ran out or st.final says to stop; st.lastErr then says why.
+// An answer st.accept refuses fails its attempt too. It returns the answer
+// (ok), or no answer when the candidates or the attempts ran out or
+// st.final says to stop; st.lastErr then says why. The caller counts a
+// client's answer (metrics.upstreamAnswers).
 func (g *Gateway) tryNodes(x *exchange, ur *adapters.UpstreamRequest, st *attempts) (a attempt, ok bool) {
 	for {
 		n := g.nextNode(x, st)
@@ -169,14 +175,25 @@ func (g *Gateway) tryNodes(x *exchange, ur *adapters.UpstreamRequest, st *attemp
 		}
 		a = g.send(x, ur, n)
 		if a.err == nil && !adapters.RetryableStatus(a.resp.Status) {
-			g.answeredBy(x, a)
-			return a, true
+			if a.err = st.refused(a.resp); a.err == nil {
+				g.answeredBy(x, a)
+				return a, true
+			}
+			a.resp.Close() // refused: the attempt failed with a.err
 		}
 		g.attemptFailed(x, st, a)
 		if st.final {
 			return a, false
 		}
 	}
+}
+
+// refused is why st.accept refuses resp; nil when it takes it.
+func (st *attempts) refused(resp *adapters.UpstreamResponse) error {
+	if st.accept == nil {
+		return nil
+	}
+	return st.accept(resp)
 }
 
 // nextNode takes a slot on the next candidate that has one free, or
@@ -217,12 +234,13 @@ func (g *Gateway) send(x *exchange, ur *adapters.UpstreamRequest, n *balancer.No
 		a.sent = time.Now()
 	}
 	span := x.obs.Attempt(ur, n.Name(), x.attempts)
-	a.resp, a.err = a.backend.Send(context.Background(), ur)
+	a.resp, a.err = a.backend.Send(x.upstreamCtx(), ur)
 	span.AttemptEnded(a.resp, a.err, a.sent)
 	return a
 }
 
-// answeredBy records that a's node answered: the answer goes to the client.
+// answeredBy records that a's node answered: the answer goes to the client
+// (or the judge).
 func (g *Gateway) answeredBy(x *exchange, a attempt) {
 	// Time to first token is only known for streams: a non-streaming
 	// answer arrives whole.
@@ -233,7 +251,6 @@ func (g *Gateway) answeredBy(x *exchange, a attempt) {
 		g.pool.ObserveTTFT(a.node, x.pred, ttft)
 	}
 	g.pool.Report(a.node, balancer.OutcomeSuccess, ttft)
-	g.metrics.upstreamAnswers.Add(1)
 	x.upstream = a.node.Name()
 }
 

@@ -160,7 +160,11 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 			shared = &cache.SharedEvidence{Redis: g.verifyRedis, Prefix: cfg.Redis.KeyPrefix + "v:", Timeout: cfg.Cache.Writes.Timeout.D(),
 				TTL: max(cfg.Cache.TTL.D(), cfg.Cache.MaxTTL.D())}
 		}
-		g.verify = newVerifier(g, v, set, g.log, shared)
+		entries, _ := g.store.(cache.EntryGetter)
+		d := verifierDeps{judge: g, entries: entries, writes: g.backend, logger: g.log,
+			entryTTL:   max(cfg.Cache.TTL.D(), cfg.Cache.MaxTTL.D()),
+			configured: func(tenant, model string) float64 { return g.rt.Load().semanticThreshold(tenant, model) }}
+		g.verify = newVerifier(d, v, set, shared)
 	}
 	if err := g.buildAdmission(deps); err != nil {
 		return nil, err

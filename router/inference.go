@@ -42,6 +42,16 @@ type exchange struct {
 	upstreamReq  adapters.UpstreamRequest // what toUpstream built
 	entryID      string                   // the cache entry that answered, or will hold the answer
 	obs          *telemetry.Request       // the request's trace; nil (a no-op) when untraced
+	upCtx        context.Context          // bounds the waits and calls upstream (the judge's timeout); nil: none
+}
+
+// upstreamCtx is what bounds x's waits for a slot and its calls upstream:
+// a client's request is bounded by the timeouts alone.
+func (x *exchange) upstreamCtx() context.Context {
+	if x.upCtx != nil {
+		return x.upCtx
+	}
+	return context.Background()
 }
 
 // newExchange starts a request's exchange with ep, traced when tracing is

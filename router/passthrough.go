@@ -126,6 +126,7 @@ func (g *Gateway) servePassthrough(ctx *fasthttp.RequestCtx, id, pattern string)
 		g.writeError(ctx, g.noNodeError(x, st))
 		return
 	}
+	g.metrics.upstreamAnswers.Add(1)
 	setUpstream(&ctx.Response.Header, x.upstream, x.attempts)
 	g.passOn(ctx, a.resp)
 	a.resp.Close()

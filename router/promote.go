@@ -65,7 +65,7 @@ func (g *Gateway) writtenBack(pr *promotion, w *cache.Write) {
 	due := pr.curated != nil
 	pr.mu.Unlock()
 	if due {
-		go g.promote(pr)
+		go g.verify.promote(pr)
 	}
 }
 
@@ -79,15 +79,14 @@ const (
 
 // approve records the judge's yes for a near-miss of tenant on curatedID.
 func (v *verifier) approve(ctx context.Context, pr *promotion, tenant, curatedID string) {
-	getter, ok := v.g.store.(cache.EntryGetter)
-	if pr == nil || !ok {
+	if pr == nil || v.entries == nil {
 		return
 	}
 	if !pr.upstream {
 		v.refusePromotion(promoteRefusedLookupOnly)
 		return
 	}
-	e, err := getter.GetByID(ctx, curatedID)
+	e, err := v.entries.GetByID(ctx, curatedID)
 	if err != nil {
 		if !errors.Is(err, cache.ErrNotFound) {
 			v.log.Warn("verify-promote", "cache verify: reading the curated entry of an approved near-miss failed", "error", err.Error())
@@ -102,13 +101,13 @@ func (v *verifier) approve(ctx context.Context, pr *promotion, tenant, curatedID
 	due := pr.settled
 	pr.mu.Unlock()
 	if due {
-		v.g.promote(pr)
+		v.promote(pr)
 	}
 }
 
 // promote stores the asked question with the curated answer, once, when
 // the tenant's promotion limits allow.
-func (g *Gateway) promote(pr *promotion) {
+func (v *verifier) promote(pr *promotion) {
 	pr.mu.Lock()
 	if pr.promoted {
 		pr.mu.Unlock()
@@ -117,7 +116,6 @@ func (g *Gateway) promote(pr *promotion) {
 	pr.promoted = true
 	c, e, tenant, stored := pr.curated, *pr.asked.Entry, pr.tenant, pr.stored
 	pr.mu.Unlock()
-	v := g.verify
 	if !stored {
 		v.refusePromotion(promoteRefusedNotStored)
 		return
@@ -131,12 +129,12 @@ func (g *Gateway) promote(pr *promotion) {
 	e.Model, e.Content, e.Reasoning, e.ToolCalls, e.Finish = c.Model, c.Content, c.Reasoning, c.ToolCalls, c.Finish
 	e.Usage, e.Tag, e.Curated, e.Via = c.Usage, c.Tag, false, c.ID
 	e.Created = time.Now()
-	g.backend.Enqueue(cache.Write{Entry: &e, Vec: pr.asked.Vec, TTL: pr.asked.TTL}, func(err error) {
+	v.writes.Enqueue(cache.Write{Entry: &e, Vec: pr.asked.Vec, TTL: pr.asked.TTL}, func(err error) {
 		if err != nil {
 			return // the backend counts and logs dropped writes
 		}
 		v.promoted.Inc()
-		g.log.Info("cache verify: an approved near-miss now answers with a curated entry", "entry", e.ID, "via", c.ID)
+		v.logger.Info("cache verify: an approved near-miss now answers with a curated entry", "entry", e.ID, "via", c.ID)
 	})
 }
 
@@ -152,7 +150,7 @@ func (v *verifier) admitPromotion(tenant string) bool {
 	}
 	if refused != "" {
 		v.refusePromotion(refused)
-		v.g.log.Debug("cache verify: an approved near-miss was not promoted", "tenant", tenant, "reason", refused)
+		v.logger.Debug("cache verify: an approved near-miss was not promoted", "tenant", tenant, "reason", refused)
 		return false
 	}
 	return true

@@ -1,7 +1,6 @@
 package router
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -138,19 +137,10 @@ const reasonPredicted = "predicted_slo"
 // throttles, it reports false and the request goes to a local node.
 func (g *Gateway) trySpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.UpstreamRequest, reason string) bool {
 	s := g.rt.Load().spill
-	if s == nil || (reason == "saturated" && !s.onSat) || (reason == "failed" && !s.onFail) {
+	if !s.takes(x, reason) {
 		return false
 	}
 	soft := reason == reasonPredicted
-	if !x.tenant.spillover {
-		x.spillRefused = true
-		return false
-	}
-	if x.endpoint == adapters.EndpointResponses && !s.responses {
-		s.skipped.Inc() // spillover.responses: false
-		x.spillSkipped = true
-		return false
-	}
 	maxTokens := x.req.MaxTokens
 	if maxTokens == 0 {
 		maxTokens = g.conf().Admission.DefaultMaxTokens
@@ -163,21 +153,14 @@ func (g *Gateway) trySpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.U
 		g.writeError(ctx, errSpillQuota(limit, wait))
 		return true
 	}
-	s.inflight.Add(1)
-	x.slot.hold(nil, s.inflight)
-	x.attempts++
-	span := x.obs.Spillover(ur, s.name, x.attempts)
-	resp, err := s.backend.Send(context.Background(), ur)
-	span.AttemptEnded(resp, err, time.Time{})
+	resp, err := s.send(x, ur)
 	if err != nil {
-		x.slot.release()
+		g.badAnswer(x.id, s.name, err)
 		if soft {
-			g.badAnswer(x.id, s.name, err)
 			g.log.Warn("predicted spill-over failed; trying local nodes", "request_id", x.id, "error", err.Error())
 			return false
 		}
 		g.failFlight(x)
-		g.badAnswer(x.id, s.name, err)
 		g.writeError(ctx, sendError(s.name, err))
 		return true
 	}
@@ -209,4 +192,42 @@ func (g *Gateway) trySpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.U
 	}
 	g.commit(ctx, x, nil, s.backend, resp)
 	return true
+}
+
+// takes reports whether the spill-over s (nil: off) may take x's request
+// for reason: spillover.on names the reason (predicted_slo needs no
+// entry), the tenant may leave (else x.spillRefused), and spill-over
+// serves the endpoint (else x.spillSkipped, counted). The judge does not
+// ask: cache.semantic.verify.spillover decides for it.
+func (s *spillover) takes(x *exchange, reason string) bool {
+	if s == nil || (reason == "saturated" && !s.onSat) || (reason == "failed" && !s.onFail) {
+		return false
+	}
+	if !x.tenant.spillover {
+		x.spillRefused = true
+		return false
+	}
+	if x.endpoint == adapters.EndpointResponses && !s.responses {
+		s.skipped.Inc() // spillover.responses: false
+		x.spillSkipped = true
+		return false
+	}
+	return true
+}
+
+// send sends ur to the hosted API, after its mirrored quota was charged
+// (take), as one more attempt of x, which holds a spill-over slot until
+// it releases x.slot; a failed send releases it. It counts nothing as
+// spilled: a client's request is counted when its answer is passed on.
+func (s *spillover) send(x *exchange, ur *adapters.UpstreamRequest) (*adapters.UpstreamResponse, error) {
+	s.inflight.Add(1)
+	x.slot.hold(nil, s.inflight)
+	x.attempts++
+	span := x.obs.Spillover(ur, s.name, x.attempts)
+	resp, err := s.backend.Send(x.upstreamCtx(), ur)
+	span.AttemptEnded(resp, err, time.Time{})
+	if err != nil {
+		x.slot.release()
+	}
+	return resp, err
 }

@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -12,9 +11,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
-	"frontdoor/adapters"
 	"frontdoor/admission"
-	"frontdoor/balancer"
 	"frontdoor/cache"
 	"frontdoor/internal/telemetry"
 	"frontdoor/router/admin"
@@ -34,14 +31,15 @@ type audit struct {
 // verifier re-checks a share of the semantic hits, and the near-misses,
 // with the judge model, off the request path: they are queued (a full
 // queue drops them), workers take them under max_judge_rps and ask the
-// judge through the pool (and, when allowed, spill-over), never through a
-// tenant's quota. The verdicts on hits estimate the false-hit rate
-// (cache.FalseHits); all verdicts are the evidence that moves thresholds
-// (cache.Evidence) and that keeps an entry judged wrong from serving again.
+// judge through a judgeSender (the gateway: the pool and, when allowed,
+// spill-over), never through a tenant's quota. The verdicts on hits
+// estimate the false-hit rate (cache.FalseHits); all verdicts are the
+// evidence that moves thresholds (cache.Evidence) and that keeps an entry
+// judged wrong from serving again.
 // With the cache in Redis, the evidence, thresholds and entries judged
 // wrong are shared by the replicas (sharedEvidence).
 type verifier struct {
-	g     *Gateway
+	verifierDeps
 	cfg   cache.VerifyConfig
 	queue chan audit
 	rate  *admission.Bucket
@@ -60,17 +58,36 @@ type verifier struct {
 	lastFail        atomic.Int64 // unix ns
 }
 
+// verifierDeps is what the verifier uses of the gateway, each as narrow
+// as it needs.
+type verifierDeps struct {
+	judge   judgeSender       // asks the judge model
+	entries cache.EntryGetter // reads a curated entry; nil: near-misses are never promoted
+	writes  entryWriter       // stores promotions
+	// configured is the semantic threshold configured for tenant and
+	// model (with the tenant's override), before the evidence moves it.
+	configured func(tenant, model string) float64
+	logger     *slog.Logger  // plain lines; log is the rate-limited WARNs
+	entryTTL   time.Duration // the longest an entry lives: the promotion limits' window
+}
+
+// entryWriter stores cache entries off the request path (cache.Backend).
+type entryWriter interface {
+	Enqueue(w cache.Write, done func(error))
+}
+
+var _ entryWriter = (*cache.Backend)(nil)
+
 // judgeWorkers is how many judge calls may be in flight at once.
 const judgeWorkers = 4
 
-func newVerifier(g *Gateway, cfg cache.VerifyConfig, set *metrics.Set, log *slog.Logger, shared *cache.SharedEvidence) *verifier {
-	v := &verifier{g: g, cfg: cfg, queue: make(chan audit, cfg.Queue),
+func newVerifier(d verifierDeps, cfg cache.VerifyConfig, set *metrics.Set, shared *cache.SharedEvidence) *verifier {
+	v := &verifier{verifierDeps: d, cfg: cfg, queue: make(chan audit, cfg.Queue),
 		rate:    admission.NewBucket(cfg.MaxJudgeRPS, max(1, cfg.MaxJudgeRPS)),
-		log:     telemetry.NewRateLog(log, 10*time.Second),
+		log:     telemetry.NewRateLog(d.logger, 10*time.Second),
 		learner: cache.NewLearner(cfg), shared: shared}
 	v.verifyMetrics = newVerifyMetrics(set, func() float64 { return v.evid.Rate().Estimate })
-	c := &g.conf().Cache
-	v.limits = cache.NewPromoteLimits(cfg, max(c.TTL.D(), c.MaxTTL.D()), shared)
+	v.limits = cache.NewPromoteLimits(cfg, d.entryTTL, shared)
 	return v
 }
 
@@ -134,7 +151,7 @@ func (v *verifier) check(ctx context.Context, a audit) {
 		kind = "near_miss"
 	}
 	jctx, cancel := context.WithTimeout(ctx, v.cfg.JudgeTimeout.D())
-	vd, err := v.judge(jctx, a.cached, a.asked)
+	vd, err := v.ask(jctx, a.cached, a.asked)
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -160,7 +177,7 @@ func (v *verifier) check(ctx context.Context, a audit) {
 		v.approve(ctx, a.promote, a.tenant, a.entry)
 	}
 	if vd == cache.VerdictNo {
-		v.g.log.Debug("cache verify: a semantic hit was judged wrong", "entry", a.entry, "tenant", a.tenant,
+		v.logger.Debug("cache verify: a semantic hit was judged wrong", "entry", a.entry, "tenant", a.tenant,
 			"model", a.model, "similarity", a.similarity)
 	}
 	if t := v.cfg.TargetFalseHitRate; t > 0 {
@@ -173,63 +190,14 @@ func (v *verifier) check(ctx context.Context, a audit) {
 	}
 }
 
-var errNoJudge = errors.New("no node serving the judge model took the call")
-
-// judge asks the judge model whether the answer to cachedQ serves askedQ,
-// on the nodes that serve it (a failure before the first byte moves to the
-// next), then on spill-over when allowed.
-func (v *verifier) judge(ctx context.Context, cachedQ, askedQ string) (cache.Verdict, error) {
-	g := v.g
+// ask asks the judge model whether the answer to cachedQ serves askedQ.
+func (v *verifier) ask(ctx context.Context, cachedQ, askedQ string) (cache.Verdict, error) {
 	v.calls.Add(1)
-	id := "judge-" + newRequestID()
-	model, ok := g.pool.Resolve(v.cfg.JudgeModel, id)
-	if !ok {
-		return 0, fmt.Errorf("no node serves the judge model %q", v.cfg.JudgeModel)
-	}
-	ur := &adapters.UpstreamRequest{Endpoint: adapters.EndpointChat, Body: cache.JudgeRequest(model, cachedQ, askedQ), RequestID: id, Model: model}
-	cands, _ := g.pool.PickWith(model, balancer.Hints{})
-	err := errNoJudge
-	tries := 0
-	for _, n := range cands {
-		if tries > g.conf().Balancer.Retries {
-			break
-		}
-		if !n.TryAcquire() {
-			continue
-		}
-		tries++
-		var vd cache.Verdict
-		vd, err = v.ask(ctx, g.backendFor(n), ur)
-		n.Release()
-		if err == nil {
-			g.pool.Report(n, balancer.OutcomeSuccess, 0)
-			return vd, nil
-		}
-		g.pool.Report(n, balancer.OutcomeFailure, 0)
-	}
-	if s := g.rt.Load().spill; s != nil && v.cfg.Spillover {
-		if wait, _ := s.take(len(ur.Body)/4 + 4); wait == 0 {
-			s.inflight.Add(1)
-			defer s.inflight.Add(-1)
-			return v.ask(ctx, s.backend, ur)
-		}
-	}
-	return 0, err
-}
-
-// ask sends the judge request to one backend and reads the verdict.
-func (v *verifier) ask(ctx context.Context, be adapters.Backend, ur *adapters.UpstreamRequest) (cache.Verdict, error) {
-	resp, err := be.Send(ctx, ur)
+	a, err := v.judge.SendJudge(ctx, v.cfg.JudgeModel, func(model string) []byte {
+		return cache.JudgeRequest(model, cachedQ, askedQ)
+	})
 	if err != nil {
 		return 0, err
-	}
-	defer resp.Close()
-	if resp.Status != 200 {
-		return 0, fmt.Errorf("judge answered HTTP %d", resp.Status)
-	}
-	a, err := adapters.ParseAnswer(adapters.EndpointChat, resp.Body)
-	if err != nil {
-		return 0, fmt.Errorf("judge answer: %w", err)
 	}
 	return cache.ParseVerdict(a.Content), nil
 }
@@ -298,17 +266,13 @@ func (v *verifier) learn(a audit, vd cache.Verdict) {
 			v.log.Warn("verify-shared", msgSharedDown, "error", err.Error())
 		}
 	}
-	var tc Tenant
-	if t := v.g.rt.Load().tenants.byName[a.tenant]; t != nil {
-		tc = t.cfg
-	}
 	from, to, set := v.learner.Learn(a.tenant, a.model, a.entry, a.similarity, wrong,
-		semanticThreshold(v.g.conf().Cache.Semantic, tc, a.model), shared)
+		v.configured(a.tenant, a.model), shared)
 	if !set {
 		return
 	}
 	if to != from {
-		v.g.log.Info("cache verify: semantic threshold moved", "tenant", a.tenant, "model", a.model,
+		v.logger.Info("cache verify: semantic threshold moved", "tenant", a.tenant, "model", a.model,
 			"from", round3(from), "to", round3(to))
 		v.evid.Moved(a.tenant, a.model)
 	}
