@@ -111,7 +111,7 @@ func TestDefaultBodyBoundsOverHTTP(t *testing.T) {
 // /status; once the first is done the next goes through. A body costing
 // more than the whole budget is a 413 at once.
 func TestParseBudgetOverHTTP(t *testing.T) {
-	s := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT, c.ITL = 1500*time.Millisecond, 0 })
+	s := testenv.GPUSim(t, func(c *sim.Config) { c.TTFT, c.ITL = 3*time.Second, 0 }) // the first request holds the budget this long
 	cfg := testConfig(s)
 	cfg.Limits.MaxBodyBytes = 64 << 10
 	cfg.Limits.ParseBudgetBytes = 4 * 64 << 10 // 256 KiB: one 40 KB prompt (about 160 KiB) at a time
