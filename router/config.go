@@ -339,7 +339,12 @@ func (c *Config) EnvVars() []EnvRef {
 			out = append(out, EnvRef{path, name})
 		}
 	}
-	add("admin.token_env", c.Admin.TokenEnv)
+	// The default admin.token_env unset means no admin token, so no admin
+	// surface on the main listener: a choice, not a missing key. A config
+	// that names another variable asks for one.
+	if c.Admin.TokenEnv != DefaultConfig().Admin.TokenEnv {
+		add("admin.token_env", c.Admin.TokenEnv)
+	}
 	if c.Cache.Backend == "redis" || c.Admission.Backend == "redis" {
 		add("redis.password_env", c.Redis.PasswordEnv)
 	}

@@ -221,3 +221,25 @@ func TestCheckConfigSummary(t *testing.T) {
 		t.Errorf("exit %d: %s%s", code, out.String(), errOut.String())
 	}
 }
+
+// The starter config passes --strict as shipped, with no variable set, and
+// an unset admin token is no warning unless the config names its own
+// variable for it.
+func TestStarterConfigNeedsNoSetup(t *testing.T) {
+	for _, name := range []string{"FRONTDOOR_ADMIN_TOKEN", "FD_TEST_OWN_ADMIN_TOKEN"} {
+		t.Setenv(name, "")
+		os.Unsetenv(name)
+	}
+	var out, errOut bytes.Buffer
+	if code := run([]string{"check-config", "--strict", "--config", "../../deploy/examples/minimal.yaml"}, &out, &errOut); code != 0 || errOut.Len() != 0 {
+		t.Fatalf("minimal.yaml: exit %d: %s%s", code, out.String(), errOut.String())
+	}
+	own := filepath.Join(t.TempDir(), "own.yaml")
+	if err := os.WriteFile(own, []byte(validBase+"admin: {token_env: FD_TEST_OWN_ADMIN_TOKEN}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	errOut.Reset()
+	if code := run([]string{"check-config", "--config", own}, &out, &errOut); code != 0 || !strings.Contains(errOut.String(), "warning: admin.token_env: environment variable FD_TEST_OWN_ADMIN_TOKEN is not set") {
+		t.Fatalf("a config naming its own token variable: exit %d: %s", code, errOut.String())
+	}
+}
