@@ -8,6 +8,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"frontdoor/internal/suggest"
 )
 
 // newFlags is the flag set of subcommand name; synopsis ("serve --config
@@ -74,38 +76,13 @@ func (o *optionalFloat) Set(s string) error {
 // commands are frontdoor's subcommands, for the suggestion after a typo.
 var commands = []string{"serve", "demo", "check-config", "healthcheck", "warm", "cache", "calibrate", "version", "help"}
 
-// suggestCommand is the subcommand name is most likely a typo of (a
-// prefix of it, or at most two edits away), "" when none is close.
+// suggestCommand is the subcommand name is most likely a typo of (one it
+// begins, or one a few edits away), "" when none is close.
 func suggestCommand(name string) string {
-	best, bestDist := "", 3
 	for _, c := range commands {
 		if len(name) >= 2 && strings.HasPrefix(c, name) {
 			return c
 		}
-		if d := editDistance(name, c); d < bestDist {
-			best, bestDist = c, d
-		}
 	}
-	return best
-}
-
-// editDistance is the Levenshtein distance of a and b (bytes).
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return suggest.Nearest(name, commands)
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"frontdoor/internal/suggest"
 )
 
 // Decode decodes data over v, a pointer to a struct whose yaml tags name
@@ -104,7 +106,7 @@ func rewrite(err error, root *yaml.Node, schema reflect.Type, removed map[string
 				} else if f != nil {
 					// Name the YAML key, never the Go type.
 					msg = "unknown key " + strconv.Quote(f[1])
-					if near := nearest(f[1], knownKeys(schema, p)); near != "" {
+					if near := suggest.Nearest(f[1], knownKeys(schema, p)); near != "" {
 						msg += " (did you mean `" + near + "`?)"
 					}
 				}

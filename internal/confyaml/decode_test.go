@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+
+	"frontdoor/internal/suggest"
 )
 
 type node struct {
@@ -114,16 +116,16 @@ func TestNearest(t *testing.T) {
 		"":                "",
 		"max_concurrency": "max_concurrency",
 	} {
-		if got := nearest(word, keys); got != want {
-			t.Errorf("nearest(%q) = %q, want %q", word, got, want)
+		if got := suggest.Nearest(word, keys); got != want {
+			t.Errorf("Nearest(%q) = %q, want %q", word, got, want)
 		}
 	}
 	for _, tc := range []struct {
 		a, b string
 		d    int
 	}{{"", "abc", 3}, {"abc", "abc", 0}, {"ab", "ba", 1}, {"kitten", "sitting", 3}} {
-		if d := editDistance(tc.a, tc.b); d != tc.d {
-			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, d, tc.d)
+		if d := suggest.Distance(tc.a, tc.b); d != tc.d {
+			t.Errorf("suggest.Distance(%q, %q) = %d, want %d", tc.a, tc.b, d, tc.d)
 		}
 	}
 }

@@ -75,42 +75,6 @@ func fieldByKey(st reflect.Type, key string) (reflect.StructField, bool) {
 	return reflect.StructField{}, false
 }
 
-// nearest returns the candidate closest to word by edit distance, when it
-// is close enough to be a likely misspelling; else "".
-func nearest(word string, candidates []string) string {
-	best, bestD := "", len(word)/3+2
-	for _, c := range candidates {
-		if d := editDistance(word, c); d < bestD {
-			best, bestD = c, d
-		}
-	}
-	return best
-}
-
-// editDistance is the Levenshtein distance of a and b, with a
-// transposition counted as one edit.
-func editDistance(a, b string) int {
-	prev2, prev, cur := make([]int, len(b)+1), make([]int, len(b)+1), make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				cur[j] = min(cur[j], prev2[j-2]+1)
-			}
-		}
-		prev2, prev, cur = prev, cur, prev2
-	}
-	return prev[len(b)]
-}
-
 // SchemaKeys lists the YAML path of every key the yaml tags of schema (a
 // struct type) allow, a list's items as "[]" ("nodes[].url"). A map, or a
 // type that decodes itself (yaml.Unmarshaler), is one key: its contents
