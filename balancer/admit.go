@@ -45,6 +45,9 @@ func (n *Node) admit(now int64) verdict {
 func (p *Pool) AnyUsable(model string) bool {
 	now := p.nowNanos()
 	for _, n := range p.set.Load().byModel[model] {
+		if n.mismatched(model) {
+			continue
+		}
 		if v := n.admit(now); v == admitOK || v == admitFull || v == admitEjected {
 			return true
 		}
@@ -103,6 +106,9 @@ func (p *Pool) hasSlot(model string) bool {
 	now := p.nowNanos()
 	ejected, full := false, false
 	for _, n := range p.set.Load().byModel[model] {
+		if n.mismatched(model) {
+			continue
+		}
 		switch n.admit(now) {
 		case admitOK:
 			return true

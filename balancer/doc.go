@@ -30,7 +30,11 @@
 // Health: an active probe of health_url every health_interval (health_failures
 // failed probes in a row mark a node that has passed one unhealthy, the
 // first failure one that never has; one good probe restores it), plus passive health: a failure reported while the node has nothing
-// else in flight marks it unhealthy until the next probe.
+// else in flight marks it unhealthy until the next probe. After each probe
+// that passes, the engine's own model list (/v1/models; TGI: /info) is read:
+// a configured model it does not list takes the node out for that model
+// only (ModelMismatch; not on TGI, which ignores the name). A node whose
+// list cannot be read is not checked.
 //
 // # Filters
 //

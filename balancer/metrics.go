@@ -2,6 +2,7 @@ package balancer
 
 import (
 	"math"
+	"slices"
 
 	"github.com/VictoriaMetrics/metrics"
 
@@ -22,6 +23,8 @@ var (
 		"Time to first token of streamed answers, by node.")
 	nodePredictedTTFTFamily = telemetry.NewFamily("frontdoor_node_predicted_ttft_seconds",
 		"The TTFT predictor's last known prediction for a node (NaN until it has enough observations).")
+	nodeModelMismatchFamily = telemetry.NewFamily("frontdoor_node_model_mismatch",
+		"1 while a node's engine does not list a model the node is configured with (its /v1/models, TGI's /info): the node gets no requests for that model (TGI, which ignores the name, still does); 0 otherwise.")
 	predictionErrorFamily = telemetry.NewFamily("frontdoor_ttft_prediction_error_seconds",
 		"Absolute error of the TTFT predictor, |predicted - measured|, over streamed answers with a known prediction.")
 	sessionsFamily = telemetry.NewFamily("frontdoor_balancer_sessions_total",
@@ -102,6 +105,19 @@ func (p *Pool) registerNodeLocked(n *Node) {
 		}
 		return math.NaN()
 	}, "node", name)
+	for _, model := range n.cfg.Models {
+		nodeModelMismatchFamily.GetOrCreateGauge(set, func() float64 {
+			if m := p.Node(name); m != nil {
+				if c := m.served.Load(); c != nil {
+					if _, miss := c.missing[model]; miss {
+						return 1
+					}
+				}
+			}
+			return 0
+		}, "node", name, "model", model)
+	}
+	p.mismatchSeriesLocked(name, n.cfg.Models)
 }
 
 // namedAll returns the node in service called name and any retiring ones.
@@ -140,4 +156,22 @@ func (p *Pool) unregisterNodeLocked(name string) {
 	}
 	p.mset.UnregisterMetric(nodeTTFTFamily.Series("node", name))
 	p.mset.UnregisterMetric(nodePredictedTTFTFamily.Series("node", name))
+	for _, m := range p.mismatchSeries[name] {
+		p.mset.UnregisterMetric(nodeModelMismatchFamily.Series("node", name, "model", m))
+	}
+	delete(p.mismatchSeries, name)
+}
+
+// mismatchSeriesLocked adds models to node name's model-mismatch series,
+// dropped when the node goes. A model a reload took off a node that stays
+// keeps its series, at 0.
+func (p *Pool) mismatchSeriesLocked(name string, models []string) {
+	if p.mismatchSeries == nil {
+		p.mismatchSeries = map[string][]string{}
+	}
+	for _, m := range models {
+		if !slices.Contains(p.mismatchSeries[name], m) {
+			p.mismatchSeries[name] = append(p.mismatchSeries[name], m)
+		}
+	}
 }

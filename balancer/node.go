@@ -24,6 +24,9 @@ type Node struct {
 	entry      string // the discover entry it came from, or ""
 	// The URLs as shown and logged: user information masked.
 	shownURL, shownHealthURL, shownMetricsURL string
+	// Where the engine lists its models ("" for kind openai), as shown,
+	// and the Authorization header it needs ("" none).
+	modelsURL, shownModelsURL, modelsAuth string
 
 	inflight  atomic.Int64
 	healthy   atomic.Bool
@@ -41,12 +44,13 @@ type Node struct {
 	prefixHits atomic.Uint64                 // float64 bits: the engine's prefix-cache hit rate over the last scrape interval with queries; 0 bits = unknown
 	tpot       ewma                          // seconds per output token
 	pred       ttftModel                     // the TTFT predictor (predict.go)
+	served     atomic.Pointer[servedCheck]   // the last models check; nil: not checked (served.go)
 
 	requests [3]atomic.Uint64 // by Outcome
 	mReq     [3]atomic.Pointer[metrics.Counter]
 	mTTFT    atomic.Pointer[metrics.PrometheusHistogram]
 
-	mu         sync.Mutex // guards br, ej, scrapeErr, probeErr, probeFails, probedOK, downLogged, downQuiet, downInLog
+	mu         sync.Mutex // guards br, ej, scrapeErr, probeErr, probeFails, probedOK, downLogged, downQuiet, downInLog, modelsNoted
 	br         breaker
 	ej         ejection
 	scrapeErr  string
@@ -56,6 +60,8 @@ type Node struct {
 	downLogged time.Time // when the last "node unhealthy" line was written
 	downQuiet  int       // times it turned unhealthy since, not logged
 	downInLog  bool      // its current outage was logged
+	// modelsNoted: that its models endpoint gives no list was logged.
+	modelsNoted bool
 }
 
 // Name returns the node's configured name.

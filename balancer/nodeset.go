@@ -175,6 +175,9 @@ func (p *Pool) newNode(nc NodeConfig, entry string) *Node {
 		n.metricsURL = serverRoot(nc.URL) + "/metrics"
 	}
 	n.shownURL, n.shownHealthURL, n.shownMetricsURL = redact.URL(nc.URL), redact.URL(n.healthURL), redact.URL(n.metricsURL)
+	if n.modelsURL = modelsURL(nc, n.kind); n.modelsURL != "" {
+		n.shownModelsURL, n.modelsAuth = redact.URL(n.modelsURL), modelsAuthFor(nc)
+	}
 	n.healthy.Store(true)
 	for _, m := range nc.Models {
 		n.models[m] = true
@@ -183,8 +186,12 @@ func (p *Pool) newNode(nc NodeConfig, entry string) *Node {
 }
 
 // inherit carries over what stays true of a node whose entry changed: its
-// health, an operator's drain, and its latency averages.
+// health, an operator's drain, its latency averages and, at the same
+// address, what its engine serves (checked against the new models).
 func (n *Node) inherit(old *Node) {
+	if c := old.served.Load(); c != nil && n.modelsURL == old.modelsURL {
+		n.served.Store(&servedCheck{served: c.served, missing: compareServed(n.cfg.Models, c.served), enforce: c.enforce})
+	}
 	n.healthy.Store(old.healthy.Load())
 	n.drained.Store(old.drained.Load())
 	n.ttft.bits.Store(old.ttft.bits.Load())

@@ -94,7 +94,9 @@ type Pool struct {
 	runCtx   context.Context
 	stopped  bool
 	loops    map[any]context.CancelFunc // *Node or a discovery key
-	wg       sync.WaitGroup
+	// mismatchSeries is each node name's frontdoor_node_model_mismatch models.
+	mismatchSeries map[string][]string
+	wg             sync.WaitGroup
 
 	predErr atomic.Pointer[metrics.PrometheusHistogram] // frontdoor_ttft_prediction_error_seconds; nil until RegisterMetrics
 }

@@ -31,7 +31,8 @@ func (p *Pool) Pick(model string, affinity uint64) (out []*Node, served bool) {
 // first; retries walk down the list. served reports whether any node
 // serves the model at all (full or not).
 //
-// Filters: healthy, not drained, below max_concurrency, breaker not open
+// Filters: serving the model by its engine's own list (ModelMismatch),
+// healthy, not drained, below max_concurrency, breaker not open
 // (half-open: a trial slot free), not ejected. Ejected nodes are used only
 // when every other node serving the model is down, drained, cut off or
 // ejected too (never while another is merely full): ejection sheds load, it
@@ -56,6 +57,9 @@ func (p *Pool) PickWith(model string, h Hints) (out []*Node, served bool) {
 	ejected, full := 0, 0
 	for i := range all {
 		n := all[(start+i)%len(all)]
+		if n.mismatched(model) {
+			continue
+		}
 		switch n.admit(now) {
 		case admitOK:
 			out = append(out, n)
@@ -70,7 +74,7 @@ func (p *Pool) PickWith(model string, h Hints) (out []*Node, served bool) {
 	if len(out) == 0 && ejected > 0 && full == 0 {
 		for i := range all {
 			n := all[(start+i)%len(all)]
-			if n.admitIgnoringEjection(now) {
+			if !n.mismatched(model) && n.admitIgnoringEjection(now) {
 				out = append(out, n)
 			}
 		}

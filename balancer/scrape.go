@@ -404,7 +404,8 @@ func (n *Node) PrefixCacheHitRate() (rate float64, ok bool) {
 	return math.Float64frombits(b) - 1, true
 }
 
-// probe asks the node's health endpoint; 200 is healthy. A node that has
+// probe asks the node's health endpoint; 200 is healthy. A node that
+// passes is then asked which models it serves (served.go). A node that has
 // passed a probe is marked unhealthy after health_failures failed probes in
 // a row (one that never has, at its first failure), healthy again after
 // one good one. It reports whether the node is healthy now.
@@ -450,6 +451,9 @@ func (p *Pool) probe(n *Node) bool {
 		p.log.Warn("node unhealthy: its health probe failed; it gets no requests until a probe passes",
 			"node", n.cfg.Name, "failed_probes", fails, "times_unhealthy_since_last_line", quiet, "error", probeErr)
 	}
+	if ok {
+		p.checkModels(n)
+	}
 	return ok
 }
 
@@ -457,13 +461,25 @@ func (p *Pool) probe(n *Node) bool {
 // Errors name shown, the URL with its user information masked (fasthttp
 // sends that information as basic auth).
 func (p *Pool) get(url, shown string, interval time.Duration, read func([]byte) error) error {
+	return p.fetch(url, shown, interval, "", nil, read)
+}
+
+// fetch is get with an Authorization header (auth, "" none), storing the
+// answer's status in *status (0 when there was none) if status is not nil.
+func (p *Pool) fetch(url, shown string, interval time.Duration, auth string, status *int, read func([]byte) error) error {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.SetRequestURI(url)
+	if auth != "" {
+		req.Header.Set(fasthttp.HeaderAuthorization, auth)
+	}
 	timeout := min(interval, 2*time.Second)
 	if err := p.client.DoTimeout(req, resp, timeout); err != nil {
 		return fmt.Errorf("GET %s: %w", shown, err)
+	}
+	if status != nil {
+		*status = resp.StatusCode()
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {
 		return fmt.Errorf("GET %s: status %d", shown, resp.StatusCode())

@@ -43,7 +43,13 @@ type NodeStatus struct {
 	Ejection       EjectionStatus    `json:"ejection"`
 	Requests       map[string]uint64 `json:"requests"` // by outcome
 	ProbeError     string            `json:"probe_error,omitempty"`
-	DiscoveredBy   string            `json:"discovered_by,omitempty"` // the discover entry it came from
+	// ServedModels is what the node's engine lists (/v1/models, TGI's
+	// /info) at the last probe; absent when it was not checked.
+	ServedModels []string `json:"served_models,omitempty"`
+	// ModelMismatch lists the configured models the engine does not
+	// serve: the node gets no requests for them (but on TGI).
+	ModelMismatch []ModelMismatch `json:"model_mismatch,omitempty"`
+	DiscoveredBy  string          `json:"discovered_by,omitempty"` // the discover entry it came from
 }
 
 // MetricsStatus is the last scrape of a node's engine metrics. A null
@@ -147,6 +153,7 @@ func (p *Pool) Status() []NodeStatus {
 		br, ej := n.br, n.ej
 		n.mu.Unlock()
 		st.ProbeError = probeErr
+		st.ServedModels, st.ModelMismatch = p.mismatches(n)
 		if m := n.scraped.Load(); m != nil || scrapeErr != "" {
 			ms := &MetricsStatus{Error: scrapeErr, Stale: true}
 			if m != nil {

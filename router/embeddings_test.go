@@ -24,7 +24,7 @@ import (
 // globex.
 func embeddingsGateway(t *testing.T, backend string, mutate func(*Config)) (*testGateway, *sim.Server) {
 	t.Helper()
-	s := testenv.GPUSim(t, func(c *sim.Config) { c.EmbeddingDims = 64 })
+	s := testenv.GPUSim(t, func(c *sim.Config) { c.EmbeddingDims, c.Models = 64, []string{"qwen3-8b", "bge-m3"} })
 	cfg := testConfig(s)
 	cfg.Nodes[0].Models = []string{"qwen3-8b", "bge-m3"}
 	cfg.Cache.Backend = backend
@@ -347,9 +347,9 @@ func TestEmbeddingsTenantsHeadersAndRetries(t *testing.T) {
 	}
 
 	// Two nodes, the first failing: the second answers, after a retry.
-	bad := testenv.GPUSim(t, func(c *sim.Config) { c.EmbeddingDims = 64 })
+	bad := testenv.GPUSim(t, func(c *sim.Config) { c.EmbeddingDims, c.Models = 64, []string{"bge-m3"} })
 	bad.SetFailRate(1)
-	good := testenv.GPUSim(t, func(c *sim.Config) { c.EmbeddingDims = 64 })
+	good := testenv.GPUSim(t, func(c *sim.Config) { c.EmbeddingDims, c.Models = 64, []string{"bge-m3"} })
 	cfg := testConfig(bad, good)
 	for i := range cfg.Nodes {
 		cfg.Nodes[i].Models = []string{"bge-m3"}

@@ -299,6 +299,13 @@ func (g *Gateway) noAnswer(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.U
 // attempt's error, or why there was none.
 func (g *Gateway) noNodeError(x *exchange, st *attempts) *adapters.APIError {
 	lastErr := st.lastErr
+	if lastErr == nil && x.attempts == 0 {
+		if msg, ok := g.pool.ModelMismatch(x.model); ok {
+			// Every node configured for the model lists other names: its
+			// 404 would hide a configuration mistake.
+			return &adapters.APIError{Status: 503, Type: adapters.TypeUnavailable, Code: "model_not_served", Message: msg}
+		}
+	}
 	switch {
 	case x.spillRefused:
 		lastErr = adapters.Unavailable("no local capacity for "+x.model+", and this tenant's traffic may not leave for the hosted API; retry shortly", 1)

@@ -37,6 +37,10 @@ func newPathNode(t *testing.T, status int) *pathNode {
 		if r.URL.Path == "/health" || r.URL.Path == "/metrics" {
 			return
 		}
+		if r.URL.Path == "/v1/models" { // the served-models check: it serves any model
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
 		b, _ := io.ReadAll(r.Body)
 		n.mu.Lock()
 		n.got = append(n.got, seenRequest{r.URL.RequestURI(), r.Header.Get("Content-Type"), r.Header.Get("X-Request-Id"), b})

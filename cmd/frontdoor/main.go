@@ -17,6 +17,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"frontdoor/balancer"
 	"frontdoor/internal/buildinfo"
 	"frontdoor/internal/telemetry"
 	"frontdoor/router"
@@ -35,9 +36,11 @@ Usage:
                                         OpenAI-compatible /v1/embeddings
       --warm FILE                       warm the cache from FILE at start
       --ttft DURATION, --itl DURATION   simulated time to first token (150ms), between tokens (25ms)
-  frontdoor check-config --config FILE [--strict]
+  frontdoor check-config --config FILE [--strict] [--probe]
                                         validate a config file and report every problem;
-                                        --strict: an unset *_env variable is a problem too
+                                        --strict: an unset *_env variable is a problem too;
+                                        --probe: reach every node, and check the models its
+                                        engine serves against its models:
   frontdoor warm FILE... --target URL   warm the cache of a running gateway (see frontdoor warm -h)
   frontdoor cache export --target URL   write the most-hit entries as a JSONL to warm from
   frontdoor calibrate --pairs FILE [--config FILE] [--max-false 0.01]
@@ -96,31 +99,32 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// configFlags parses --config (and --strict, for check-config). done:
-// exit with code (--help, or a bad or missing flag).
-func configFlags(name string, args []string, stdout, stderr io.Writer, withStrict bool) (path string, strict bool, code int, done bool) {
+// configFlags parses --config (and --strict and --probe, for
+// check-config). done: exit with code (--help, or a bad or missing flag).
+func configFlags(name string, args []string, stdout, stderr io.Writer, withStrict bool) (path string, strict, probe bool, code int, done bool) {
 	synopsis := name + " --config FILE"
 	if withStrict {
-		synopsis += " [--strict]"
+		synopsis += " [--strict] [--probe]"
 	}
 	fs := newFlags(name, synopsis, stderr)
 	p := fs.String("config", "", "config file (YAML)")
-	var st *bool
+	var st, pr *bool
 	if withStrict {
 		st = fs.Bool("strict", false, "treat warnings (an unset *_env variable) as problems")
+		pr = fs.Bool("probe", false, "also reach every node: its health endpoint, and the models its engine serves\n(/v1/models, TGI's /info) against its models:")
 	}
 	if code, done := parseFlags(fs, stdout, func() error { return fs.Parse(args) }); done {
-		return "", false, code, true
+		return "", false, false, code, true
 	}
 	if *p == "" {
 		fmt.Fprintf(stderr, "frontdoor %s: --config FILE is required\n", name)
-		return "", false, 2, true
+		return "", false, false, 2, true
 	}
-	return *p, st != nil && *st, 0, false
+	return *p, st != nil && *st, pr != nil && *pr, 0, false
 }
 
 func cmdCheckConfig(args []string, stdout, stderr io.Writer) int {
-	path, strict, code, done := configFlags("check-config", args, stdout, stderr, true)
+	path, strict, probe, code, done := configFlags("check-config", args, stdout, stderr, true)
 	if done {
 		return code
 	}
@@ -147,6 +151,10 @@ func cmdCheckConfig(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
+	if probe && len(problems) == 0 {
+		p, w := probeNodes(cfg)
+		problems, warnings = append(problems, p...), append(warnings, w...)
+	}
 	for _, w := range warnings {
 		fmt.Fprintln(stderr, "warning: "+w)
 	}
@@ -157,13 +165,31 @@ func cmdCheckConfig(args []string, stdout, stderr io.Writer) int {
 		}
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s: ok (%s, %s, cache %s, admission %s)\n",
-		path, plural(len(cfg.Nodes), "node"), plural(len(cfg.Tenants), "tenant"), cfg.Cache.Backend, cfg.Admission.Backend)
+	probed := ""
+	if probe {
+		probed = ", nodes probed"
+	}
+	fmt.Fprintf(stdout, "%s: ok (%s, %s, cache %s, admission %s%s)\n",
+		path, plural(len(cfg.Nodes), "node"), plural(len(cfg.Tenants), "tenant"), cfg.Cache.Backend, cfg.Admission.Backend, probed)
 	return 0
 }
 
+// probeNodes is check-config --probe: each node's health, and the models
+// its engine serves against its models:, as serve checks them at start.
+func probeNodes(cfg router.Config) (problems, warnings []string) {
+	pool, err := balancer.New(cfg.Balancer, cfg.Nodes, cfg.Models)
+	if err != nil {
+		return []string{"nodes: " + err.Error()}, nil
+	}
+	for _, r := range pool.CheckNodes() {
+		problems = append(problems, r.Problems...)
+		warnings = append(warnings, r.Notes...)
+	}
+	return problems, warnings
+}
+
 func cmdServe(args []string, stdout, stderr io.Writer) int {
-	path, _, code, done := configFlags("serve", args, stdout, stderr, false)
+	path, _, _, code, done := configFlags("serve", args, stdout, stderr, false)
 	if done {
 		return code
 	}

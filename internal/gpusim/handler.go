@@ -42,7 +42,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 
 	now := time.Now()
-	s.rec.record(ctx, now)
+	if string(path) != "/v1/models" || string(method) != fasthttp.MethodGet {
+		s.rec.record(ctx, now)
+	}
 	switch string(path) {
 	case "/v1/chat/completions":
 		if s.allowMethod(ctx, method, fasthttp.MethodPost) {

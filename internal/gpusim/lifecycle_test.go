@@ -172,7 +172,7 @@ func TestFaultsHealthAndRecording(t *testing.T) {
 	}
 	// The ring keeps the last 256.
 	for i := range recordCap + 10 {
-		doReq(t, c, "GET", s.URL()+"/v1/models", "", map[string]string{"X-N": strings.Repeat("n", i%3+1)})
+		doReq(t, c, "GET", s.URL()+"/v1/unknown", "", map[string]string{"X-N": strings.Repeat("n", i%3+1)})
 	}
 	if recs := s.Requests(); len(recs) != recordCap || recs[len(recs)-1].Header["X-N"] != strings.Repeat("n", (recordCap+9)%3+1) {
 		t.Errorf("ring: %d records", len(recs))

@@ -318,7 +318,8 @@ func (s *Server) Stats() Stats {
 }
 
 // Requests returns the last 256 requests received, oldest first. Every path
-// is recorded except GET /health and GET /metrics.
+// is recorded except GET /health, GET /metrics and GET /v1/models, which a
+// gateway polls.
 func (s *Server) Requests() []RecordedRequest { return s.rec.snapshot() }
 
 // ResetRecorded forgets the recorded requests.
