@@ -134,6 +134,7 @@ func parseUsage(u *fastjson.Value, dst *Usage) {
 	if dst.TotalTokens == 0 {
 		dst.TotalTokens = dst.PromptTokens + dst.CompletionTokens
 	}
+	dst.CachedTokens = u.GetInt("prompt_tokens_details", "cached_tokens")
 }
 
 // Reasons an Assembler gives no answer; each wraps ErrNotAssembled.
@@ -483,7 +484,9 @@ func appendUsage(dst []byte, u Usage) []byte {
 	dst = strconv.AppendInt(dst, int64(u.CompletionTokens), 10)
 	dst = append(dst, `,"total_tokens":`...)
 	dst = strconv.AppendInt(dst, int64(u.TotalTokens), 10)
-	return append(dst, '}')
+	dst = append(dst, `,"prompt_tokens_details":{"cached_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(u.CachedTokens), 10)
+	return append(dst, "}}"...)
 }
 
 // StreamEvents renders a as a complete SSE stream: a role chunk, the text

@@ -52,9 +52,9 @@ func TestAnswerRoundTrips(t *testing.T) {
 	calls := json.RawMessage(`[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]`)
 	for _, a := range []*Answer{
 		{Model: "m", Content: "Paris is the capital of France.", Finish: "stop", Usage: Usage{PromptTokens: 5, CompletionTokens: 7, TotalTokens: 12}},
-		{Model: "m", Content: "巴黎是法国的首都。", Reasoning: "用户问首都", Finish: "stop", Usage: Usage{1, 2, 3}},
-		{Model: "m", ToolCalls: calls, Finish: "tool_calls", Usage: Usage{1, 2, 3}},
-		{Model: "m", Content: "line one\nline \"two\"\t", Finish: "length", Usage: Usage{1, 2, 3}},
+		{Model: "m", Content: "巴黎是法国的首都。", Reasoning: "用户问首都", Finish: "stop", Usage: Usage{1, 2, 3, 1}},
+		{Model: "m", ToolCalls: calls, Finish: "tool_calls", Usage: Usage{1, 2, 3, 0}},
+		{Model: "m", Content: "line one\nline \"two\"\t", Finish: "length", Usage: Usage{1, 2, 3, 0}},
 	} {
 		got, events := replay(t, EndpointChat, a, true)
 		if got.Content != a.Content || got.Reasoning != a.Reasoning || got.Finish != a.Finish || got.Usage != a.Usage || got.Model != a.Model {
@@ -76,7 +76,7 @@ func TestAnswerRoundTrips(t *testing.T) {
 			t.Fatalf("not a chat.completion: %v %s", err, body)
 		}
 	}
-	a := &Answer{Model: "m", Content: "once upon a time", Finish: "stop", Usage: Usage{1, 4, 5}}
+	a := &Answer{Model: "m", Content: "once upon a time", Finish: "stop", Usage: Usage{1, 4, 5, 0}}
 	if got, _ := replay(t, EndpointCompletion, a, false); got.Content != a.Content || got.Finish != "stop" {
 		t.Fatalf("completion stream round trip: %+v", got)
 	}
@@ -153,7 +153,7 @@ func TestAssemblerRefusesIncompleteStreams(t *testing.T) {
 // An event stream sent for a non-streaming request becomes the JSON answer
 // asked for, when it is whole and clean.
 func TestStreamToJSON(t *testing.T) {
-	a := &Answer{Model: "m", Content: "Paris.", Reasoning: "capital", Finish: "stop", Usage: Usage{1, 2, 3}}
+	a := &Answer{Model: "m", Content: "Paris.", Reasoning: "capital", Finish: "stop", Usage: Usage{1, 2, 3, 0}}
 	var stream bytes.Buffer
 	for _, ev := range StreamEvents(EndpointChat, "chatcmpl-7", 1700000000, a, 1, true) {
 		stream.Write(ev)
@@ -219,9 +219,9 @@ func jsonEqual(a, b []byte) bool {
 }
 
 func TestParseUsage(t *testing.T) {
-	body := []byte(`{"id":"x","choices":[{"message":{"content":"the \"usage\": {not this}"}}],"usage": {"prompt_tokens":5,"completion_tokens":7,"total_tokens":12,"prompt_tokens_details":{"cached_tokens":0}}}`)
+	body := []byte(`{"id":"x","choices":[{"message":{"content":"the \"usage\": {not this}"}}],"usage": {"prompt_tokens":5,"completion_tokens":7,"total_tokens":12,"prompt_tokens_details":{"cached_tokens":3}}}`)
 	u, ok := ParseUsage(body)
-	if !ok || u != (Usage{5, 7, 12}) {
+	if !ok || u != (Usage{5, 7, 12, 3}) {
 		t.Fatalf("usage %+v ok=%v", u, ok)
 	}
 	for _, b := range []string{`{"choices":[]}`, `{"usage":null}`, `{"usage":{"prompt_tokens":`} {

@@ -186,7 +186,9 @@ func EncodeFloat32s(v []float32) []byte {
 }
 
 // AppendEmbeddingsJSON renders an embeddings answer: vectors in order,
-// data[i].index = i, as numbers or (asBase64) base64 strings, and usage.
+// data[i].index = i, as numbers or (asBase64) base64 strings, and usage
+// (with prompt_tokens_details.cached_tokens, which OpenAI's embeddings
+// usage lacks and the SDKs read as an extra field).
 func AppendEmbeddingsJSON(dst []byte, model string, vectors []Embedding, asBase64 bool, usage Usage) []byte {
 	dst = append(dst, `{"object":"list","data":[`...)
 	for i, e := range vectors {
@@ -221,5 +223,7 @@ func AppendEmbeddingsJSON(dst []byte, model string, vectors []Embedding, asBase6
 	dst = strconv.AppendInt(dst, int64(usage.PromptTokens), 10)
 	dst = append(dst, `,"total_tokens":`...)
 	dst = strconv.AppendInt(dst, int64(usage.TotalTokens), 10)
-	return append(dst, "}}"...)
+	dst = append(dst, `,"prompt_tokens_details":{"cached_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(usage.CachedTokens), 10)
+	return append(dst, "}}}"...)
 }

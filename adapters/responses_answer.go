@@ -93,6 +93,7 @@ func responseUsage(u *fastjson.Value, dst *Usage) bool {
 	if dst.TotalTokens == 0 {
 		dst.TotalTokens = dst.PromptTokens + dst.CompletionTokens
 	}
+	dst.CachedTokens = u.GetInt("input_tokens_details", "cached_tokens")
 	return true
 }
 

@@ -94,7 +94,9 @@ func appendOutputText(dst []byte, text string) []byte {
 func appendResponseUsage(dst []byte, u Usage) []byte {
 	dst = append(dst, `{"input_tokens":`...)
 	dst = strconv.AppendInt(dst, int64(u.PromptTokens), 10)
-	dst = append(dst, `,"input_tokens_details":{"cached_tokens":0},"output_tokens":`...)
+	dst = append(dst, `,"input_tokens_details":{"cached_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(u.CachedTokens), 10)
+	dst = append(dst, `},"output_tokens":`...)
 	dst = strconv.AppendInt(dst, int64(u.CompletionTokens), 10)
 	dst = append(dst, `,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":`...)
 	dst = strconv.AppendInt(dst, int64(u.TotalTokens), 10)

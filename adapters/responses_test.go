@@ -86,10 +86,10 @@ func TestContinueInlinesThePredecessor(t *testing.T) {
 
 // replayCases are answers a replay must give back exactly.
 var replayCases = []*Answer{
-	{Model: "m", Content: "one two three four five", Finish: "stop", Usage: Usage{3, 5, 8}},
-	{Model: "m", Content: "中文回答，没有空格。\n\"quoted\" \\ and \t tabs", Reasoning: "think first", Finish: "stop", Usage: Usage{1, 2, 3}},
-	{Model: "m/with/slashes", Content: "cut short", Finish: "length", Usage: Usage{4, 2, 6}},
-	{Model: "m", Content: "", Finish: "stop", Usage: Usage{1, 0, 1}},
+	{Model: "m", Content: "one two three four five", Finish: "stop", Usage: Usage{3, 5, 8, 3}},
+	{Model: "m", Content: "中文回答，没有空格。\n\"quoted\" \\ and \t tabs", Reasoning: "think first", Finish: "stop", Usage: Usage{1, 2, 3, 0}},
+	{Model: "m/with/slashes", Content: "cut short", Finish: "length", Usage: Usage{4, 2, 6, 1}},
+	{Model: "m", Content: "", Finish: "stop", Usage: Usage{1, 0, 1, 0}},
 }
 
 // TestResponseReplayRoundTrip: a replayed response, as JSON or as events,
@@ -149,7 +149,7 @@ func TestResponseReplayRoundTrip(t *testing.T) {
 
 func TestResponseAnswersNotStored(t *testing.T) {
 	ok := `{"id":"r","status":"completed","model":"m","output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"x"}]}],"usage":{"input_tokens":1,"output_tokens":1}}`
-	if a, err := ParseAnswer(EndpointResponses, []byte(ok)); err != nil || a.Content != "x" || a.Usage != (Usage{1, 1, 2}) {
+	if a, err := ParseAnswer(EndpointResponses, []byte(ok)); err != nil || a.Content != "x" || a.Usage != (Usage{1, 1, 2, 0}) {
 		t.Fatalf("%+v %v", a, err)
 	}
 	for name, body := range map[string]string{

@@ -82,11 +82,17 @@ type ToolCallFunction struct {
 	Arguments string `json:"arguments"`
 }
 
-// Usage is token accounting.
+// Usage is token accounting. CachedTokens is the part of PromptTokens
+// served from a cache: frontdoor's on a hit (all of them; a partly cached
+// embeddings batch, its cached inputs'), else what the node reported
+// (vLLM's prefix cache); it is written as
+// usage.prompt_tokens_details.cached_tokens (the Responses API's
+// usage.input_tokens_details.cached_tokens). See docs/endpoints.md#usage-on-cache-hits.
 type Usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
 	TotalTokens      int `json:"total_tokens"`
+	CachedTokens     int `json:"-"`
 }
 
 // ChatCompletion is a non-streaming chat answer.

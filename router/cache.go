@@ -375,7 +375,22 @@ func (g *Gateway) serveEntry(ctx *fasthttp.RequestCtx, x *exchange, e *cache.Ent
 	g.cm.tokensSaved.Add(e.Usage.TotalTokens)
 	g.metrics.countTokens(x.tenant.name, "cache", e.Usage.PromptTokens, e.Usage.CompletionTokens)
 	g.countHit(ctx, x, e.ID)
-	g.replay(ctx, x, entryAnswer(e))
+	g.replay(ctx, x, servedFromCache(h, entryAnswer(e)))
+}
+
+// headerCached names the prompt tokens the cache served, on a hit (a
+// partly cached embeddings batch included) and only then.
+const headerCached = "X-Frontdoor-Cached"
+
+// servedFromCache is a hit's answer as it is replayed: its original usage,
+// every prompt token marked cached (usage.prompt_tokens_details.cached_tokens,
+// and the X-Frontdoor-Cached header). a is not changed: a flight's answer
+// is shared. See docs/endpoints.md#usage-on-cache-hits.
+func servedFromCache(h *fasthttp.ResponseHeader, a *adapters.Answer) *adapters.Answer {
+	c := *a
+	c.Usage.CachedTokens = c.Usage.PromptTokens
+	h.Set(headerCached, strconv.Itoa(c.Usage.CachedTokens))
+	return &c
 }
 
 // serveFlightAnswer answers from a finished flight whose answer is being
@@ -386,7 +401,7 @@ func (g *Gateway) serveFlightAnswer(ctx *fasthttp.RequestCtx, x *exchange, f *fl
 	g.cm.tokensSaved.Add(a.Usage.TotalTokens)
 	g.metrics.countTokens(x.tenant.name, "cache", a.Usage.PromptTokens, a.Usage.CompletionTokens)
 	g.countHit(ctx, x, f.entryID)
-	g.replay(ctx, x, a)
+	g.replay(ctx, x, servedFromCache(&ctx.Response.Header, a))
 }
 
 // replay renders an assembled answer to the client.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -195,21 +196,29 @@ func (g *Gateway) serveEmbeddingHits(ctx *fasthttp.RequestCtx, x *exchange, b *e
 	for i, e := range b.hits {
 		vecs[i] = entryEmbedding(e)
 	}
-	g.savedByCache(x, b)
+	saved := g.savedByCache(ctx, x, b)
 	ctx.SetContentType("application/json")
-	ctx.Response.SetBodyRaw(adapters.AppendEmbeddingsJSON(nil, b.hits[0].Model, vecs, b.req.Base64, adapters.Usage{}))
+	ctx.Response.SetBodyRaw(adapters.AppendEmbeddingsJSON(nil, b.hits[0].Model, vecs, b.req.Base64,
+		adapters.Usage{PromptTokens: saved, TotalTokens: saved, CachedTokens: saved}))
 }
 
-// savedByCache counts the tokens the cached inputs did not cost.
-func (g *Gateway) savedByCache(x *exchange, b *embeddingBatch) {
-	saved := 0
+// savedByCache counts the tokens the cached inputs did not cost, says so
+// in the X-Frontdoor-Cached header and returns them: the usage of a
+// cached input is what computing it cost, all of it cached
+// (docs/endpoints.md#usage-on-cache-hits).
+func (g *Gateway) savedByCache(ctx *fasthttp.RequestCtx, x *exchange, b *embeddingBatch) int {
+	saved, hits := 0, 0
 	for _, e := range b.hits {
 		if e != nil {
-			saved += e.Usage.PromptTokens
+			saved, hits = saved+e.Usage.PromptTokens, hits+1
 		}
 	}
 	g.cm.tokensSaved.Add(saved)
 	g.metrics.countTokens(x.tenant.name, "cache", saved, 0)
+	if hits > 0 { // not a batch that only repeats an input
+		ctx.Response.Header.Set(headerCached, strconv.Itoa(saved))
+	}
+	return saved
 }
 
 // admitEmbeddings checks each input sent against the model's context
@@ -335,7 +344,7 @@ func (g *Gateway) commitEmbeddings(ctx *fasthttp.RequestCtx, x *exchange, b *emb
 	if b.whole { // the node's answer, as it is: checked, so valid JSON
 		g.passOn(ctx, resp)
 	} else {
-		g.savedByCache(x, b)
+		saved := g.savedByCache(ctx, x, b)
 		vecs := make([]adapters.Embedding, len(b.req.Inputs))
 		at := make(map[string]int, len(b.send))
 		for j, i := range b.send {
@@ -349,7 +358,14 @@ func (g *Gateway) commitEmbeddings(ctx *fasthttp.RequestCtx, x *exchange, b *emb
 			}
 		}
 		ctx.SetContentType("application/json")
-		ctx.Response.SetBodyRaw(adapters.AppendEmbeddingsJSON(nil, model, vecs, b.req.Base64, ans.Usage))
+		// The whole batch's usage: the node's for the inputs it computed
+		// (what the charge was settled with, above), the cached inputs'
+		// as theirs cost, and those cached.
+		u := ans.Usage
+		u.PromptTokens += saved
+		u.TotalTokens += saved
+		u.CachedTokens += saved
+		ctx.Response.SetBodyRaw(adapters.AppendEmbeddingsJSON(nil, model, vecs, b.req.Base64, u))
 	}
 	g.storeEmbeddings(b, model, ans)
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -53,8 +54,11 @@ type embeddingsAnswer struct {
 	} `json:"data"`
 	Model string `json:"model"`
 	Usage struct {
-		PromptTokens int `json:"prompt_tokens"`
-		TotalTokens  int `json:"total_tokens"`
+		PromptTokens        int `json:"prompt_tokens"`
+		TotalTokens         int `json:"total_tokens"`
+		PromptTokensDetails struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
 	} `json:"usage"`
 }
 
@@ -139,9 +143,14 @@ func TestEmbeddingsPartialBatch(t *testing.T) {
 				_, a := embedVia(t, s.URL(), embeddingsBody(in, extra))
 				return a
 			}
-			want, wantUsage := direct(inputs, ""), direct(missing, "").Usage
+			want, wantUsage, cachedUsage := direct(inputs, ""), direct(missing, "").Usage, direct(cached, "").Usage
 			before := s.Stats()
-			xc, got := embedVia(t, gw.URL, embeddingsBody(inputs, ""))
+			resp, b := post(t, gw.URL+"/v1/embeddings", embeddingsBody(inputs, ""))
+			var got embeddingsAnswer
+			if err := json.Unmarshal(b, &got); err != nil || resp.StatusCode != 200 {
+				t.Fatalf("status %d: %v %s", resp.StatusCode, err, b)
+			}
+			xc := resp.Header.Get("X-Cache")
 			sent := s.Stats().EmbeddingInputs - before.EmbeddingInputs
 			if xc != "partial" || sent != 3 || s.Stats().EmbeddingRequests-before.EmbeddingRequests != 1 {
 				t.Fatalf("X-Cache %q with %d inputs sent to the node, want partial and 3 in one request", xc, sent)
@@ -149,16 +158,23 @@ func TestEmbeddingsPartialBatch(t *testing.T) {
 			if !reflect.DeepEqual(got.vectors(t), want.vectors(t)) || got.Model != want.Model {
 				t.Fatalf("the partial answer differs from the node's for the whole batch")
 			}
-			if got.Usage != wantUsage || got.Usage.PromptTokens == 0 {
-				t.Errorf("usage %+v, want the 3 computed inputs' %+v", got.Usage, wantUsage)
+			// The usage rule (docs/endpoints.md#usage-on-cache-hits): the whole batch's
+			// tokens, the cached inputs' (what they cost when computed,
+			// here by the first batch) marked cached.
+			wantPrompt, wantCached := wantUsage.PromptTokens+cachedUsage.PromptTokens, cachedUsage.PromptTokens
+			if got.Usage.PromptTokens != wantPrompt || got.Usage.TotalTokens != wantPrompt || got.Usage.PromptTokensDetails.CachedTokens != wantCached ||
+				wantUsage.PromptTokens == 0 || wantCached == 0 || resp.Header.Get("X-Frontdoor-Cached") != strconv.Itoa(wantCached) {
+				t.Errorf("usage %+v, X-Frontdoor-Cached %q: want %d prompt tokens, %d of them cached",
+					got.Usage, resp.Header.Get("X-Frontdoor-Cached"), wantPrompt, wantCached)
 			}
 			waitEntries(t, gw, 8)
 
 			want64 := direct(inputs, `"encoding_format":"base64"`)
 			before = s.Stats()
 			xc, hit := embedVia(t, gw.URL, embeddingsBody(inputs, ""))
-			if xc != "hit-exact" || !reflect.DeepEqual(hit.vectors(t), want.vectors(t)) || hit.Usage.TotalTokens != 0 {
-				t.Fatalf("the batch again: X-Cache %q, usage %+v, same vectors %v", xc, hit.Usage, reflect.DeepEqual(hit.vectors(t), want.vectors(t)))
+			if xc != "hit-exact" || !reflect.DeepEqual(hit.vectors(t), want.vectors(t)) ||
+				hit.Usage.PromptTokens != wantPrompt || hit.Usage.TotalTokens != wantPrompt || hit.Usage.PromptTokensDetails.CachedTokens != wantPrompt {
+				t.Fatalf("the batch again: X-Cache %q, usage %+v (want %d, all cached), same vectors %v", xc, hit.Usage, wantPrompt, reflect.DeepEqual(hit.vectors(t), want.vectors(t)))
 			}
 			xc, hit64 := embedVia(t, gw.URL, embeddingsBody(inputs, `"encoding_format":"base64"`))
 			if xc != "hit-exact" || !reflect.DeepEqual(hit64.vectors(t), want64.vectors(t)) {
@@ -232,8 +248,22 @@ func sdkSameAsNode(t *testing.T, gw *testGateway, node string) {
 					t.Fatalf("%s: embedding %d differs from the node's", wantCache, i)
 				}
 			}
-			if wantCache == "miss" && (got.Usage.PromptTokens != want.Usage.PromptTokens || got.Usage.TotalTokens != want.Usage.TotalTokens) {
-				t.Errorf("usage %+v, the node's %+v", got.Usage, want.Usage)
+			// Miss or hit, the usage is the node's (docs/endpoints.md#usage-on-cache-hits);
+			// a hit's is all cached, in an extra field the SDK keeps.
+			if got.Usage.PromptTokens != want.Usage.PromptTokens || got.Usage.TotalTokens != want.Usage.TotalTokens {
+				t.Errorf("%s: usage %+v, the node's %+v", wantCache, got.Usage, want.Usage)
+			}
+			details, cachedHeader := got.Usage.JSON.ExtraFields["prompt_tokens_details"], resp.Header.Get("X-Frontdoor-Cached")
+			if wantCache == "miss" && cachedHeader != "" {
+				t.Errorf("a miss claims X-Frontdoor-Cached %q", cachedHeader)
+			}
+			if wantCache == "hit-exact" {
+				var d struct {
+					CachedTokens int64 `json:"cached_tokens"`
+				}
+				if err := json.Unmarshal([]byte(details.Raw()), &d); err != nil || d.CachedTokens != want.Usage.PromptTokens || cachedHeader != strconv.FormatInt(d.CachedTokens, 10) {
+					t.Errorf("hit: prompt_tokens_details %q (%v), X-Frontdoor-Cached %q, want %d cached", details.Raw(), err, cachedHeader, want.Usage.PromptTokens)
+				}
 			}
 			if wantCache == "miss" {
 				stored += len(want.Data)

@@ -50,6 +50,7 @@ type respRecord struct {
 	tenant   string
 	upstream string // the node (or spill-over) that created it; "" when the cache served it
 	entry    string // the cache entry a replayed response came from
+	hit      bool   // a replayed response was a cache hit: a GET shows its usage all cached, as served
 	model    string
 	created  int64
 	expires  time.Time
@@ -218,7 +219,8 @@ func (g *Gateway) noteReplayed(x *exchange, id string, created int64, a *adapter
 	if x.endpoint != adapters.EndpointResponses || x.req.StoreOff || x.entryID == "" {
 		return
 	}
-	rec := &respRecord{id: id, tenant: x.tenant.name, entry: x.entryID, model: a.Model, created: created}
+	rec := &respRecord{id: id, tenant: x.tenant.name, entry: x.entryID, model: a.Model, created: created,
+		hit: x.cache.result == resultHitExact || x.cache.result == resultHitSemantic}
 	if in := x.req.InputJSON(); len(in)+len(a.Content) <= replayedMax {
 		rec.input, rec.output = in, a.Content
 	}
@@ -515,7 +517,7 @@ func (g *Gateway) serveReplayedRecord(ctx *fasthttp.RequestCtx, rec *respRecord,
 			g.responseIDs.found.Inc()
 			ctx.Response.Header.SetCanonical(headerCacheEntry, []byte(rec.entry))
 			ctx.SetContentType("application/json")
-			ctx.SetBody(adapters.AppendCompletionJSON(nil, adapters.EndpointResponses, rec.id, rec.created, a))
+			ctx.SetBody(adapters.AppendCompletionJSON(nil, adapters.EndpointResponses, rec.id, rec.created, rec.asServed(a)))
 			return
 		}
 		g.responseIDs.gone.Inc()
@@ -525,5 +527,17 @@ func (g *Gateway) serveReplayedRecord(ctx *fasthttp.RequestCtx, rec *respRecord,
 	g.responseIDs.found.Inc()
 	ctx.Response.Header.SetCanonical(headerCacheEntry, []byte(e.ID))
 	ctx.SetContentType("application/json")
-	ctx.SetBody(adapters.AppendCompletionJSON(nil, adapters.EndpointResponses, rec.id, rec.created, entryAnswer(e)))
+	ctx.SetBody(adapters.AppendCompletionJSON(nil, adapters.EndpointResponses, rec.id, rec.created, rec.asServed(entryAnswer(e))))
+}
+
+// asServed is the answer of a replayed response with the usage it was
+// served with: every input token cached when it was a hit
+// (docs/endpoints.md#usage-on-cache-hits). a is not changed.
+func (rec *respRecord) asServed(a *adapters.Answer) *adapters.Answer {
+	c := *a
+	c.Usage.CachedTokens = 0
+	if rec.hit {
+		c.Usage.CachedTokens = c.Usage.PromptTokens
+	}
+	return &c
 }

@@ -49,6 +49,7 @@ type sharedRecord struct {
 	Tenant   string          `json:"t"`
 	Upstream string          `json:"u,omitempty"`
 	Entry    string          `json:"e,omitempty"`
+	Hit      bool            `json:"h,omitempty"`
 	Model    string          `json:"m,omitempty"`
 	Created  int64           `json:"c,omitempty"`
 	Expires  int64           `json:"x"`
@@ -59,7 +60,7 @@ type sharedRecord struct {
 func (s *sharedIDs) put(rec *respRecord, ttl time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
-	v, err := json.Marshal(sharedRecord{Tenant: rec.tenant, Upstream: rec.upstream, Entry: rec.entry, Model: rec.model,
+	v, err := json.Marshal(sharedRecord{Tenant: rec.tenant, Upstream: rec.upstream, Entry: rec.entry, Hit: rec.hit, Model: rec.model,
 		Created: rec.created, Expires: rec.expires.Unix(), Input: rec.input, Output: rec.output})
 	if err == nil {
 		err = s.redis.Set(ctx, s.prefix+rec.id, v, ttl).Err()
@@ -91,7 +92,7 @@ func decodeShared(id, v string) *respRecord {
 		if json.Unmarshal([]byte(v), &r) != nil || (r.Upstream == "") == (r.Entry == "") {
 			return nil
 		}
-		rec := &respRecord{id: id, tenant: r.Tenant, upstream: r.Upstream, entry: r.Entry, model: r.Model, created: r.Created,
+		rec := &respRecord{id: id, tenant: r.Tenant, upstream: r.Upstream, entry: r.Entry, hit: r.Hit, model: r.Model, created: r.Created,
 			expires: time.Unix(r.Expires, 0), output: r.Output}
 		if len(r.Input) > 0 {
 			rec.input = r.Input
