@@ -31,6 +31,13 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	// Every answer carries X-Request-Id, whatever the route.
 	id := requestID(ctx)
 	ctx.Response.Header.SetCanonical(headerRequestID, []byte(id))
+	// While draining, every answer closes its connection: a proxy that
+	// pools keep-alive connections (nginx) opens new ones, which its
+	// balancing sends elsewhere once this replica is gone, instead of
+	// reusing one that this replica closes when the drain ends.
+	if g.draining.Load() {
+		ctx.SetConnectionClose()
+	}
 	switch string(ctx.Path()) {
 	case "/v1/chat/completions":
 		g.serveInference(ctx, adapters.EndpointChat, id)
