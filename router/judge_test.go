@@ -35,9 +35,11 @@ func TestJudgeRetriesAndSpills(t *testing.T) {
 			if tc.failing {
 				second = 1
 			}
-			cfg := testConfig(testenv.GPUSim(t, nil), judge(1), judge(second))
+			failing := judge(1)
+			cfg := testConfig(testenv.GPUSim(t, nil), failing, judge(second))
 			cfg.Nodes[1].Models, cfg.Nodes[2].Models = []string{"judge"}, []string{"judge"}
 			cfg.Balancer.Retries = 1
+			cfg.Balancer.Policy = "round_robin" // the judge's first call goes to the failing node
 			cfg.Cache.Backend = "memory"
 			v := &cfg.Cache.Semantic.Verify
 			v.JudgeModel, v.AuditRate, v.MaxJudgeRPS, v.Queue = "judge", 1, 100, 16
@@ -58,6 +60,9 @@ func TestJudgeRetriesAndSpills(t *testing.T) {
 			}
 			if metricValue(t, metricsText(t, gw), `frontdoor_cache_verify_total{kind="audit",verdict="yes"}`) < 1 {
 				t.Fatal("the verdict is not counted")
+			}
+			if failing.Stats().Received == 0 || metricValue(t, metricsText(t, gw), `frontdoor_retries_total{reason="status_5xx"}`) < 1 {
+				t.Fatalf("the failing judge node got %d calls: the retry was not exercised", failing.Stats().Received)
 			}
 			if st.Outcomes["local"] != 1 || st.Outcomes["spilled"] != 0 {
 				t.Fatalf("outcomes %v: the judge's calls are counted as clients'", st.Outcomes)
