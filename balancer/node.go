@@ -45,6 +45,7 @@ type Node struct {
 	tpot       ewma                          // seconds per output token
 	pred       ttftModel                     // the TTFT predictor (predict.go)
 	served     atomic.Pointer[servedCheck]   // the last models check; nil: not checked (served.go)
+	checking   sync.Mutex                    // one models check at a time, its verdict and log lines together
 
 	requests [3]atomic.Uint64 // by Outcome
 	mReq     [3]atomic.Pointer[metrics.Counter]

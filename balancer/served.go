@@ -175,6 +175,10 @@ func (p *Pool) checkModels(n *Node) {
 	if n.modelsURL == "" {
 		return
 	}
+	// The periodic probe and an explicit one (ProbeAll, check-config) may
+	// run together: one check logs a change before the next compares.
+	n.checking.Lock()
+	defer n.checking.Unlock()
 	var served []string
 	status := 0
 	err := p.fetch(n.modelsURL, n.shownModelsURL, p.conf().HealthInterval.D(), n.modelsAuth, &status, func(body []byte) error {
