@@ -187,7 +187,7 @@ func benchHandlerMiss(b *testing.B, mode string, scope int) {
 	if scope > 0 { // the write-back queue may drop: the scope must be there
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			st, err := gw.store.Stats(context.Background())
+			st, err := gw.cache.Store().Stats(context.Background())
 			if err == nil && st.VectorEntries >= int64(scope) {
 				break
 			}

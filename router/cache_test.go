@@ -99,7 +99,7 @@ func eventuallyHit(t *testing.T, gw *testGateway, body string, want string, head
 func askStored(t *testing.T, gw *testGateway, body string, headers ...string) {
 	t.Helper()
 	count := func() int64 {
-		st, err := gw.store.Stats(context.Background())
+		st, err := gw.cache.Store().Stats(context.Background())
 		if err != nil {
 			t.Fatalf("stats: %v", err)
 		}
@@ -110,7 +110,7 @@ func askStored(t *testing.T, gw *testGateway, body string, headers ...string) {
 	before := count()
 	for still, deadline := 0, time.Now().Add(5*time.Second); still < 3 && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
-		if n := count(); n == before && gw.backend.Health().WriteQueue == 0 {
+		if n := count(); n == before && gw.cache.Status().WriteQueue == 0 {
 			still++
 		} else {
 			still, before = 0, n
@@ -655,7 +655,7 @@ func TestCacheSharedAcrossGateways(t *testing.T) {
 			t.Fatalf("exact on the other gateway: %q", xc)
 		}
 		testenv.Eventually(t, 3*time.Second, func() bool {
-			st, err := b.store.Stats(context.Background())
+			st, err := b.cache.Store().Stats(context.Background())
 			return err == nil && st.VectorEntries == 1
 		}, "the vector never reached the other gateway's index")
 		before := s.Stats().Received
@@ -786,7 +786,7 @@ func TestCacheAutoFallbackIsLogged(t *testing.T) {
 	if !strings.Contains(logs, `"level":"WARN","msg":"cache: vector_search auto chose the in-process index","why":"server has no RediSearch with vector support`) {
 		t.Fatalf("no WARN line for the fallback:\n%s", logs)
 	}
-	if st, err := gw.store.Stats(context.Background()); err != nil || st.VectorSearchBy != "local" {
+	if st, err := gw.cache.Store().Stats(context.Background()); err != nil || st.VectorSearchBy != "local" {
 		t.Fatalf("Stats = %+v, %v", st, err)
 	}
 }

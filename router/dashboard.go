@@ -9,6 +9,7 @@ import (
 
 	"frontdoor/adapters"
 	"frontdoor/router/admin"
+	"frontdoor/router/reuse"
 )
 
 // The dashboard's counters (admin.Counters): what /status does not keep,
@@ -73,11 +74,11 @@ func (d *dashCounts) observe(x *exchange, now time.Time, took time.Duration) {
 	case x.status >= 500:
 		s.errors5xx.Add(1)
 	}
-	switch x.cache.result {
-	case resultHitExact, resultHitSemantic:
+	switch x.cache.Result {
+	case reuse.ResultHitExact, reuse.ResultHitSemantic:
 		s.hits.Add(1)
 		s.lookups.Add(1)
-	case resultMiss:
+	case reuse.ResultMiss:
 		s.lookups.Add(1)
 	}
 }
@@ -147,11 +148,11 @@ func (o operator) Counters(since time.Time) admin.Counters {
 	for _, r := range m.retries {
 		c.Retries += int64(r.Get())
 	}
-	if g.store != nil {
-		r := g.cm.totals()
+	if g.cache.On() {
+		r, saved := g.cache.Totals()
 		c.HitExact, c.HitSemantic, c.Miss = r["hit_exact"], r["hit_semantic"], r["miss"]
-		c.TokensSaved = int64(g.cm.tokensSaved.Get())
-		if v := g.verify.status(); v != nil && v.FalseHitRate.Samples > 0 {
+		c.TokensSaved = int64(saved)
+		if v := g.cache.VerifyStatus(); v != nil && v.FalseHitRate.Samples > 0 {
 			c.FalseHit = v.FalseHitRate.Estimate
 		}
 	}

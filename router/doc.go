@@ -1,25 +1,31 @@
 // Package router is the gateway: the fasthttp server, request validation,
-// the cache lookups, admission, node choice with retries, spill-over, the
-// streaming pump with write-back, and the admin and status endpoints. It
-// wires the other packages together; nothing imports it.
+// admission, node choice with retries, spill-over, the streaming pump,
+// and the admin and status endpoints. It orchestrates one request at a
+// time and nothing imports it. The cache side of a request is
+// router/reuse; the configuration is router/config; the operator's
+// surface is router/admin.
 //
-// One request's life, file by file in call order: server.go (routes, the
-// transport's errors), inference.go (the exchange: validate, admit, plan
-// the cache, lead or follow a flight), cache.go (lookups, replay,
-// write-back; outcome.go names what the cache did), forward.go (node
-// choice, attempts, retries on another node), spill.go (the hosted API),
-// respond.go (commit as JSON or as a stream, the pump, settle, finish).
-// errors.go holds every error answer the gateway makes itself.
+// One streamed miss that is written back, file by file in call order:
+// server.go (routes), inference.go (the exchange: enter, parse, admit;
+// tenants.go names the tenant, bodycheck.go bounds the parse,
+// responses.go's hook refuses another tenant's state), cache.go (the
+// request as the cache sees it), reuse/plan.go and reuse/lookup.go (Plan,
+// Lookup: here a Lead), forward.go (node choice, attempts, retries on
+// another node), respond.go (commitStream and the pump; streambody.go
+// writes the stream), reuse/flight.go (Publish, Finish) and
+// reuse/writeback.go (the answer stored, the flight retired), then
+// respond.go's finish (metrics.go, dashboard.go count). A hit ends at
+// cache.go's serveHit; a follower at respond.go's follow. errors.go holds
+// every error answer the gateway makes itself; spill.go the hosted API.
 //
-// Off the request path, verify.go's judge audits semantic hits and
-// near-misses (promote.go: approved near-misses take a curated answer). It
-// holds no gateway: it asks the judge model through judge.go's
-// judgeSender, which the gateway implements with forward.go's attempts
-// and spill.go's spill-over, as a client's request goes.
+// Off the request path, reuse's verifier audits semantic hits and
+// near-misses; it asks the judge model through judge.go's SendJudge,
+// which uses forward.go's attempts and spill.go's spill-over, as a
+// client's request goes.
+//
 // metrics.go declares every metric family of the router, beside its help
-// text, and makes all their series, into the fields of the stages'
-// structs; the stages only count. It is over 600 lines because it is the
-// one list of the router's families: split, the list would be two.
+// text, and makes their series into the fields of the stages' structs;
+// the stages only count (the cache side's are in reuse/metrics.go).
 //
 // POST /v1/responses takes the same path; responses.go holds what is its
 // own: the requests the cache must not answer, the ids of the responses

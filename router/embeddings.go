@@ -1,8 +1,6 @@
 package router
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -13,6 +11,7 @@ import (
 	"frontdoor/admission"
 	"frontdoor/balancer"
 	"frontdoor/cache"
+	"frontdoor/router/reuse"
 )
 
 // An embeddings request goes the chat request's way (tenant, model
@@ -25,14 +24,8 @@ import (
 // embeddingBatch is one embeddings request on its way through the cache.
 type embeddingBatch struct {
 	req  *adapters.EmbeddingsRequest
-	plan *cachePlan
-	keys []string       // each input's exact key; nil when the cache is not used
-	hits []*cache.Entry // by input: the cached vector, or nil
-	send []int          // the inputs the node computes: the first of each key missing
-	// whole: send is every input in order, and the client's body goes
-	// upstream as it came (but for an alias's model name); the node's
-	// answer is then passed on as it is.
-	whole bool
+	plan *reuse.Plan
+	*reuse.Inputs
 }
 
 // badEmbeddingsReason labels frontdoor_upstream_bad_answers_total for an
@@ -56,27 +49,24 @@ func (g *Gateway) serveEmbeddings(ctx *fasthttp.RequestCtx, id string) {
 	if !g.resolveModel(ctx, x, er.Model) {
 		return
 	}
-	b := &embeddingBatch{req: er, plan: g.planEmbeddings(x, hintsOf(ctx))}
-	x.setCache(&ctx.Response.Header, cacheOutcome{resultBypass, b.plan.reason}, "")
-	if b.plan.store {
-		b.keys = cache.EmbeddingKeys(b.plan.namespace, x.model, er.Root(), er.Inputs, b.plan.keyOpt)
-	}
-	g.lookupEmbeddings(ctx, x, b)
-	if len(b.send) == 0 {
+	plan := g.cache.PlanEmbeddings(g.cacheRequest(x, nil), reuse.HintsOf(&ctx.Request.Header, false))
+	b := &embeddingBatch{req: er, plan: plan, Inputs: g.cache.LookupInputs(x.obs, plan, er)}
+	x.setCache(&ctx.Response.Header, b.Outcome, "")
+	if len(b.Send) == 0 {
 		g.serveEmbeddingHits(ctx, x, b)
 		return
 	}
-	if b.plan.only != 0 { // lookup-only: never upstream
+	if plan.LookupOnly() { // never upstream
 		ctx.SetStatusCode(fasthttp.StatusNoContent)
-		x.setCache(&ctx.Response.Header, cacheOutcome{resultMiss, reasonLookupOnly}, "")
+		x.setCache(&ctx.Response.Header, reuse.Outcome{Result: reuse.ResultMiss, Reason: reuse.ReasonLookupOnly}, "")
 		return
 	}
 	if !g.admitEmbeddings(ctx, x, b) {
 		return
 	}
 	var idx []int
-	if !b.whole {
-		idx = b.send
+	if !b.Whole {
+		idx = b.Send
 	}
 	ur := adapters.UpstreamRequest{Endpoint: x.endpoint, Body: er.UpstreamBody(x.model, idx), RequestID: x.id, Model: x.model}
 	st := g.waitCandidates(x)
@@ -89,116 +79,19 @@ func (g *Gateway) serveEmbeddings(ctx *fasthttp.RequestCtx, id string) {
 	g.commitEmbeddings(ctx, x, b, a, ans)
 }
 
-// planEmbeddings decides how the cache treats an embeddings request: its
-// inputs are looked up and stored unless the cache is off, the exact cache
-// is disabled, or Cache-Control says otherwise.
-func (g *Gateway) planEmbeddings(x *exchange, h planHints) *cachePlan {
-	c := &g.conf().Cache
-	p := &cachePlan{namespace: x.tenant.namespace, model: x.model, endpoint: cache.EndpointEmbeddings,
-		ttl: planTTL(c, h), only: h.only, tag: h.tag, keyOpt: c.KeyOptions()}
-	switch {
-	case g.store == nil:
-		p.reason = reasonOff
-	case h.noStore:
-		p.reason = reasonNoStore
-	case !c.Exact.Enabled:
-		p.reason = reasonDisabled
-	default:
-		p.store, p.lookup = true, !h.noCache
-		if h.noCache {
-			p.reason = reasonNoCache
-		}
-	}
-	return p
-}
-
-// lookupEmbeddings looks each input up (when the plan says to), sets the
-// outcome, and lists the inputs the node must compute in b.send.
-func (g *Gateway) lookupEmbeddings(ctx *fasthttp.RequestCtx, x *exchange, b *embeddingBatch) {
-	n := len(b.req.Inputs)
-	p := b.plan
-	if p.lookup {
-		s := x.obs.Lookup("exact")
-		entries, err := g.backend.GetMany(context.Background(), b.keys)
-		if err != nil {
-			reason := reasonStoreError
-			if errors.Is(err, cache.ErrBypassed) || errors.Is(err, cache.ErrUnavailable) {
-				reason = reasonStoreDown
-			}
-			x.setCache(&ctx.Response.Header, cacheOutcome{resultBypass, reason}, "") // the answers are still stored
-		} else {
-			b.hits = make([]*cache.Entry, n)
-			for i, e := range entries {
-				if usableEmbedding(e, p.namespace, b.req.Dimensions) {
-					b.hits[i] = e
-				}
-			}
-		}
-		s.LookedUp(err == nil && countHits(b.hits) == n)
-	} else if p.store {
-		x.setCache(&ctx.Response.Header, cacheOutcome{resultMiss, p.reason}, "")
-	}
-	first := map[string]bool{}
-	for i := range n {
-		switch {
-		case b.hits != nil && b.hits[i] != nil:
-		case b.keys == nil:
-			b.send = append(b.send, i)
-		case !first[b.keys[i]]:
-			first[b.keys[i]] = true
-			b.send = append(b.send, i)
-		}
-	}
-	b.whole = len(b.send) == n
-	if b.hits == nil {
-		return
-	}
-	hits := countHits(b.hits)
-	g.emb.hits.Add(hits)
-	g.emb.misses.Add(n - hits)
-	switch {
-	case len(b.send) == 0:
-		x.setCache(&ctx.Response.Header, cacheOutcome{result: resultHitExact}, "")
-	case hits > 0:
-		x.setCache(&ctx.Response.Header, cacheOutcome{result: resultPartial}, "")
-	default:
-		x.setCache(&ctx.Response.Header, cacheOutcome{result: resultMiss}, "")
-	}
-}
-
-func countHits(hits []*cache.Entry) int {
-	n := 0
-	for _, e := range hits {
-		if e != nil {
-			n++
-		}
-	}
-	return n
-}
-
-// usableEmbedding reports whether e is an embeddings entry of namespace
-// that can answer (the key covers both: this is defence in depth).
-// An entry holding NaN or an infinity (stored before they were refused)
-// is a miss: no JSON can carry it.
-func usableEmbedding(e *cache.Entry, namespace string, dims int) bool {
-	return e != nil && e.Namespace == namespace && e.Endpoint == cache.EndpointEmbeddings &&
-		len(e.Embedding) > 0 && len(e.Embedding)%4 == 0 && (dims == 0 || len(e.Embedding) == 4*dims) &&
-		adapters.FiniteFloat32s(e.Embedding)
-}
-
 func entryEmbedding(e *cache.Entry) adapters.Embedding {
 	return adapters.Embedding{Vector: adapters.DecodeFloat32s(e.Embedding), Wide: e.EmbeddingWide}
 }
 
 // serveEmbeddingHits answers a request whose every input was cached.
 func (g *Gateway) serveEmbeddingHits(ctx *fasthttp.RequestCtx, x *exchange, b *embeddingBatch) {
-	vecs := make([]adapters.Embedding, len(b.hits))
-	for i, e := range b.hits {
+	vecs := make([]adapters.Embedding, len(b.Hits))
+	for i, e := range b.Hits {
 		vecs[i] = entryEmbedding(e)
 	}
 	saved := g.savedByCache(ctx, x, b)
 	ctx.SetContentType("application/json")
-	ctx.Response.SetBodyRaw(adapters.AppendEmbeddingsJSON(nil, b.hits[0].Model, vecs, b.req.Base64,
+	ctx.Response.SetBodyRaw(adapters.AppendEmbeddingsJSON(nil, b.Hits[0].Model, vecs, b.req.Base64,
 		adapters.Usage{PromptTokens: saved, TotalTokens: saved, CachedTokens: saved}))
 }
 
@@ -207,13 +100,7 @@ func (g *Gateway) serveEmbeddingHits(ctx *fasthttp.RequestCtx, x *exchange, b *e
 // cached input is what computing it cost, all of it cached
 // (docs/endpoints.md#usage-on-cache-hits).
 func (g *Gateway) savedByCache(ctx *fasthttp.RequestCtx, x *exchange, b *embeddingBatch) int {
-	saved, hits := 0, 0
-	for _, e := range b.hits {
-		if e != nil {
-			saved, hits = saved+e.Usage.PromptTokens, hits+1
-		}
-	}
-	g.cm.tokensSaved.Add(saved)
+	saved, hits := g.cache.Saved(b.Inputs)
 	g.metrics.countTokens(x.tenant.name, "cache", saved, 0)
 	if hits > 0 { // not a batch that only repeats an input
 		ctx.Response.Header.Set(headerCached, strconv.Itoa(saved))
@@ -229,7 +116,7 @@ func (g *Gateway) admitEmbeddings(ctx *fasthttp.RequestCtx, x *exchange, b *embe
 	maxLen := g.rt.Load().maxModelLen[x.model]
 	tokens := 0
 	if maxLen > 0 || g.adm.CountsTokens(x.tenant.name) {
-		for _, i := range b.send {
+		for _, i := range b.Send {
 			n := b.req.InputTokens(i)
 			if n < 0 {
 				n = admission.CountTokens(b.req.InputText(i))
@@ -278,7 +165,7 @@ func (g *Gateway) tryEmbeddingNodes(x *exchange, ur *adapters.UpstreamRequest, s
 			g.answeredBy(x, a)
 			return a, nil, true
 		}
-		ans, err := adapters.ParseEmbeddingsAnswer(a.resp.Body, len(b.send))
+		ans, err := adapters.ParseEmbeddingsAnswer(a.resp.Body, len(b.Send))
 		if err == nil {
 			if err = b.sameDimensions(ans); err == nil {
 				g.answeredBy(x, a)
@@ -305,7 +192,7 @@ func (g *Gateway) tryEmbeddingNodes(x *exchange, ur *adapters.UpstreamRequest, s
 // sameDimensions reports an error unless ans's vectors are as long as the
 // cached ones of the batch.
 func (b *embeddingBatch) sameDimensions(ans *adapters.EmbeddingsAnswer) error {
-	for _, e := range b.hits {
+	for _, e := range b.Hits {
 		if e != nil && len(e.Embedding) != 4*ans.Dimensions() {
 			return fmt.Errorf("vectors of %d dimensions, the cache holds %d for this model (Cache-Control: no-cache sends the whole batch)",
 				ans.Dimensions(), len(e.Embedding)/4)
@@ -318,7 +205,7 @@ func (b *embeddingBatch) sameDimensions(ans *adapters.EmbeddingsAnswer) error {
 // holds loud, as badAnswer does a malformed one: a metric and a WARN line
 // naming the node, at most one per node every 10 s (never the body).
 func (g *Gateway) badEmbeddings(id, node string, err error) {
-	g.emb.badAnswers.Inc()
+	g.metrics.badAnswers[badEmbeddingsReason].Inc()
 	g.upLog.Warn(badEmbeddingsReason+":"+node, "upstream answer refused", "reason", badEmbeddingsReason, "node", node, "request_id", id, "error", err.Error())
 }
 
@@ -341,20 +228,20 @@ func (g *Gateway) commitEmbeddings(ctx *fasthttp.RequestCtx, x *exchange, b *emb
 	if model == "" {
 		model = x.model
 	}
-	if b.whole { // the node's answer, as it is: checked, so valid JSON
+	if b.Whole { // the node's answer, as it is: checked, so valid JSON
 		g.passOn(ctx, resp)
 	} else {
 		saved := g.savedByCache(ctx, x, b)
 		vecs := make([]adapters.Embedding, len(b.req.Inputs))
-		at := make(map[string]int, len(b.send))
-		for j, i := range b.send {
-			at[b.keys[i]] = j
+		at := make(map[string]int, len(b.Send))
+		for j, i := range b.Send {
+			at[b.Keys[i]] = j
 		}
 		for i := range vecs {
-			if e := b.hits[i]; e != nil {
+			if e := b.Hits[i]; e != nil {
 				vecs[i] = entryEmbedding(e)
 			} else {
-				vecs[i] = ans.Vectors[at[b.keys[i]]]
+				vecs[i] = ans.Vectors[at[b.Keys[i]]]
 			}
 		}
 		ctx.SetContentType("application/json")
@@ -367,7 +254,7 @@ func (g *Gateway) commitEmbeddings(ctx *fasthttp.RequestCtx, x *exchange, b *emb
 		u.CachedTokens += saved
 		ctx.Response.SetBodyRaw(adapters.AppendEmbeddingsJSON(nil, model, vecs, b.req.Base64, u))
 	}
-	g.storeEmbeddings(b, model, ans)
+	g.cache.StoreInputs(b.plan, b.Inputs, b.req, model, ans)
 }
 
 // passOn sends the node's answer to the client as it is.
@@ -375,35 +262,4 @@ func (g *Gateway) passOn(ctx *fasthttp.RequestCtx, resp *adapters.UpstreamRespon
 	ctx.SetStatusCode(resp.Status)
 	ctx.Response.Header.SetContentTypeBytes(resp.ContentType)
 	ctx.SetBody(resp.Body)
-}
-
-// storeEmbeddings queues one entry per input the node computed. Each
-// entry's usage is its share of the answer's prompt tokens, by the inputs'
-// lengths (exact for one input): what a later hit on it saves.
-func (g *Gateway) storeEmbeddings(b *embeddingBatch, model string, ans *adapters.EmbeddingsAnswer) {
-	p := b.plan
-	if !p.store || b.keys == nil {
-		return
-	}
-	weights, sum := make([]int, len(b.send)), 0
-	for j, i := range b.send {
-		w := 4 * b.req.InputTokens(i)
-		if w < 0 {
-			w = len(b.req.InputText(i))
-		}
-		weights[j], sum = w, sum+w
-	}
-	now, left := time.Now(), ans.Usage.PromptTokens
-	for j, i := range b.send {
-		tokens := left
-		if j < len(b.send)-1 && sum > 0 {
-			tokens = ans.Usage.PromptTokens * weights[j] / sum
-		}
-		left -= tokens
-		v := ans.Vectors[j]
-		e := &cache.Entry{ID: cache.NewEntryID(), Namespace: p.namespace, Model: model, Endpoint: cache.EndpointEmbeddings,
-			Usage: cache.Usage{PromptTokens: tokens, TotalTokens: tokens}, Created: now, ExactKey: b.keys[i], Tag: p.tag,
-			Embedding: adapters.EncodeFloat32s(v.Vector), EmbeddingWide: v.Wide}
-		g.backend.Enqueue(cache.Write{Entry: e, TTL: p.ttl}, nil)
-	}
 }

@@ -162,7 +162,7 @@ func TestEmbeddingsInvalidAnswersAre502(t *testing.T) {
 				t.Errorf("bad answers counted: %v, want 4", bad)
 			}
 			time.Sleep(100 * time.Millisecond) // a write-back would have landed by now
-			if st, _ := gw.store.Stats(context.Background()); st.Entries != 1 {
+			if st, _ := gw.cache.Store().Stats(context.Background()); st.Entries != 1 {
 				t.Errorf("%d entries stored, want the good one only", st.Entries)
 			}
 		})
@@ -210,7 +210,7 @@ func TestEmbeddingsInvalidAnswerRetried(t *testing.T) {
 		t.Errorf("retried, or not counted")
 	}
 	time.Sleep(100 * time.Millisecond)
-	if st, _ := gw.store.Stats(context.Background()); st.Entries != 1 {
+	if st, _ := gw.cache.Store().Stats(context.Background()); st.Entries != 1 {
 		t.Errorf("%d entries stored, want 1", st.Entries)
 	}
 }

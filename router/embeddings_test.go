@@ -117,7 +117,7 @@ func embeddingsBody(inputs []string, extra string) string {
 func waitEntries(t *testing.T, gw *testGateway, n int64) {
 	t.Helper()
 	testenv.Eventually(t, 5*time.Second, func() bool {
-		st, err := gw.store.Stats(context.Background())
+		st, err := gw.cache.Store().Stats(context.Background())
 		return err == nil && st.Entries >= n
 	}, "the store never held %d entries", n)
 }
@@ -434,7 +434,7 @@ func TestEmbeddingsNodeAnswersBadly(t *testing.T) {
 		t.Errorf("bad answers counted: %v, want 2", v)
 	}
 	time.Sleep(100 * time.Millisecond) // a write-back would have landed by now
-	if st, _ := gw.store.Stats(context.Background()); st.Entries != 1 {
+	if st, _ := gw.cache.Store().Stats(context.Background()); st.Entries != 1 {
 		t.Errorf("%d entries stored, want 1: a bad answer was stored", st.Entries)
 	}
 }

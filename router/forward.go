@@ -2,10 +2,11 @@ package router
 
 import (
 	"errors"
-	"frontdoor/adapters"
-	"frontdoor/balancer"
 	"math/rand/v2"
 	"time"
+
+	"frontdoor/adapters"
+	"frontdoor/balancer"
 
 	"github.com/valyala/fasthttp"
 )
@@ -332,9 +333,7 @@ func anyFree(cands []*balancer.Node) bool {
 // failFlight tells the followers of x's flight that it got no answer.
 func (g *Gateway) failFlight(x *exchange) {
 	if f := x.flight; f != nil {
-		f.failed = true
-		close(f.ready)
-		g.flights.leave(f)
+		f.Fail()
 		x.flight = nil
 	}
 }

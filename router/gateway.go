@@ -27,6 +27,7 @@ import (
 	"frontdoor/internal/telemetry"
 	"frontdoor/internal/warm"
 	"frontdoor/router/admin"
+	"frontdoor/router/reuse"
 )
 
 // Deps are the components the gateway orchestrates. Nil fields are built
@@ -58,32 +59,23 @@ type liveConfig struct {
 
 // Gateway is the frontdoor server.
 type Gateway struct {
-	onIndexSyncError func(error) // a Redis store's index sync failed: metric and WARN
-	rt               atomic.Pointer[liveConfig]
-	log              *slog.Logger
-	pool             *balancer.Pool
-	fixed            map[string]adapters.Backend // Deps.Backends, by node name
-	backends         sync.Map                    // *balancer.Node -> adapters.Backend, built on first use
-	metrics          *gatewayMetrics
-	upLog            *telemetry.RateLog // rate-limited lines about nodes' answers
-	bodies           *bodyRefusals
-	server           *fasthttp.Server
+	rt       atomic.Pointer[liveConfig]
+	log      *slog.Logger
+	pool     *balancer.Pool
+	fixed    map[string]adapters.Backend // Deps.Backends, by node name
+	backends sync.Map                    // *balancer.Node -> adapters.Backend, built on first use
+	metrics  *gatewayMetrics
+	upLog    *telemetry.RateLog // rate-limited lines about nodes' answers
+	bodies   *bodyRefusals
+	server   *fasthttp.Server
 	// adminServer serves admin.listen: the same routes, every request
 	// trusted as an admin (handleAdminListener).
 	adminServer *fasthttp.Server
-	operator    *admin.Handler        // /admin/*, /status, /dashboard, /debug/pprof/
-	verify      *verifier             // the judge's audit of semantic hits; nil without a judge
-	verifyRedis redis.UniversalClient // the cache's Redis writer, where the judged evidence is shared
+	operator    *admin.Handler // /admin/*, /status, /dashboard, /debug/pprof/
 	set         *metrics.Set
 	reload      reloader
 
-	store         cache.Store    // for admin calls and stats
-	backend       *cache.Backend // lookups and write-back, behind breakers
-	ownStore      bool
-	embedder      embed.Embedder
-	flights       flightGroup
-	cm            *cacheMetrics
-	emb           *embeddingMetrics
+	cache         *reuse.Cache // the cache side of every request
 	passthroughs  passthroughCounters
 	spillInflight atomic.Int64
 	adm           *admission.Admitter
@@ -91,7 +83,6 @@ type Gateway struct {
 	clients       []io.Closer // Redis clients the gateway built, closed last
 
 	draining atomic.Bool // /readyz says 503; requests are still served
-	hot      *hotTracker // hits per entry, for /admin/cache/hot; nil when off
 	warms    warm.Jobs   // warm-ups: warm.files and POST /admin/cache/warm
 	addr     atomic.Pointer[string]
 	tracer   *telemetry.Tracer // nil: tracing is off
@@ -145,34 +136,21 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 			return nil, err
 		}
 	}
-	g.cm = newCacheMetrics(set)
-	g.emb = newEmbeddingMetrics(set)
 	g.passthroughs.set = set
-	if err := g.buildCache(deps, set); err != nil {
+	g.cache, err = reuse.New(reuse.Options{Conf: func() *cache.Config { return &g.conf().Cache }, Redis: cfg.Redis,
+		HotEntries: cfg.Warm.HotEntries, Logger: g.log, Metrics: set, Store: deps.Store, Embedder: deps.Embedder,
+		RedisClient: deps.Redis, Judge: g,
+		Configured: func(tenant, model string) float64 { return g.rt.Load().semanticThreshold(tenant, model) }})
+	if err != nil {
 		return nil, err
-	}
-	if g.store != nil {
-		g.hot = newHotTracker(cfg.Warm.HotEntries)
-	}
-	if v := cfg.Cache.Semantic.Verify; g.store != nil && g.embedder != nil && cfg.Cache.Semantic.Enabled && v.Enabled() {
-		var shared *cache.SharedEvidence
-		if g.verifyRedis != nil {
-			shared = &cache.SharedEvidence{Redis: g.verifyRedis, Prefix: cfg.Redis.KeyPrefix + "v:", Timeout: cfg.Cache.Writes.Timeout.D(),
-				TTL: max(cfg.Cache.TTL.D(), cfg.Cache.MaxTTL.D())}
-		}
-		entries, _ := g.store.(cache.EntryGetter)
-		d := verifierDeps{judge: g, entries: entries, writes: g.backend, logger: g.log,
-			entryTTL:   max(cfg.Cache.TTL.D(), cfg.Cache.MaxTTL.D()),
-			configured: func(tenant, model string) float64 { return g.rt.Load().semanticThreshold(tenant, model) }}
-		g.verify = newVerifier(d, v, set, shared)
 	}
 	if err := g.buildAdmission(deps); err != nil {
 		return nil, err
 	}
 	g.metrics = newGatewayMetrics(set, g)
 	g.responseIDs = newResponseIDs(cfg.Responses, set)
-	if g.verifyRedis != nil { // the cache's Redis: the replicas share the ids
-		g.responseIDs.shared = newSharedIDs(g.verifyRedis, cfg.Redis.KeyPrefix+"r:", cfg.Cache.Reads.Timeout.D(), g.upLog, set)
+	if r := g.cache.Redis(); r != nil { // the cache's Redis: the replicas share the ids
+		g.responseIDs.shared = newSharedIDs(r, cfg.Redis.KeyPrefix+"r:", cfg.Cache.Reads.Timeout.D(), g.upLog, set)
 	}
 	g.bodies = newBodyRefusals(set, g.log)
 	g.adm.RegisterMetrics(set)
@@ -321,123 +299,9 @@ func (g *Gateway) Start() {
 	go func() { defer wg.Done(); g.pool.Run(ctx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); g.operator.Run(ctx) }()
-	if g.store != nil {
-		wg.Add(1)
-		go func() { defer wg.Done(); g.refreshStats(ctx) }()
-	}
-	if g.verify != nil {
-		for range judgeWorkers {
-			wg.Add(1)
-			go func() { defer wg.Done(); g.verify.run(ctx) }()
-		}
-		if g.verify.shared != nil {
-			wg.Add(1)
-			go func() { defer wg.Done(); g.verify.sync(ctx) }()
-		}
-	}
+	wg.Add(1)
+	go func() { defer wg.Done(); g.cache.Run(ctx) }()
 	go func() { wg.Wait(); close(runDone) }()
-}
-
-// buildCache sets up the store, the embedder and the backend that guards
-// the store (breakers, timeouts, the write-back queue).
-func (g *Gateway) buildCache(deps Deps, set *metrics.Set) error {
-	c := g.conf().Cache
-	g.embedder = deps.Embedder
-	if g.embedder == nil && c.Semantic.Enabled && c.Backend != "off" {
-		e, err := embed.New(c.Embedder)
-		if err != nil {
-			return fmt.Errorf("cache.embedder: %w", err)
-		}
-		g.embedder = e
-	}
-	g.store = deps.Store
-	if g.store == nil && c.Backend == "redis" {
-		// Before the store: its sync goroutine may fail at once.
-		errs, warn := newIndexSyncErrors(set), telemetry.NewRateLog(g.log, 10*time.Second)
-		g.onIndexSyncError = func(err error) {
-			errs.Inc()
-			warn.Warn("index-sync", "cache: the in-process index's sync with Redis failed; semantic lookups miss what other replicas store until it recovers", "error", err.Error())
-		}
-	}
-	if g.store == nil && c.Backend != "off" {
-		if err := g.buildStore(deps); err != nil {
-			return err
-		}
-		g.ownStore = true
-	}
-	if g.store == nil {
-		return nil
-	}
-	var embedderName string
-	if g.embedder != nil {
-		embedderName = g.embedder.Name()
-	}
-	obs := newCacheObserver(set, g.cm, g.log, embedderName)
-	g.backend = cache.NewBackend(g.store, c.Reads, c.Writes, obs)
-	if g.embedder != nil {
-		g.backend.UseEmbedder(g.embedder)
-	}
-	g.registerBackendGauges(set)
-	return nil
-}
-
-// buildStore builds the configured store. A Redis store connects in the
-// background: a gateway whose Redis is down at start serves uncached.
-func (g *Gateway) buildStore(deps Deps) error {
-	c := g.conf().Cache
-	dims, name := c.Embedder.Dims, "none"
-	if g.embedder != nil {
-		dims, name = g.embedder.Dims(), g.embedder.Name()
-	}
-	switch c.Backend {
-	case "memory":
-		g.store = cache.NewMemoryStoreWith(int64(c.MaxBytes), dims, c.LocalIndex)
-	case "redis":
-		reads, writes := deps.Redis, deps.Redis
-		if reads == nil {
-			// Two clients: lookups keep their short timeout and their own
-			// connections; writes and the index's sync take longer ones.
-			var err error
-			rc, wc := g.conf().Redis, g.conf().Redis
-			rc.Timeout, wc.Timeout = c.Reads.Timeout, c.Writes.Timeout
-			if reads, err = redisconn.New(rc, redisPassword(rc)); err != nil {
-				return err
-			}
-			if writes, err = redisconn.New(wc, redisPassword(wc)); err != nil {
-				return err
-			}
-			g.clients = append(g.clients, reads, writes)
-		}
-		g.verifyRedis = writes
-		// The cache's keys live under <key_prefix>c:, apart from admission's.
-		opts := cache.RedisOptions{Prefix: g.conf().Redis.KeyPrefix + "c:", Dims: dims, Embedder: name,
-			VectorSearch: c.VectorSearch, Index: c.RedisIndex, LocalIndex: c.LocalIndex,
-			ReadTimeout: c.Reads.Timeout.D(), WriteTimeout: c.Writes.Timeout.D(), Writer: writes,
-			OnSyncError: g.onIndexSyncError}
-		g.store = cache.NewLazyStore(func(ctx context.Context) (cache.Store, error) {
-			st, err := cache.NewRedisStore(ctx, reads, opts)
-			if err != nil {
-				return nil, err
-			}
-			if why := st.Fallback(); why != "" {
-				g.log.Warn("cache: vector_search auto chose the in-process index", "why", why)
-			} else {
-				args := []any{"vector_search", st.Mode()}
-				if st.Mode() == "redisearch" {
-					args = append(args, "index", st.IndexName())
-					if ix := c.RedisIndex; ix.InitialCap > 0 {
-						args = append(args, "initial_cap", ix.InitialCap,
-							"reserved_mb", ix.InitialCap*(4*dims+150)>>20) // counts against maxmemory
-					}
-				}
-				g.log.Info("cache: redis store ready", args...)
-			}
-			return st, nil
-		}, 2*time.Second, func(err error) {
-			g.log.Warn("cache: redis store not ready; serving uncached and retrying", "error", err.Error())
-		})
-	}
-	return nil
 }
 
 // buildAdmission sets up the tenants' and the global limits, sharing the
@@ -454,7 +318,7 @@ func (g *Gateway) buildAdmission(deps Deps) error {
 		client = deps.Redis
 		if client == nil {
 			var err error
-			if client, err = redisconn.New(g.conf().Redis, redisPassword(g.conf().Redis)); err != nil {
+			if client, err = redisconn.New(g.conf().Redis, redisconn.Password(g.conf().Redis)); err != nil {
 				return err
 			}
 			g.clients = append(g.clients, client)
@@ -468,13 +332,6 @@ func (g *Gateway) buildAdmission(deps Deps) error {
 	}
 	g.adm, g.ownAdm = adm, true
 	return nil
-}
-
-func redisPassword(c redisconn.Config) string {
-	if c.PasswordEnv == "" {
-		return ""
-	}
-	return os.Getenv(c.PasswordEnv)
 }
 
 // Serve serves HTTP on ln until Shutdown.
@@ -530,13 +387,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		cancel()
 		<-runDone
 	}
-	if g.backend != nil {
-		// Queued write-backs get what is left of the grace period.
-		_ = g.backend.Close(ctx)
-	}
-	if g.ownStore {
-		_ = g.store.Close()
-	}
+	g.cache.Close(ctx) // queued write-backs get what is left of the grace period
 	if g.ownAdm {
 		_ = g.adm.Close()
 	}

@@ -4,19 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"frontdoor/adapters"
-	"frontdoor/admission"
-	"frontdoor/cache"
 	"frontdoor/internal/warm"
-)
-
-// Import results.
-const (
-	importImported = "imported"
-	importCached   = "cached"
-	importMissing  = "missing"
+	"frontdoor/router/reuse"
 )
 
 // ImportAnswer stores an answered pair, the curated answer of a chat
@@ -27,7 +18,7 @@ const (
 // "cached". With Check, nothing is stored: the result is "cached" or
 // "missing".
 func (g *Gateway) ImportAnswer(ctx context.Context, in warm.ImportRequest) (warm.ImportResponse, error) {
-	if g.store == nil {
+	if !g.cache.On() {
 		return warm.ImportResponse{}, fmt.Errorf("%w: the cache is off", warm.ErrImportRefused)
 	}
 	name := in.Tenant
@@ -53,45 +44,10 @@ func (g *Gateway) ImportAnswer(ctx context.Context, in warm.ImportRequest) (warm
 	if !ok {
 		return warm.ImportResponse{}, fmt.Errorf("%w: unknown model %q", warm.ErrImportRefused, req.Model)
 	}
-	x := &exchange{endpoint: adapters.EndpointChat, req: req, tenant: t, model: model}
-	p := g.plan(x, planHints{tag: cache.ValidTag([]byte(in.Tag)), curated: true})
-	if !p.store {
-		return warm.ImportResponse{}, fmt.Errorf("%w: the request is not cacheable (%s)", warm.ErrImportRefused, p.reason.label())
-	}
-	if !g.conf().Cache.Exact.Enabled {
-		return warm.ImportResponse{}, fmt.Errorf("%w: imports need cache.exact", warm.ErrImportRefused)
-	}
-	e, err := g.store.Get(ctx, p.keys.Exact)
-	switch {
-	case err == nil && e.Namespace == p.namespace:
-		return warm.ImportResponse{ID: e.ID, Result: importCached}, nil
-	case err != nil && !errors.Is(err, cache.ErrNotFound):
-		return warm.ImportResponse{}, fmt.Errorf("cache store: %w", err)
-	case in.Check:
-		return warm.ImportResponse{Result: importMissing}, nil
-	}
-	g.semanticScope(x, p)
-	prompt := 0
-	for _, m := range req.Root().GetArray("messages") {
-		prompt += admission.CountTokens(string(m.GetStringBytes("content")))
-	}
-	completion := admission.CountTokens(in.Answer)
-	a := &adapters.Answer{Model: model, Content: in.Answer, Finish: "stop",
-		Usage: adapters.Usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}}
-	w, ok := g.cacheWrite(g.flights.solo(p.keys.Exact), p, a)
-	if !ok {
-		return warm.ImportResponse{}, fmt.Errorf("%w: nothing to store", warm.ErrImportRefused)
-	}
-	if err := g.store.Put(ctx, w.Entry, w.Vec, w.TTL); err != nil {
-		return warm.ImportResponse{}, fmt.Errorf("cache store: %w", err)
-	}
-	return warm.ImportResponse{ID: w.Entry.ID, Result: importImported}, nil
+	return g.cache.Import(ctx, g.cacheRequest(&exchange{endpoint: adapters.EndpointChat, req: req, tenant: t, model: model}, nil),
+		in.Tag, in.Answer, in.Check)
 }
 
-// ImportTarget imports answered pairs straight into the gateway's store,
-// for frontdoor warm --config. Chat requests fail: their answers need a
-// node (frontdoor warm --target). Entries are tagged tag, or with their
-// file's name.
 func (g *Gateway) ImportTarget(tag string) warm.Target { return &importTarget{g: g, tag: tag} }
 
 type importTarget struct {
@@ -106,7 +62,7 @@ func (t *importTarget) Lookup(ctx context.Context, it *warm.Item) (bool, error) 
 		return false, errNeedsTarget
 	}
 	r, err := t.g.ImportAnswer(ctx, warm.ImportRequest{Tenant: it.Tenant, Request: it.Request, Answer: it.Answer, Check: true})
-	return r.Result == importCached, err
+	return reuse.Cached(r), err
 }
 
 func (t *importTarget) Warm(ctx context.Context, it *warm.Item) (warm.Result, error) {
@@ -115,24 +71,12 @@ func (t *importTarget) Warm(ctx context.Context, it *warm.Item) (warm.Result, er
 		tag = warm.TagFor(it.File)
 	}
 	r, err := t.g.ImportAnswer(ctx, warm.ImportRequest{Tenant: it.Tenant, Tag: tag, Request: it.Request, Answer: it.Answer})
-	if r.Result == importCached {
+	if reuse.Cached(r) {
 		return warm.Cached, err
 	}
 	return warm.Warmed, err
 }
 
 // WaitCache waits until the cache store is connected (a Redis store
-// connects in the background), or ctx ends.
-func (g *Gateway) WaitCache(ctx context.Context) error {
-	if g.store == nil {
-		return errors.New("the cache is off (cache.backend: off)")
-	}
-	for !g.backend.Health().Up {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cache store not connected: %w", ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return nil
-}
+// connects in the background).
+func (g *Gateway) WaitCache(ctx context.Context) error { return g.cache.WaitReady(ctx) }

@@ -3,12 +3,14 @@ package router
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
+	"time"
+
 	"frontdoor/adapters"
 	"frontdoor/admission"
 	"frontdoor/balancer"
 	"frontdoor/internal/telemetry"
-	"sync/atomic"
-	"time"
+	"frontdoor/router/reuse"
 
 	"github.com/valyala/fasthttp"
 )
@@ -23,7 +25,7 @@ type exchange struct {
 	upstream     string
 	attempts     int
 	status       int
-	cache        cacheOutcome      // set through setCache
+	cache        reuse.Outcome     // set through setCache
 	spillRefused bool              // spill-over would have applied but the tenant may not leave
 	spillSkipped bool              // spill-over would have applied but not to this endpoint
 	pass         *admission.Pass   // the tenant's rate and concurrency admission
@@ -31,8 +33,8 @@ type exchange struct {
 	streamOwned  bool              // a stream writer settles and releases at its end
 	streamEvents int               // events pumped to the client, for the per-token time
 	slot         heldSlot          // the node or spill-over slot of the current attempt
-	plan         *cachePlan
-	flight       *flight
+	plan         *reuse.Plan
+	flight       *reuse.Flight            // the flight x leads
 	finished     bool                     // finish ran
 	tries        attempts                 // where forward stands
 	prefix       *balancer.Prefix         // the prompt's prefix hashes (prefix weight > 0)
@@ -78,19 +80,24 @@ func (g *Gateway) serveInference(ctx *fasthttp.RequestCtx, ep adapters.Endpoint,
 // looks it up in the cache. It returns the upstream request, or nil when
 // the client has its answer already, or the flight of an identical request
 // in progress that x must follow (see rejoin).
-func (g *Gateway) prepare(ctx *fasthttp.RequestCtx, x *exchange) (*adapters.UpstreamRequest, *flight) {
+func (g *Gateway) prepare(ctx *fasthttp.RequestCtx, x *exchange) (*adapters.UpstreamRequest, *reuse.Flight) {
 	if !g.admitAndPlan(ctx, x) {
 		return nil, nil
 	}
-	if p := x.plan; p.lookup && g.lookup(ctx, x, p) {
+	found := g.cache.Lookup(x.obs, x.plan)
+	x.setCache(&ctx.Response.Header, found.Outcome, found.Entry)
+	switch found.Kind {
+	case reuse.Hit:
+		g.serveHit(ctx, x, found)
 		return nil, nil
-	}
-	if x.plan.only != 0 { // lookup-only: never upstream
+	case reuse.Absent:
 		ctx.SetStatusCode(fasthttp.StatusNoContent)
-		x.setCache(&ctx.Response.Header, cacheOutcome{resultMiss, reasonLookupOnly}, "")
 		return nil, nil
+	case reuse.Follow:
+		return nil, found.Flight
 	}
-	return g.prepareMiss(ctx, x)
+	x.flight = found.Flight // nil on a bypass
+	return g.toUpstream(ctx, x), nil
 }
 
 // admitAndPlan validates and admits the request and plans its cache use
@@ -113,9 +120,9 @@ func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
 	if !g.ownState(ctx, x) {
 		return false
 	}
-	p := g.planCache(ctx, x)
-	x.plan = p
-	x.setCache(&ctx.Response.Header, cacheOutcome{resultBypass, p.reason}, "")
+	curated := g.rt.Load().tenants.operator(ctx)
+	x.plan = g.cache.Plan(g.cacheRequest(x, ctx.PostBody()), reuse.HintsOf(&ctx.Request.Header, curated))
+	x.setCache(&ctx.Response.Header, reuse.Outcome{Result: reuse.ResultBypass, Reason: x.plan.Reason()}, "")
 	return true
 }
 
@@ -173,37 +180,15 @@ func (g *Gateway) resolveModel(ctx *fasthttp.RequestCtx, x *exchange, model stri
 	return true
 }
 
-// prepareMiss readies a cache miss for the trip upstream: it leads (or
-// follows, see rejoin) the flight of identical requests and admits it.
-func (g *Gateway) prepareMiss(ctx *fasthttp.RequestCtx, x *exchange) (*adapters.UpstreamRequest, *flight) {
-	if p := x.plan; p.store {
-		g.semanticScope(x, p) // the write-back needs it; the request is gone by then
-		if !p.lookupFailed {
-			x.setCache(&ctx.Response.Header, cacheOutcome{resultMiss, p.reason}, "") // else a bypass whose answer is still written back
-		}
-		if g.conf().Cache.Coalesce && p.lookup { // no-cache wants a fresh answer of its own
-			f, leader := g.flights.join(p.keys.Exact)
-			if !leader {
-				return nil, f
-			}
-			x.flight = f
-		} else {
-			x.flight = g.flights.solo(p.keys.Exact)
-		}
-		x.setCacheEntry(&ctx.Response.Header, x.flight.entryID)
-	}
-	return g.toUpstream(ctx, x), nil
-}
-
 // rejoin waits for the flight f of an identical request and serves its
 // answer; when f got none, x goes upstream itself. It blocks.
-func (g *Gateway) rejoin(ctx *fasthttp.RequestCtx, x *exchange, f *flight) *adapters.UpstreamRequest {
+func (g *Gateway) rejoin(ctx *fasthttp.RequestCtx, x *exchange, f *reuse.Flight) *adapters.UpstreamRequest {
 	if g.follow(ctx, x, f) {
 		return nil
 	}
-	x.flight = g.flights.solo(x.plan.keys.Exact) // the leader failed: go alone
+	x.flight = g.cache.FollowFailed(x.plan) // the leader failed: go alone
 	ctx.Response.Header.Del("X-Coalesced")
-	x.setCacheEntry(&ctx.Response.Header, x.flight.entryID)
+	x.setCache(&ctx.Response.Header, x.cache, x.flight.EntryID())
 	return g.toUpstream(ctx, x)
 }
 

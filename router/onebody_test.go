@@ -148,7 +148,7 @@ func TestAmbiguousBodiesNeverPoisonTheCache(t *testing.T) {
 	}
 	if accepted > 0 { // let the poisoned answers reach the store
 		testenv.Eventually(t, 3*time.Second, func() bool {
-			st, err := gw.store.Stats(context.Background())
+			st, err := gw.cache.Store().Stats(context.Background())
 			return err == nil && st.Entries > 0
 		}, "no accepted answer was stored")
 	}

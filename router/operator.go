@@ -7,7 +7,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"frontdoor/balancer"
-	"frontdoor/cache"
 	"frontdoor/internal/warm"
 	"frontdoor/router/admin"
 )
@@ -15,10 +14,7 @@ import (
 // operator is the gateway as its operator surface (package admin) sees it.
 type operator struct{ g *Gateway }
 
-var (
-	_ admin.Gateway  = operator{}
-	_ admin.CacheOps = cacheOps{}
-)
+var _ admin.Gateway = operator{}
 
 // handleAdminListener serves the admin listener: every route of the main
 // listener, each request trusted as if it carried the admin token, once
@@ -59,17 +55,14 @@ func (o operator) Import(ctx context.Context, in warm.ImportRequest) (warm.Impor
 func (o operator) Pool() *balancer.Pool { return o.g.pool }
 
 func (o operator) Cache() admin.CacheOps {
-	if o.g.store == nil {
+	if !o.g.cache.On() {
 		return nil
 	}
-	return cacheOps(o)
+	return o.g.cache
 }
 
 func (o operator) Hot(top int, tenant string) []admin.HotEntry {
-	if o.g.hot == nil {
-		return nil
-	}
-	return o.g.hot.top(top, tenant)
+	return o.g.cache.Hot(top, tenant)
 }
 
 func (o operator) StartWarm(source, tag string, items []warm.Item) (*warm.Job, error) {
@@ -87,42 +80,4 @@ func (o operator) WarmJob(id string) *warm.Job { return o.g.warms.Get(id) }
 func (o operator) QuestionsShown() bool {
 	c := o.g.conf()
 	return c.Logging.LogPrompts || c.Admin.ShowCachedQuestions
-}
-
-// cacheOps are the admin operations on the store. Every delete first
-// retires the answers in flight (see flightGroup.invalidate), so that no
-// answer produced before it is served or stored after it.
-type cacheOps struct{ g *Gateway }
-
-func (c cacheOps) Stats(ctx context.Context) (admin.CacheStats, error) {
-	g := c.g
-	st, err := g.store.Stats(ctx)
-	if err != nil {
-		return admin.CacheStats{}, err
-	}
-	return admin.CacheStats{Backend: g.conf().Cache.Backend, Store: st, Health: g.backend.Health(),
-		Requests: g.cm.totals(), HitRatio: g.cm.hitRatio()}, nil
-}
-
-func (c cacheOps) Get(ctx context.Context, id string) (*cache.Entry, error) {
-	getter, ok := c.g.store.(cache.EntryGetter)
-	if !ok {
-		return nil, cache.ErrNotFound
-	}
-	return getter.GetByID(ctx, id)
-}
-
-func (c cacheOps) Forget(ctx context.Context, id string) error {
-	c.g.flights.invalidate()
-	return c.g.store.Delete(ctx, id)
-}
-
-func (c cacheOps) Purge(ctx context.Context, namespace string) (int, error) {
-	c.g.flights.invalidate()
-	return c.g.store.Purge(ctx, namespace)
-}
-
-func (c cacheOps) PurgeTag(ctx context.Context, tag string) (int, error) {
-	c.g.flights.invalidate()
-	return c.g.store.PurgeTag(ctx, tag)
 }

@@ -14,6 +14,7 @@ import (
 	"frontdoor/cache"
 	sim "frontdoor/internal/gpusim"
 	"frontdoor/internal/testenv"
+	"frontdoor/router/reuse"
 )
 
 // failingStore fails its lookups while fail holds an error.
@@ -86,49 +87,49 @@ func TestCacheOutcomes(t *testing.T) {
 		before func() // after the metrics are read, before the request
 		after  func()
 	}
-	scenarios := map[cacheOutcome]scenario{
-		{resultNone, reasonNone}:          {gw: gw, body: `{"model":`},
-		{resultHitExact, reasonNone}:      {gw: gw, body: cbody(stored, "")},
-		{resultHitSemantic, reasonNone}:   {gw: gw, body: cbody("what is the capital of france", "")},
-		{resultMiss, reasonNone}:          {gw: gw, body: cbody("A question never asked before", "")},
-		{resultPartial, reasonNone}:       {gw: gw, path: "/v1/embeddings", body: `{"model":"qwen3-8b","input":["An input embedded before","An input never embedded"]}`},
-		{resultMiss, reasonNoCache}:       {gw: gw, body: cbody(stored, ""), header: []string{"Cache-Control", "no-cache"}},
-		{resultMiss, reasonLookupOnly}:    {gw: gw, body: cbody("Not in the cache", ""), header: []string{"X-Cache-Only", "1"}},
-		{resultMiss, reasonCoalesced}:     {gw: slow, body: cbody("Asked twice at once", `"stream":true`)}, // the follower; see below
-		{resultBypass, reasonOff}:         {gw: off, body: cbody(stored, "")},
-		{resultBypass, reasonNoStore}:     {gw: gw, body: cbody(stored, ""), header: []string{"Cache-Control", "no-store"}},
-		{resultBypass, reasonMultimodal}:  {gw: gw, body: `{"model":"qwen3-8b","messages":[{"role":"user","content":[{"type":"text","text":"what is this?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}]}`},
-		{resultBypass, reasonN}:           {gw: gw, body: cbody(stored, `"n":2`)},
-		{resultBypass, reasonTemperature}: {gw: gw, body: strings.Replace(cbody(stored, ""), `"temperature":0.7`, `"temperature":1.5`, 1)},
-		{resultBypass, reasonBatchPrompt}: {gw: gw, path: "/v1/completions", body: `{"model":"qwen3-8b","prompt":["one","two"],"max_tokens":4}`},
-		{resultBypass, reasonDisabled}:    {gw: disabled, body: cbody(stored, "")},
-		{resultBypass, reasonStoreError}:  {gw: gw, body: cbody(stored, ""), before: failWith(errors.New("lookup failed")), after: func() { store.fail.Store(nil) }},
-		{resultBypass, reasonStoreDown}:   {gw: gw, body: cbody(stored, ""), before: failWith(fmt.Errorf("down: %w", cache.ErrUnavailable)), after: func() { store.fail.Store(nil) }},
-		{resultBypass, reasonPrevResp}:    {gw: gw, path: "/v1/responses", body: `{"model":"qwen3-8b","input":"a second turn","previous_response_id":"` + first.ID + `"}`},
-		{resultBypass, reasonServerState}: {gw: forwarding, path: "/v1/responses", body: `{"model":"qwen3-8b","input":"go on","conversation":"conv_1"}`},
-		{resultBypass, reasonBackground}:  {gw: gw, path: "/v1/responses", body: `{"model":"qwen3-8b","input":"take your time","background":true}`},
-		{resultBypass, reasonTools}:       {gw: gw, path: "/v1/responses", body: `{"model":"qwen3-8b","input":"what time is it?","tools":[{"type":"function","name":"clock"}]}`},
+	scenarios := map[reuse.Outcome]scenario{
+		{Result: reuse.ResultNone, Reason: reuse.ReasonNone}:          {gw: gw, body: `{"model":`},
+		{Result: reuse.ResultHitExact, Reason: reuse.ReasonNone}:      {gw: gw, body: cbody(stored, "")},
+		{Result: reuse.ResultHitSemantic, Reason: reuse.ReasonNone}:   {gw: gw, body: cbody("what is the capital of france", "")},
+		{Result: reuse.ResultMiss, Reason: reuse.ReasonNone}:          {gw: gw, body: cbody("A question never asked before", "")},
+		{Result: reuse.ResultPartial, Reason: reuse.ReasonNone}:       {gw: gw, path: "/v1/embeddings", body: `{"model":"qwen3-8b","input":["An input embedded before","An input never embedded"]}`},
+		{Result: reuse.ResultMiss, Reason: reuse.ReasonNoCache}:       {gw: gw, body: cbody(stored, ""), header: []string{"Cache-Control", "no-cache"}},
+		{Result: reuse.ResultMiss, Reason: reuse.ReasonLookupOnly}:    {gw: gw, body: cbody("Not in the cache", ""), header: []string{"X-Cache-Only", "1"}},
+		{Result: reuse.ResultMiss, Reason: reuse.ReasonCoalesced}:     {gw: slow, body: cbody("Asked twice at once", `"stream":true`)}, // the follower; see below
+		{Result: reuse.ResultBypass, Reason: reuse.ReasonOff}:         {gw: off, body: cbody(stored, "")},
+		{Result: reuse.ResultBypass, Reason: reuse.ReasonNoStore}:     {gw: gw, body: cbody(stored, ""), header: []string{"Cache-Control", "no-store"}},
+		{Result: reuse.ResultBypass, Reason: reuse.ReasonMultimodal}:  {gw: gw, body: `{"model":"qwen3-8b","messages":[{"role":"user","content":[{"type":"text","text":"what is this?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}]}`},
+		{Result: reuse.ResultBypass, Reason: reuse.ReasonN}:           {gw: gw, body: cbody(stored, `"n":2`)},
+		{Result: reuse.ResultBypass, Reason: reuse.ReasonTemperature}: {gw: gw, body: strings.Replace(cbody(stored, ""), `"temperature":0.7`, `"temperature":1.5`, 1)},
+		{Result: reuse.ResultBypass, Reason: reuse.ReasonBatchPrompt}: {gw: gw, path: "/v1/completions", body: `{"model":"qwen3-8b","prompt":["one","two"],"max_tokens":4}`},
+		{Result: reuse.ResultBypass, Reason: reuse.ReasonDisabled}:    {gw: disabled, body: cbody(stored, "")},
+		{Result: reuse.ResultBypass, Reason: reuse.ReasonStoreError}:  {gw: gw, body: cbody(stored, ""), before: failWith(errors.New("lookup failed")), after: func() { store.fail.Store(nil) }},
+		{Result: reuse.ResultBypass, Reason: reuse.ReasonStoreDown}:   {gw: gw, body: cbody(stored, ""), before: failWith(fmt.Errorf("down: %w", cache.ErrUnavailable)), after: func() { store.fail.Store(nil) }},
+		{Result: reuse.ResultBypass, Reason: reuse.ReasonPrevResp}:    {gw: gw, path: "/v1/responses", body: `{"model":"qwen3-8b","input":"a second turn","previous_response_id":"` + first.ID + `"}`},
+		{Result: reuse.ResultBypass, Reason: reuse.ReasonServerState}: {gw: forwarding, path: "/v1/responses", body: `{"model":"qwen3-8b","input":"go on","conversation":"conv_1"}`},
+		{Result: reuse.ResultBypass, Reason: reuse.ReasonBackground}:  {gw: gw, path: "/v1/responses", body: `{"model":"qwen3-8b","input":"take your time","background":true}`},
+		{Result: reuse.ResultBypass, Reason: reuse.ReasonTools}:       {gw: gw, path: "/v1/responses", body: `{"model":"qwen3-8b","input":"what time is it?","tools":[{"type":"function","name":"clock"}]}`},
 	}
-	if len(scenarios) != len(cacheOutcomes) {
-		t.Fatalf("%d scenarios for %d outcomes", len(scenarios), len(cacheOutcomes))
+	if len(scenarios) != len(reuse.Outcomes) {
+		t.Fatalf("%d scenarios for %d outcomes", len(scenarios), len(reuse.Outcomes))
 	}
-	seenResult, seenReason := map[cacheResult]bool{}, map[cacheReason]bool{}
-	for _, o := range cacheOutcomes {
-		seenResult[o.result], seenReason[o.reason] = true, true
+	seenResult, seenReason := map[reuse.Result]bool{}, map[reuse.Reason]bool{}
+	for _, o := range reuse.Outcomes {
+		seenResult[o.Result], seenReason[o.Reason] = true, true
 	}
-	for r := range numResults {
+	for r := range reuse.NumResults {
 		if !seenResult[r] {
-			t.Errorf("result %q is in no outcome", r.label())
+			t.Errorf("result %q is in no outcome", r.Label())
 		}
 	}
-	for r := range numReasons {
+	for r := range reuse.NumReasons {
 		if !seenReason[r] {
-			t.Errorf("reason %q is in no outcome", r.label())
+			t.Errorf("reason %q is in no outcome", r.Label())
 		}
 	}
 
-	for i, o := range cacheOutcomes {
-		name := o.result.label() + "/" + o.reason.label()
+	for i, o := range reuse.Outcomes {
+		name := o.Result.Label() + "/" + o.Reason.Label()
 		sc, ok := scenarios[o]
 		if !ok {
 			t.Fatalf("no scenario for the outcome %s", name)
@@ -144,7 +145,7 @@ func TestCacheOutcomes(t *testing.T) {
 			if sc.path != "" {
 				url = sc.gw.URL + sc.path
 			}
-			if o.reason == reasonCoalesced { // a leader in flight first
+			if o.Reason == reuse.ReasonCoalesced { // a leader in flight first
 				led := make(chan string, 1)
 				go func() {
 					resp, _ := post(t, url, sc.body) // a stream: the node takes its TTFT
@@ -161,65 +162,65 @@ func TestCacheOutcomes(t *testing.T) {
 			if sc.after != nil {
 				sc.after()
 			}
-			if o.result != resultNone && resp.StatusCode/100 != 2 {
+			if o.Result != reuse.ResultNone && resp.StatusCode/100 != 2 {
 				t.Fatalf("status %d: %s", resp.StatusCode, b)
 			}
-			if got, ok := resp.Header[http.CanonicalHeaderKey("X-Cache")]; o.result == resultNone && ok || o.result != resultNone && strings.Join(got, ",") != o.result.header() {
-				t.Errorf("X-Cache %q, want %q", got, o.result.header())
+			if got, ok := resp.Header[http.CanonicalHeaderKey("X-Cache")]; o.Result == reuse.ResultNone && ok || o.Result != reuse.ResultNone && strings.Join(got, ",") != o.Result.Header() {
+				t.Errorf("X-Cache %q, want %q", got, o.Result.Header())
 			}
 
 			after := metricsText(t, sc.gw)
-			if o.reason == reasonCoalesced {
+			if o.Reason == reuse.ReasonCoalesced {
 				// The leader counts too: wait for its miss.
 				testenv.Eventually(t, 5*time.Second, func() bool {
 					after = metricsText(t, sc.gw)
-					return seriesDelta(t, before, after, resultMiss, reasonNone) == 1
+					return seriesDelta(t, before, after, reuse.ResultMiss, reuse.ReasonNone) == 1
 				}, "the leader's miss was not counted")
 			}
-			for r := resultNone + 1; r < numResults; r++ {
-				for reason := range numReasons {
+			for r := reuse.ResultNone + 1; r < reuse.NumResults; r++ {
+				for reason := range reuse.NumReasons {
 					want := 0.0
-					if (cacheOutcome{r, reason}) == o {
+					if (reuse.Outcome{Result: r, Reason: reason}) == o {
 						want = 1
 					}
-					if o.reason == reasonCoalesced && r == resultMiss && reason == reasonNone {
+					if o.Reason == reuse.ReasonCoalesced && r == reuse.ResultMiss && reason == reuse.ReasonNone {
 						want = 1
 					}
 					if d := seriesDelta(t, before, after, r, reason); d != want {
-						t.Errorf("frontdoor_cache_requests_total{result=%q,reason=%q} rose by %v, want %v", r.label(), reason.label(), d, want)
+						t.Errorf("frontdoor_cache_requests_total{result=%q,reason=%q} rose by %v, want %v", r.Label(), reason.Label(), d, want)
 					}
 				}
 			}
 
 			root, _ := recv.tree(t, id)
-			if got := attr(root, "frontdoor.cache"); got != o.result.header() {
-				t.Errorf("span attribute frontdoor.cache %q, want %q", got, o.result.header())
+			if got := attr(root, "frontdoor.cache"); got != o.Result.Header() {
+				t.Errorf("span attribute frontdoor.cache %q, want %q", got, o.Result.Header())
 			}
-			if got := attr(root, "frontdoor.cache.reason"); got != o.reason.label() {
-				t.Errorf("span attribute frontdoor.cache.reason %q, want %q", got, o.reason.label())
+			if got := attr(root, "frontdoor.cache.reason"); got != o.Reason.Label() {
+				t.Errorf("span attribute frontdoor.cache.reason %q, want %q", got, o.Reason.Label())
 			}
 		})
 	}
 }
 
-func seriesDelta(t *testing.T, before, after string, r cacheResult, reason cacheReason) float64 {
+func seriesDelta(t *testing.T, before, after string, r reuse.Result, reason reuse.Reason) float64 {
 	t.Helper()
-	series := `frontdoor_cache_requests_total{result="` + r.label() + `",reason="` + reason.label() + `"}`
+	series := `frontdoor_cache_requests_total{result="` + r.Label() + `",reason="` + reason.Label() + `"}`
 	return metricValue(t, after, series) - metricValue(t, before, series)
 }
 
 // TestCacheRequestSeriesCanHappen: /metrics has a
 // frontdoor_cache_requests_total series for each outcome a request can
-// have (cacheOutcomes, each made to happen by TestCacheOutcomes) and for
+// have (reuse.Outcomes, each made to happen by TestCacheOutcomes) and for
 // no other pair, such as hit_exact with reason temperature.
 func TestCacheRequestSeriesCanHappen(t *testing.T) {
 	cfg := testConfig(testenv.GPUSim(t, nil))
 	cfg.Cache.Backend = "memory"
 	gw := startGateway(t, cfg)
 	want := map[string]bool{}
-	for _, o := range cacheOutcomes {
-		if o.result != resultNone {
-			want[cacheRequestsSeries(o)] = true
+	for _, o := range reuse.Outcomes {
+		if o.Result != reuse.ResultNone {
+			want[`frontdoor_cache_requests_total{result="`+o.Result.Label()+`",reason="`+o.Reason.Label()+`"}`] = true
 		}
 	}
 	got := map[string]bool{}

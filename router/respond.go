@@ -1,16 +1,16 @@
 package router
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"io"
+	"runtime/debug"
+	"time"
+
 	"frontdoor/adapters"
 	"frontdoor/balancer"
 	"frontdoor/internal/telemetry"
-	"io"
-	"log/slog"
-	"runtime/debug"
-	"time"
+	"frontdoor/router/reuse"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
@@ -21,9 +21,8 @@ import (
 // when there is one.
 func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.Node, be adapters.Backend, resp *adapters.UpstreamResponse) {
 	setUpstream(&ctx.Response.Header, x.upstream, x.attempts)
-	f := x.flight
-	if f != nil {
-		f.upstream, f.attempts = x.upstream, x.attempts
+	if f := x.flight; f != nil {
+		f.SetUpstream(x.upstream, x.attempts)
 	}
 	if resp.Status >= 400 {
 		e := be.MapError(resp.Status, resp.Body)
@@ -59,15 +58,14 @@ func (g *Gateway) commitStream(ctx *fasthttp.RequestCtx, x *exchange, node *bala
 	h.SetCanonical(headerAccelBuffering, no)
 	var asm *adapters.Assembler // the whole answer, for the cache
 	if f != nil {
-		f.streaming, f.status = true, resp.Status
-		close(f.ready)
+		f.StartStream(resp.Status)
 		asm = adapters.NewAssembler(x.endpoint)
 	}
 	handed := x.handOff()
 	tenantName := x.tenant.name
 	wantUsage := x.req.IncludeUsage
 	tap := g.newRespTap(x) // nil but for the Responses API
-	id, plan, upstream := x.id, x.plan, x.upstream
+	id, upstream := x.id, x.upstream
 	g.streams.Add(1)
 	g.live.add(resp)
 	g.metrics.streams.Add(1)
@@ -75,7 +73,7 @@ func (g *Gateway) commitStream(ctx *fasthttp.RequestCtx, x *exchange, node *bala
 		// The handler and finish are done with the route to the node: an
 		// open stream need not hold it.
 		x.upstreamReq, x.tries, x.prefix, x.hints = adapters.UpstreamRequest{}, attempts{}, nil, balancer.Hints{}
-		r := pumped{broken: true, cut: notStoredCut} // until the pump returns (it may panic)
+		r := pumped{broken: true, cut: reuse.NotStoredCut} // until the pump returns (it may panic)
 		defer func() {
 			if r := recover(); r != nil {
 				g.log.Error("stream pump panicked", "request_id", id, "panic", r)
@@ -94,10 +92,10 @@ func (g *Gateway) commitStream(ctx *fasthttp.RequestCtx, x *exchange, node *bala
 				if why == "" {
 					var err error
 					answer, err = asm.Answer()
-					why = notStoredReason(err)
+					why = reuse.NotStoredReason(err)
 				}
 				if why != "" {
-					g.notStored(id, upstream, why)
+					g.cache.NotStored(id, upstream, why)
 				}
 			}
 			if answer != nil {
@@ -114,8 +112,7 @@ func (g *Gateway) commitStream(ctx *fasthttp.RequestCtx, x *exchange, node *bala
 			}
 			handed.done(usage)
 			if f != nil {
-				f.finish(answer, r.broken, g.storable(plan, answer))
-				go g.writeBack(f, plan, answer)
+				f.Finish(answer, r.broken)
 			}
 		}()
 		r = g.pump(w, id, resp, f, asm, wantUsage, tap)
@@ -151,58 +148,10 @@ func (g *Gateway) commitJSON(ctx *fasthttp.RequestCtx, x *exchange, resp *adapte
 		g.settle(x, u, ok)
 	}
 	if f != nil {
-		f.status, f.contentType, f.body = resp.Status, append([]byte(nil), resp.ContentType...), append([]byte(nil), resp.Body...)
-		f.finish(answer, answer == nil, g.storable(x.plan, answer))
-		close(f.ready)
-		go g.writeBack(f, x.plan, answer)
+		f.FinishJSON(resp.Status, resp.ContentType, resp.Body, answer)
 	}
 	resp.Close()
 	x.slot.release()
-}
-
-// Why a stream's answer was not stored, for
-// frontdoor_cache_writes_dropped_total{reason}: the node reported an error
-// in it, it ended without [DONE] or a finish_reason, reading it failed
-// (idle, total, the connection), or every reader left and so the gateway
-// stopped reading.
-const (
-	notStoredError      = "stream_error"
-	notStoredIncomplete = "stream_incomplete"
-	notStoredCut        = "stream_cut"
-	notStoredClientGone = "client_gone"
-)
-
-var notStoredReasons = []string{notStoredError, notStoredIncomplete, notStoredCut, notStoredClientGone}
-
-// notStoredReason names an Assembler's refusal; "" when there is none, or
-// when it is a policy (several choices) rather than a fault.
-func notStoredReason(err error) string {
-	switch {
-	case errors.Is(err, adapters.ErrStreamError):
-		return notStoredError
-	case errors.Is(err, adapters.ErrStreamIncomplete):
-		return notStoredIncomplete
-	}
-	return ""
-}
-
-// notStored counts a streamed answer that was headed for the cache and is
-// not stored, and logs it. The cache is doing its job, so the line is
-// DEBUG when the fault is loud already (a cut stream has its "upstream
-// stream broke" WARN, a client gone is a client_aborts_total); a node that
-// put an error in its stream or ended it without [DONE] is an upstream
-// fault nothing else reports, so that is a WARN naming the node, at most
-// one per node and reason every 10 s.
-func (g *Gateway) notStored(id, node, why string) {
-	g.cm.notStored[why].Inc()
-	switch why {
-	case notStoredError, notStoredIncomplete:
-		g.upLog.Warn(why+":"+node, "upstream stream not clean; its answer is not cached", "reason", why, "node", node, "request_id", id)
-	default:
-		if g.log.Enabled(context.Background(), slog.LevelDebug) {
-			g.log.Debug("cache: streamed answer not stored", "reason", why, "node", node, "request_id", id)
-		}
-	}
 }
 
 // errClientGone stops a pump's read of the node once its client is gone.
@@ -211,7 +160,7 @@ var errClientGone = errors.New("client gone")
 // pumped is what a stream's pump saw.
 type pumped struct {
 	broken     bool
-	cut        string // why the read of the node stopped before its end: notStoredCut or notStoredClientGone
+	cut        string // why the read of the node stopped before its end: reuse.NotStoredCut or NotStoredClientGone
 	events     int
 	usage      adapters.Usage // from the include_usage chunk
 	usageKnown bool
@@ -240,12 +189,12 @@ func (g *Gateway) settle(x *exchange, u adapters.Usage, known bool) {
 // waits for the next. When the client goes away the upstream is closed at
 // once, unless followers of the flight still read it. It reports whether
 // the stream broke.
-func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse, f *flight, asm *adapters.Assembler, wantUsage bool, tap *respTap) (r pumped) {
+func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse, f *reuse.Flight, asm *adapters.Assembler, wantUsage bool, tap *respTap) (r pumped) {
 	c := &pumpClient{w: w, f: f, aborts: g.metrics.clientAborts, ok: true}
 	resp.OnRead(c)
 	for ; ; r.events++ {
 		if !c.ok && c.alone() {
-			r.broken, r.cut = true, notStoredClientGone
+			r.broken, r.cut = true, reuse.NotStoredClientGone
 			return r
 		}
 		ev, err := resp.Next()
@@ -254,7 +203,7 @@ func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse
 				return r
 			}
 			if !c.ok && c.alone() {
-				r.broken, r.cut = true, notStoredClientGone
+				r.broken, r.cut = true, reuse.NotStoredClientGone
 				return r
 			}
 			g.log.Warn("upstream stream broke", "request_id", id, "error", err.Error())
@@ -266,13 +215,13 @@ func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse
 			}
 			errEvent := adapters.StreamErrorEvent(ep, e)
 			if f != nil {
-				f.publish(errEvent, false)
+				f.Publish(errEvent, false)
 			}
 			if c.ok {
 				_, _ = w.Write(errEvent)
 				_ = w.Flush()
 			}
-			r.broken, r.cut = true, notStoredCut
+			r.broken, r.cut = true, reuse.NotStoredCut
 			return r
 		}
 		usageOnly := false
@@ -285,7 +234,7 @@ func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse
 			r.usage, r.usageKnown = adapters.ParseUsage(ev.Data)
 		}
 		if f != nil {
-			f.publish(ev.Raw, usageOnly)
+			f.Publish(ev.Raw, usageOnly)
 		}
 		if c.ok && (!usageOnly || wantUsage) {
 			if _, err := w.Write(ev.Raw); err != nil {
@@ -300,7 +249,7 @@ func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse
 // last read brought (adapters.ReadHook).
 type pumpClient struct {
 	w      flushWriter
-	f      *flight
+	f      *reuse.Flight
 	aborts *metrics.Counter
 	ok     bool
 }
@@ -324,41 +273,37 @@ func (c *pumpClient) gone() {
 }
 
 // alone reports whether no follower of the flight reads the stream.
-func (c *pumpClient) alone() bool { return c.f == nil || c.f.followers.Load() == 0 }
+func (c *pumpClient) alone() bool { return c.f.Alone() }
 
 // follow serves a request from a flight led by an identical one. It
 // returns false when the leader got no usable answer, so the caller goes
 // upstream itself.
-func (g *Gateway) follow(ctx *fasthttp.RequestCtx, x *exchange, f *flight) bool {
-	select {
-	case <-f.ready:
-	case <-time.After(g.conf().Timeouts.Total.D()):
+func (g *Gateway) follow(ctx *fasthttp.RequestCtx, x *exchange, f *reuse.Flight) bool {
+	head, ok := f.Wait(g.conf().Timeouts.Total.D())
+	if !ok {
 		return false
 	}
-	if f.failed {
-		return false
-	}
-	if a := f.finished(); a != nil {
-		g.serveFlightAnswer(ctx, x, f, a)
+	if hit, ok := f.Hit(x.plan); ok {
+		g.serveHit(ctx, x, hit)
 		return true
 	}
 	var answer *adapters.Answer
-	if !f.streaming || !x.req.Stream {
-		answer, _ = f.result()
+	if !head.Streaming || !x.req.Stream {
+		answer, _ = f.Result()
 		if answer == nil && x.req.Stream {
 			return false // the leader's JSON answer can't be replayed as a stream
 		}
 	}
-	x.setCache(&ctx.Response.Header, cacheOutcome{resultMiss, reasonCoalesced}, "")
-	x.entryID = f.entryID // the entry that will hold the answer replayed below
-	x.upstream = f.upstream
-	setUpstream(&ctx.Response.Header, f.upstream, 0)
+	x.setCache(&ctx.Response.Header, reuse.Outcome{Result: reuse.ResultMiss, Reason: reuse.ReasonCoalesced}, "")
+	x.entryID = f.EntryID() // the entry that will hold the answer replayed below
+	x.upstream = head.Upstream
+	setUpstream(&ctx.Response.Header, head.Upstream, 0)
 	ctx.Response.Header.Set("X-Coalesced", "true")
-	if !f.streaming {
+	if !head.Streaming {
 		if answer == nil {
-			ctx.SetStatusCode(f.status)
-			ctx.Response.Header.SetContentTypeBytes(f.contentType)
-			ctx.SetBody(f.body)
+			ctx.SetStatusCode(head.Status)
+			ctx.Response.Header.SetContentTypeBytes(head.ContentType)
+			ctx.SetBody(head.Body)
 			return true
 		}
 		g.replay(ctx, x, answer)
@@ -372,28 +317,28 @@ func (g *Gateway) follow(ctx *fasthttp.RequestCtx, x *exchange, f *flight) bool 
 		g.replay(ctx, x, answer)
 		return true
 	}
-	ctx.SetStatusCode(f.status)
+	ctx.SetStatusCode(head.Status)
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
 	wantUsage := x.req.IncludeUsage
-	f.followers.Add(1)
+	following := f.Follow()
 	handed := x.handOff()
 	setStreamBody(ctx, func(w flushWriter) {
 		defer handed.done(-1)
-		defer f.followers.Add(-1)
+		defer following()
 		for i := 0; ; i++ {
-			ev, ok := f.next(i)
+			ev, ok := f.Next(i)
 			if !ok {
 				_ = w.Flush()
 				return
 			}
-			if ev.usageOnly && !wantUsage {
+			if ev.UsageOnly && !wantUsage {
 				continue
 			}
-			if _, err := w.Write(ev.raw); err != nil {
+			if _, err := w.Write(ev.Raw); err != nil {
 				return
 			}
-			if f.caughtUp(i+1) && w.Flush() != nil {
+			if f.CaughtUp(i+1) && w.Flush() != nil {
 				return
 			}
 		}
@@ -429,8 +374,8 @@ func (g *Gateway) finish(ctx *fasthttp.RequestCtx, x *exchange, panicked any) {
 	took := now.Sub(x.start)
 	g.metrics.observe(x, took)
 	x.obs.Finished(telemetry.Outcome{Status: x.status, Attempts: x.attempts, Model: x.model, Upstream: x.upstream,
-		Cache: x.cache.result.header(), CacheReason: x.cache.reason.label()}, x.streamOwned)
-	g.cm.request(x.cache)
+		Cache: x.cache.Result.Header(), CacheReason: x.cache.Reason.Label()}, x.streamOwned)
+	g.cache.Count(x.cache)
 	g.metrics.dash.observe(x, now, took)
 	if g.conf().Logging.AccessLog {
 		model := x.model
@@ -439,7 +384,7 @@ func (g *Gateway) finish(ctx *fasthttp.RequestCtx, x *exchange, panicked any) {
 		}
 		telemetry.LogAccess(g.log, now, &telemetry.AccessLine{RequestID: x.id, Path: pathString(ctx.Path()), Status: x.status,
 			Model: model, Stream: x.req != nil && x.req.Stream, Upstream: x.upstream, Attempts: x.attempts,
-			Cache: x.cache.result.header(), Duration: took})
+			Cache: x.cache.Result.Header(), Duration: took})
 	}
 }
 

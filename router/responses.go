@@ -11,8 +11,8 @@ import (
 
 	"frontdoor/adapters"
 	"frontdoor/balancer"
-	"frontdoor/cache"
 	"frontdoor/internal/telemetry"
+	"frontdoor/router/reuse"
 )
 
 // The Responses API's state. POST /v1/responses runs the chat path
@@ -26,21 +26,21 @@ import (
 // responsesBypass is why the cache must neither answer nor store a
 // Responses request: its answer depends on state the request does not
 // carry, or has effects the cache would skip. reasonNone otherwise.
-func responsesBypass(x *exchange) cacheReason {
+func responsesBypass(x *exchange) reuse.Reason {
 	if x.endpoint != adapters.EndpointResponses {
-		return reasonNone
+		return reuse.ReasonNone
 	}
 	switch req := x.req; {
 	case req.PreviousResponseID != "":
-		return reasonPrevResp
+		return reuse.ReasonPrevResp
 	case req.ServerState:
-		return reasonServerState
+		return reuse.ReasonServerState
 	case req.Background:
-		return reasonBackground
+		return reuse.ReasonBackground
 	case req.HasTools:
-		return reasonTools
+		return reuse.ReasonTools
 	}
-	return reasonNone
+	return reuse.ReasonNone
 }
 
 // respRecord is what the gateway remembers of one response it passed on:
@@ -220,7 +220,7 @@ func (g *Gateway) noteReplayed(x *exchange, id string, created int64, a *adapter
 		return
 	}
 	rec := &respRecord{id: id, tenant: x.tenant.name, entry: x.entryID, model: a.Model, created: created,
-		hit: x.cache.result == resultHitExact || x.cache.result == resultHitSemantic}
+		hit: x.cache.Result == reuse.ResultHitExact || x.cache.Result == reuse.ResultHitSemantic}
 	if in := x.req.InputJSON(); len(in)+len(a.Content) <= replayedMax {
 		rec.input, rec.output = in, a.Content
 	}
@@ -506,14 +506,10 @@ func (g *Gateway) serveReplayedRecord(ctx *fasthttp.RequestCtx, rec *respRecord,
 		g.writeError(ctx, errResponseNotFound(rec.id, "It was served from frontdoor's cache, which keeps no input items."))
 		return
 	}
-	getter, _ := g.store.(cache.EntryGetter)
-	var e *cache.Entry
-	if getter != nil {
-		e, _ = getter.GetByID(context.Background(), rec.entry)
-	}
+	e := g.cache.EntryByID(context.Background(), rec.entry)
 	if e == nil {
 		// Served from a flight whose write-back is still under way.
-		if a := g.flights.finishedByEntry(rec.entry); a != nil {
+		if a := g.cache.FinishedByEntry(rec.entry); a != nil {
 			g.responseIDs.found.Inc()
 			ctx.Response.Header.SetCanonical(headerCacheEntry, []byte(rec.entry))
 			ctx.SetContentType("application/json")
@@ -527,7 +523,7 @@ func (g *Gateway) serveReplayedRecord(ctx *fasthttp.RequestCtx, rec *respRecord,
 	g.responseIDs.found.Inc()
 	ctx.Response.Header.SetCanonical(headerCacheEntry, []byte(e.ID))
 	ctx.SetContentType("application/json")
-	ctx.SetBody(adapters.AppendCompletionJSON(nil, adapters.EndpointResponses, rec.id, rec.created, rec.asServed(entryAnswer(e))))
+	ctx.SetBody(adapters.AppendCompletionJSON(nil, adapters.EndpointResponses, rec.id, rec.created, rec.asServed(reuse.EntryAnswer(e))))
 }
 
 // asServed is the answer of a replayed response with the usage it was

@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"frontdoor/adapters"
-	"frontdoor/internal/reply"
 	"math/rand/v2"
 	"net"
 	"runtime/debug"
 	"strconv"
+
+	"frontdoor/adapters"
+	"frontdoor/internal/reply"
 
 	"github.com/valyala/fasthttp"
 )

@@ -3,7 +3,6 @@ package router
 import (
 	"time"
 
-	"frontdoor/cache"
 	"frontdoor/internal/buildinfo"
 	"frontdoor/router/admin"
 )
@@ -24,23 +23,14 @@ func (g *Gateway) status() admin.Status {
 	st.Version, st.Revision = bi.Version, bi.Revision
 	st.TTFT.P50, st.TTFT.P95, st.TTFT.Samples = g.metrics.ttft.quantiles(time.Now().Add(-time.Minute))
 	st.Outcomes = map[string]int64{"hit": 0, "local": g.metrics.upstreamAnswers.Load(), "spilled": 0, "rejected": g.metrics.rejected.Load()}
-	if g.store != nil {
-		r := g.cm.totals()
+	if g.cache.On() {
+		r, _ := g.cache.Totals()
 		st.Outcomes["hit"] = r["hit_exact"] + r["hit_semantic"]
 	}
 	if sp := g.rt.Load().spill; sp != nil {
 		st.Outcomes["spilled"] = sp.spilled.Load()
 	}
-	if g.store != nil {
-		st.Cache = &admin.CacheStatus{Backend: g.conf().Cache.Backend, Results: g.cm.totals(), HitRatio: g.cm.hitRatio(),
-			Entries: g.cm.entries.Load(), Vectors: g.cm.vectors.Load(), Bytes: g.cm.bytes.Load(),
-			Saved: g.cm.tokensSaved.Get(), Health: g.backend.Health(), Dropped: g.cm.dropped()}
-		st.Cache.Embedder = g.backend.EmbedderHealth()
-		if s, ok := g.store.(cache.IndexSyncer); ok {
-			st.Cache.IndexSync = s.IndexSync()
-		}
-		st.Cache.Verify = g.verify.status()
-	}
+	st.Cache = g.cache.Status()
 	if s := g.rt.Load().spill; s != nil {
 		spilled := s.spilled.Load()
 		ss := &admin.SpillStatus{Upstream: s.name, Inflight: s.inflight.Load(), Spilled: spilled,

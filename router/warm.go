@@ -51,7 +51,7 @@ func (g *Gateway) startWarm(source, tag, addr string, items []warm.Item) *warm.J
 // plain-text prompts. Entries are tagged warm.tag, or with their file's
 // base name.
 func (g *Gateway) Warm(ctx context.Context, addr string) (warm.Summary, error) {
-	if g.store == nil {
+	if !g.cache.On() {
 		return warm.Summary{}, errors.New("warm: the cache is off (cache.backend: off): warm.files ignored")
 	}
 	var items []warm.Item

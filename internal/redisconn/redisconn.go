@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -81,4 +82,12 @@ func New(c Config, password string) (redis.UniversalClient, error) {
 		opt.PoolSize = c.PoolSize
 	}
 	return redis.NewClient(opt), nil
+}
+
+// Password is the password c names: the value of its password_env, or "".
+func Password(c Config) string {
+	if c.PasswordEnv == "" {
+		return ""
+	}
+	return os.Getenv(c.PasswordEnv)
 }

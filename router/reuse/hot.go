@@ -1,15 +1,13 @@
-package router
+package reuse
 
 import (
 	"cmp"
 	"encoding/json"
-	"frontdoor/adapters"
-	"frontdoor/router/admin"
 	"hash/maphash"
 	"slices"
 	"sync"
 
-	"github.com/valyala/fasthttp"
+	"frontdoor/router/admin"
 )
 
 // hotShards splits the hit counter so that concurrent hits rarely share a
@@ -54,19 +52,6 @@ func newHotTracker(capacity int) *hotTracker {
 		h.shards[i].m = map[string]*hotItem{}
 	}
 	return h
-}
-
-// countHit records a hit on entry id, unless the request was a warm-up's
-// lookup.
-func (g *Gateway) countHit(ctx *fasthttp.RequestCtx, x *exchange, id string) {
-	if g.hot == nil || x.plan == nil || x.plan.only != 0 {
-		return
-	}
-	body := ctx.PostBody()
-	if x.endpoint == adapters.EndpointResponses {
-		body = nil // counted, but not exported: warm files are chat requests
-	}
-	g.hot.hit(id, x.tenant.name, body)
 }
 
 func (h *hotTracker) hit(id, tenant string, body []byte) {

@@ -1,4 +1,4 @@
-package router
+package reuse
 
 import (
 	"context"
@@ -34,13 +34,13 @@ type promotion struct {
 
 // newPromotion is the promotion of p's question, nil when the question
 // would not be stored (no semantic store, no vector).
-func (g *Gateway) newPromotion(p *cachePlan) *promotion {
+func (c *Cache) newPromotion(p *Plan) *promotion {
 	if !p.store || !p.semantic || p.vec == nil {
 		return nil
 	}
 	e := &cache.Entry{Namespace: p.namespace, Model: p.model, Endpoint: p.endpoint, ExactKey: p.keys.Exact,
 		Query: p.keys.Query, Scope: p.keys.Scope}
-	if !g.conf().Cache.Exact.Enabled {
+	if !c.conf().Exact.Enabled {
 		e.ExactKey = ""
 	}
 	return &promotion{asked: cache.Write{Entry: e, Vec: p.vec, TTL: p.ttl}, upstream: p.only == 0}
@@ -51,7 +51,7 @@ func (g *Gateway) newPromotion(p *cachePlan) *promotion {
 // is then not promoted). It runs on
 // the write queue's callback, so a due promotion (which may ask Redis for
 // the tenant's count) runs on its own goroutine.
-func (g *Gateway) writtenBack(pr *promotion, w *cache.Write) {
+func (c *Cache) writtenBack(pr *promotion, w *cache.Write) {
 	if pr == nil {
 		return
 	}
@@ -65,7 +65,7 @@ func (g *Gateway) writtenBack(pr *promotion, w *cache.Write) {
 	due := pr.curated != nil
 	pr.mu.Unlock()
 	if due {
-		go g.verify.promote(pr)
+		go c.verify.promote(pr)
 	}
 }
 

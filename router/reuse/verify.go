@@ -1,4 +1,4 @@
-package router
+package reuse
 
 import (
 	"context"
@@ -31,7 +31,7 @@ type audit struct {
 // verifier re-checks a share of the semantic hits, and the near-misses,
 // with the judge model, off the request path: they are queued (a full
 // queue drops them), workers take them under max_judge_rps and ask the
-// judge through a judgeSender (the gateway: the pool and, when allowed,
+// judge through a JudgeSender (the gateway: the pool and, when allowed,
 // spill-over), never through a tenant's quota. The verdicts on hits
 // estimate the false-hit rate (cache.FalseHits); all verdicts are the
 // evidence that moves thresholds (cache.Evidence) and that keeps an entry
@@ -61,7 +61,7 @@ type verifier struct {
 // verifierDeps is what the verifier uses of the gateway, each as narrow
 // as it needs.
 type verifierDeps struct {
-	judge   judgeSender       // asks the judge model
+	judge   JudgeSender       // asks the judge model
 	entries cache.EntryGetter // reads a curated entry; nil: near-misses are never promoted
 	writes  entryWriter       // stores promotions
 	// configured is the semantic threshold configured for tenant and

@@ -1,4 +1,4 @@
-package router
+package reuse
 
 import (
 	"context"
@@ -9,19 +9,19 @@ import (
 
 // request counts a request's cache outcome; nothing when the cache was
 // not consulted.
-func (m *cacheMetrics) request(o cacheOutcome) {
-	if o.result == resultNone {
+func (m *cacheMetrics) request(o Outcome) {
+	if o.Result == ResultNone {
 		return
 	}
-	m.results[o.result].Add(1)
+	m.results[o.Result].Add(1)
 	m.requestCounter(o).Inc()
 }
 
 // totals returns the request counts by result since start.
 func (m *cacheMetrics) totals() map[string]int64 {
 	out := map[string]int64{}
-	for r := resultNone + 1; r < numResults; r++ {
-		out[r.label()] = m.results[r].Load()
+	for r := ResultNone + 1; r < NumResults; r++ {
+		out[r.Label()] = m.results[r].Load()
 	}
 	return out
 }
@@ -29,8 +29,8 @@ func (m *cacheMetrics) totals() map[string]int64 {
 // hitRatio is hits over lookups (hits, misses and the partial hits of
 // embeddings batches, which went upstream) since start.
 func (m *cacheMetrics) hitRatio() float64 {
-	hits := m.results[resultHitExact].Load() + m.results[resultHitSemantic].Load()
-	if total := hits + m.results[resultMiss].Load() + m.results[resultPartial].Load(); total > 0 {
+	hits := m.results[ResultHitExact].Load() + m.results[ResultHitSemantic].Load()
+	if total := hits + m.results[ResultMiss].Load() + m.results[ResultPartial].Load(); total > 0 {
 		return float64(hits) / float64(total)
 	}
 	return 0
@@ -48,16 +48,16 @@ func (m *cacheMetrics) guardRejects(reason string) *metrics.Counter {
 }
 
 // refreshStats keeps the entry gauges current without a store call per scrape.
-func (g *Gateway) refreshStats(ctx context.Context) {
+func (c *Cache) refreshStats(ctx context.Context) {
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
 	for {
-		if st, err := g.store.Stats(ctx); err == nil {
-			g.cm.entries.Store(st.Entries)
-			g.cm.vectors.Store(st.VectorEntries)
-			g.cm.bytes.Store(st.Bytes)
+		if st, err := c.store.Stats(ctx); err == nil {
+			c.m.entries.Store(st.Entries)
+			c.m.vectors.Store(st.VectorEntries)
+			c.m.bytes.Store(st.Bytes)
 		} else if ctx.Err() == nil {
-			g.cm.errors("stats").Inc()
+			c.m.errors("stats").Inc()
 		}
 		select {
 		case <-ctx.Done():

@@ -1,0 +1,235 @@
+package reuse
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"frontdoor/adapters"
+	"frontdoor/cache"
+	"frontdoor/internal/telemetry"
+)
+
+// Kind is what Lookup found for a request.
+type Kind uint8
+
+const (
+	// Bypass: go upstream alone; the answer is not stored.
+	Bypass Kind = iota
+	// Hit: Found.Answer answers the request.
+	Hit
+	// Lead: go upstream; Found.Flight takes the answer, for identical
+	// requests and the write-back.
+	Lead
+	// Follow: an identical request is upstream; wait for Found.Flight
+	// (FollowFailed when it gets no answer).
+	Follow
+	// Absent: a lookup-only request missed: it never goes upstream.
+	Absent
+)
+
+// Found is the result of Lookup.
+type Found struct {
+	Kind    Kind
+	Outcome Outcome // what X-Cache says
+	Entry   string  // the entry that answered, or that will hold a Lead's answer
+	Flight  *Flight // Lead, Follow
+	// A hit's answer, with its usage as stored (the caller marks it cached),
+	// its age, and for a semantic hit the similarity.
+	Answer     *adapters.Answer
+	Age        time.Duration
+	Similarity float32
+}
+
+// Lookup runs the plan's lookups, exact then semantic, each traced when
+// the request is, and tells the caller what to do: answer a Hit, Lead or
+// Follow a flight, go upstream alone (Bypass), or answer 204 (Absent).
+func (c *Cache) Lookup(obs *telemetry.Request, p *Plan) (f Found) {
+	defer func() {
+		if f.Kind != Follow { // a follower's hit still counts in the hot list (Flight.Hit)
+			p.req, p.body = nil, nil
+		}
+	}()
+	f = Found{Kind: Bypass, Outcome: Outcome{ResultBypass, p.reason}}
+	if p.lookup {
+		s := obs.Lookup("exact")
+		hit := c.lookupExact(p, &f)
+		s.LookedUp(hit)
+		if !hit && p.lookup && p.semantic { // else lookupSemantic would not look
+			s = obs.Lookup("semantic")
+			hit = c.lookupSemantic(p, &f)
+			s.LookedUpSemantic(hit, p.similarity, p.threshold)
+		}
+		if hit {
+			c.served(p, &f)
+			return f
+		}
+	}
+	if p.only != 0 {
+		f.Kind, f.Outcome = Absent, Outcome{ResultMiss, ReasonLookupOnly}
+		return f
+	}
+	if !p.store {
+		return f
+	}
+	c.semanticScope(p) // the write-back needs it; the request is gone by then
+	if !p.lookupFailed {
+		f.Outcome = Outcome{ResultMiss, p.reason} // else a bypass whose answer is still written back
+	}
+	fl, leader := (*Flight)(nil), true
+	if c.conf().Coalesce && p.lookup { // no-cache wants a fresh answer of its own
+		fl, leader = c.flights.join(c, p)
+	} else {
+		fl = c.flights.newFlight(c, p, false)
+	}
+	if !leader {
+		f.Kind, f.Flight = Follow, fl
+		return f
+	}
+	f.Kind, f.Flight, f.Entry = Lead, fl, fl.entryID
+	return f
+}
+
+// FollowFailed is what a follower of a flight that got no answer does:
+// it leads a flight of its own, that no identical request joins.
+func (c *Cache) FollowFailed(p *Plan) *Flight {
+	p.req, p.body = nil, nil
+	return c.flights.newFlight(c, p, false)
+}
+
+// Hit is a flight's answer as the exact hit it is about to be, for the
+// follower of plan p, once the flight has ended with an answer that its
+// write-back stores: the hit is counted as Lookup counts one.
+func (f *Flight) Hit(p *Plan) (Found, bool) {
+	a := f.Finished()
+	if a == nil {
+		return Found{}, false
+	}
+	found := Found{Kind: Hit, Outcome: Outcome{Result: ResultHitExact}, Entry: f.entryID, Answer: a}
+	f.c.served(p, &found)
+	p.req, p.body = nil, nil
+	return found, true
+}
+
+// lookupExact fills f from the exact cache on a hit.
+func (c *Cache) lookupExact(p *Plan, f *Found) bool {
+	if !c.conf().Exact.Enabled {
+		return false
+	}
+	// An identical request may have just been answered, with its write-back
+	// still under way: that answer is the exact hit. Look before the store:
+	// a flight leaves only once its answer is stored, so one of the two
+	// lookups always sees it.
+	if fl := c.flights.peek(p.keys.Exact); fl != nil {
+		if a := fl.Finished(); a != nil {
+			*f = Found{Kind: Hit, Outcome: Outcome{Result: ResultHitExact}, Entry: fl.entryID, Answer: a}
+			return true // an answer whose write-back is under way: age 0
+		}
+	}
+	e, err := c.backend.Get(context.Background(), p.keys.Exact)
+	if err != nil {
+		// A store that is down or bypassed is a bypass; its writes go to the
+		// queue, which drops them while the write breaker is open.
+		f.Outcome = Outcome{ResultBypass, storeErrorReason(err)}
+		p.lookup, p.lookupFailed = false, true
+		return false
+	}
+	if e != nil && e.Namespace == p.namespace {
+		*f = Found{Kind: Hit, Outcome: Outcome{Result: ResultHitExact}, Entry: e.ID, Answer: EntryAnswer(e), Age: time.Since(e.Created)}
+		return true
+	}
+	return false
+}
+
+// storeErrorReason is the reason of a bypass the store's error caused.
+func storeErrorReason(err error) Reason {
+	if errors.Is(err, cache.ErrBypassed) || errors.Is(err, cache.ErrUnavailable) {
+		return ReasonStoreDown
+	}
+	return ReasonStoreError
+}
+
+// similarityWindow is how far under the lowest similarity that could be
+// served or judged a semantic lookup still looks, for the similarity
+// histogram.
+const similarityWindow = 0.1
+
+// lookupSemantic fills f from a similar cached question on a hit.
+func (c *Cache) lookupSemantic(p *Plan, f *Found) bool {
+	if !p.lookup || p.only == onlyExact || !c.semanticScope(p) {
+		return false
+	}
+	vec, err := c.backend.Embed(context.Background(), p.keys.Query)
+	if err != nil {
+		p.semantic = false // the exact cache still works; counted and logged by the backend's observer
+		return false
+	}
+	p.vec, p.vq = vec, cache.NewVecQuery(vec)
+	// A candidate from grey up is judged even when it misses; one below it
+	// is neither served nor judged (the guards only see candidates at or
+	// above grey too). The search still looks similarityWindow lower, so
+	// that frontdoor_cache_similarity shows the near misses a threshold is
+	// tuned by; below that it skips (the threshold search's saving).
+	grey := p.threshold - c.verify.greyZone()
+	matches, err := c.backend.SearchQuery(context.Background(), p.keys.Scope, p.vq, 4, grey-similarityWindow)
+	if err != nil {
+		return false
+	}
+	if len(matches) > 0 {
+		c.m.similarity.Update(float64(matches[0].Similarity))
+		p.similarity = matches[0].Similarity
+	}
+	for _, m := range matches {
+		if m.Similarity < grey {
+			break
+		}
+		if m.Entry.Namespace != p.namespace {
+			continue // the scope hash covers the namespace; this is defence in depth
+		}
+		if ok, reason := cache.GuardsAllow(c.conf().Semantic.Guards, p.keys.Query, m.Entry.Query); !ok {
+			if m.Similarity >= p.threshold {
+				c.m.guardRejects(reason).Inc()
+				c.log.Debug("cache: semantic candidate rejected", "request_id", p.id, "reason", reason, "entry", m.Entry.ID, "similarity", m.Similarity)
+			}
+			continue
+		}
+		a := audit{tenant: p.tenant, model: p.model, cached: m.Entry.Query, asked: p.keys.Query,
+			entry: m.Entry.ID, similarity: m.Similarity}
+		if c.verify.refused(m.Entry.ID, m.Similarity) {
+			continue // judged wrong for a question at least this close
+		}
+		if m.Similarity < p.threshold {
+			if m.Entry.Anchor() && c.verify != nil { // an operator's entry; a promoted one never anchors
+				a.promote = c.newPromotion(p)
+				p.promote = a.promote
+			}
+			c.verify.nearMiss(a) // after the miss goes upstream, the judge says whether it would have served
+			break
+		}
+		*f = Found{Kind: Hit, Outcome: Outcome{Result: ResultHitSemantic}, Entry: m.Entry.ID, Answer: EntryAnswer(m.Entry),
+			Age: time.Since(m.Entry.Created), Similarity: m.Similarity}
+		c.verify.hit(a)
+		return true
+	}
+	return false
+}
+
+// served counts a hit: the tokens it saved, and the entry's place in the
+// hot list.
+func (c *Cache) served(p *Plan, f *Found) {
+	c.m.tokensSaved.Add(f.Answer.Usage.TotalTokens)
+	if c.hot == nil || p.only != 0 {
+		return
+	}
+	body := p.body
+	if p.apiEndpoint == adapters.EndpointResponses {
+		body = nil // counted, but not exported: warm files are chat requests
+	}
+	c.hot.hit(f.Entry, p.tenant, body)
+}
+
+// EntryAnswer is the answer an entry holds.
+func EntryAnswer(e *cache.Entry) *adapters.Answer {
+	return &adapters.Answer{Model: e.Model, Content: e.Content, Reasoning: e.Reasoning, ToolCalls: e.ToolCalls, Finish: e.Finish,
+		Usage: adapters.Usage{PromptTokens: e.Usage.PromptTokens, CompletionTokens: e.Usage.CompletionTokens, TotalTokens: e.Usage.TotalTokens}}
+}
