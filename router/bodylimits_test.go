@@ -2,7 +2,6 @@ package router
 
 import (
 	"encoding/json"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -164,24 +163,5 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 10s")
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// Config: the bounds and the budget are validated.
-func TestBodyLimitsValidate(t *testing.T) {
-	for _, c := range []struct{ yaml, want string }{
-		{"limits: {max_messages: 0}", "limits.max_messages"},
-		{"limits: {max_token_ids: -1}", "limits.max_token_ids"},
-		{"limits: {max_content_parts: " + strconv.Itoa(1<<23) + "}", "limits.max_content_parts"},
-		{"limits: {parse_budget_bytes: 1MiB}", "limits.parse_budget_bytes"},
-		{"limits: {parse_wait: 2m}", "limits.parse_wait"},
-	} {
-		_, err := Parse([]byte(c.yaml + "\nnodes: [{name: a, url: 'http://127.0.0.1:1', models: [m]}]\n"))
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: error %v, want one naming %s", c.yaml, err, c.want)
-		}
-	}
-	if _, err := Parse([]byte("limits: {max_messages: 5, parse_budget_bytes: 64MiB, parse_wait: 0s}\nnodes: [{name: a, url: 'http://127.0.0.1:1', models: [m]}]\n")); err != nil {
-		t.Errorf("valid limits refused: %v", err)
 	}
 }

@@ -3,15 +3,12 @@ package router
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"frontdoor/internal/testenv"
 	"frontdoor/router/admin"
 )
 
@@ -230,24 +227,5 @@ func TestDashboardHistory(t *testing.T) {
 	var later history
 	if err := json.Unmarshal(b, &later); code != 200 || err != nil || len(later.T) > 1 {
 		t.Fatalf("history?after: %d %v %d points", code, err, len(later.T))
-	}
-}
-
-// spillover.price is checked whether spill-over is on or not: prices are
-// numbers >= 0, the currency a few letters.
-func TestSpillPriceProblems(t *testing.T) {
-	cfg := testConfig(testenv.GPUSim(t, nil))
-	cfg.Spillover.Price = SpillPrice{InputPerMillion: -1, OutputPerMillion: math.Inf(1), Currency: "US$"}
-	want := []string{
-		"spillover.price.input_per_million: must be a number >= 0, got -1",
-		"spillover.price.output_per_million: must be a number >= 0, got +Inf",
-		`spillover.price.currency: "US$" is not a currency of at most 8 letters (USD, CNY, ...)`,
-	}
-	if got := cfg.Problems(); !slices.Equal(got, want) {
-		t.Fatalf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-	cfg.Spillover.Price = SpillPrice{InputPerMillion: 0.3, OutputPerMillion: 1.2, Currency: "CNY"}
-	if got := cfg.Problems(); len(got) != 0 {
-		t.Fatalf("a valid price: %q", got)
 	}
 }

@@ -453,36 +453,3 @@ func TestDNSDiscoveryDropsSelf(t *testing.T) {
 		}
 	})
 }
-
-// A static node whose URL is the gateway's own listen address is refused
-// when the config is checked (serve and check-config).
-func TestStaticNodeOnOwnListenAddressRefused(t *testing.T) {
-	for _, c := range []struct {
-		listen, url string
-		refused     bool
-	}{
-		{"127.0.0.1:9091", "http://127.0.0.1:9091/v1", true}, // admin.listen, below
-		{":8080", "http://127.0.0.1:8080/v1", true},
-		{"0.0.0.0:8080", "http://localhost:8080", true},
-		{"127.0.0.1:8080", "http://127.0.0.1:8080", true},
-		{"[::]:80", "http://[::1]/v1", true},
-		{"10.0.0.5:8080", "http://u:pw-9f2@10.0.0.5:8080/v1", true},
-		{":8080", "http://127.0.0.1:8081/v1", false},
-		{":8080", "http://10.0.0.5:8080/v1", false}, // maybe this host, maybe not: discovery checks at run time
-		{"127.0.0.1:0", "http://127.0.0.1:0/v1", false},
-	} {
-		cfg := testConfig()
-		cfg.Listen = c.listen
-		if c.listen == "127.0.0.1:9091" {
-			cfg.Listen, cfg.Admin.Listen = ":8080", c.listen
-		}
-		cfg.Nodes = []balancer.NodeConfig{{Name: "gpu", URL: c.url, Kind: "vllm", Models: []string{"qwen3-8b"}, MaxConcurrency: 1, Weight: 1}}
-		problems := strings.Join(cfg.Problems(), "\n")
-		if got := strings.Contains(problems, "nodes[0].url") && strings.Contains(problems, "own address"); got != c.refused {
-			t.Errorf("listen %q, node %q: refused %v, want %v: %s", c.listen, c.url, got, c.refused, problems)
-		}
-		if strings.Contains(problems, "pw-9f2") {
-			t.Errorf("the problem shows the node's password: %s", problems)
-		}
-	}
-}

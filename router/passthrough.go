@@ -1,91 +1,17 @@
 package router
 
 import (
-	"errors"
-	"fmt"
-	"strings"
-
 	"github.com/valyala/fasthttp"
 
 	"frontdoor/adapters"
+	"frontdoor/router/config"
 )
-
-// Passthrough is the passthrough: section: the paths nodes serve that the
-// gateway forwards without knowing them (/v1/rerank, /v1/score,
-// /tokenize, /v1/audio/*), each opted in by name. A request to one is
-// routed by its body's model to a node that lists the model, with the
-// tenant's key and allow-list, admission by requests, retries on another
-// node and metrics, but no cache.
-type Passthrough struct {
-	// Paths are exact paths, or prefixes written as /path/* (every path
-	// below /path/).
-	Paths []string `yaml:"paths"`
-}
-
-// gatewayRoutes are the paths the gateway answers itself: no pass-through
-// pattern may take them.
-var gatewayRoutes = []string{"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models",
-	"/v1/responses", "/v1/responses/", "/healthz", "/readyz", "/metrics", "/status", "/dashboard", "/admin/", "/debug/"}
-
-// Validate checks each path: an absolute path of letters, digits and
-// "/_.-", optionally ending in /* (a prefix), none twice, none taking a
-// route of the gateway's own.
-func (p Passthrough) Validate() error {
-	var errs []error
-	seen := map[string]bool{}
-	for i, path := range p.Paths {
-		base := strings.TrimSuffix(path, "*")
-		switch {
-		case !strings.HasPrefix(path, "/") || !safePath(base) || strings.Contains(base, "*"):
-			errs = append(errs, fmt.Errorf("paths[%d]: %q must be a path of letters, digits and /_.- such as /v1/rerank, or a prefix such as /v1/audio/*", i, path))
-			continue
-		case strings.HasSuffix(path, "*") && !strings.HasSuffix(base, "/"):
-			errs = append(errs, fmt.Errorf("paths[%d]: %q: a prefix ends in /*", i, path))
-			continue
-		case seen[path]:
-			errs = append(errs, fmt.Errorf("paths[%d]: %q is listed twice", i, path))
-			continue
-		}
-		seen[path] = true
-		for _, r := range gatewayRoutes {
-			if pathMatches(path, r) || strings.HasSuffix(r, "/") && strings.HasPrefix(base, r) {
-				errs = append(errs, fmt.Errorf("paths[%d]: %q would take %s, which the gateway answers itself", i, path, strings.TrimSuffix(r, "/")))
-				break
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// safePath reports whether p holds only letters, digits and "/_.-", and
-// no empty or dot-only segment.
-func safePath(p string) bool {
-	for _, c := range []byte(p) {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '/' || c == '_' || c == '.' || c == '-') {
-			return false
-		}
-	}
-	for _, seg := range strings.Split(strings.Trim(p, "/"), "/") {
-		if seg == "" && p != "/" || seg == "." || seg == ".." {
-			return false
-		}
-	}
-	return true
-}
-
-// pathMatches reports whether path is pattern, or lies below a /* prefix.
-func pathMatches(pattern, path string) bool {
-	if prefix, ok := strings.CutSuffix(pattern, "*"); ok {
-		return len(path) > len(prefix) && strings.HasPrefix(path, prefix)
-	}
-	return path == pattern
-}
 
 // passthroughPattern returns the configured pattern path falls under, or
 // "" when none does (or the path has a character no pattern allows).
 func (g *Gateway) passthroughPattern(path string) string {
 	for _, p := range g.conf().Passthrough.Paths {
-		if pathMatches(p, path) && safePath(path) {
+		if config.PathMatches(p, path) && config.SafePath(path) {
 			return p
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"frontdoor/adapters"
 	"frontdoor/balancer"
 	"frontdoor/internal/telemetry"
+	"frontdoor/router/config"
 	"frontdoor/router/reuse"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -391,7 +392,7 @@ func (g *Gateway) finish(ctx *fasthttp.RequestCtx, x *exchange, panicked any) {
 // pathString is string(path), without a copy for the gateway's own
 // routes.
 func pathString(path []byte) string {
-	for _, r := range gatewayRoutes {
+	for _, r := range config.GatewayRoutes {
 		if string(path) == r {
 			return r
 		}

@@ -355,15 +355,3 @@ func TestTotalTimeoutIsCalledTotal(t *testing.T) {
 		}
 	}
 }
-
-// limits.max_upstream_body_bytes is checked.
-func TestMaxUpstreamBodyBytesValidated(t *testing.T) {
-	for v, ok := range map[units.Bytes]bool{16 << 20: true, 64 << 10: true, 1 << 30: true, 0: false, -1: false, 1024: false, 2 << 30: false} {
-		cfg := testConfig()
-		cfg.Limits.MaxUpstreamBodyBytes = v
-		p := strings.Join(cfg.Problems(), "\n")
-		if ok == strings.Contains(p, "limits.max_upstream_body_bytes") {
-			t.Errorf("%d: problems %q", v, p)
-		}
-	}
-}

@@ -188,10 +188,10 @@ func TestCheckConfigSyntaxErrorLine(t *testing.T) {
 	}
 }
 
-// Every key router/config_validate.go reports a problem under has a case
+// Every key router/config/validate.go reports a problem under has a case
 // in badConfigs, so that a new check cannot skip the walk above.
 func TestBadConfigsCoverEveryCheck(t *testing.T) {
-	src, err := os.ReadFile("../../router/config_validate.go")
+	src, err := os.ReadFile("../../router/config/validate.go")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,37 @@
-package router
+package config
 
 import (
 	"errors"
+	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
+
+	"frontdoor/balancer"
+	sim "frontdoor/internal/gpusim"
+	"frontdoor/internal/testenv"
+	"frontdoor/internal/units"
 )
+
+// testConfig is router's testConfig (router/helpers_test.go): the
+// defaults, listen on loopback port 0, no cache, the admin surface open to
+// loopback, no background probes, and one node on each sim.
+func testConfig(sims ...*sim.Server) Config {
+	cfg := DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Cache.Backend = "off"
+	cfg.Admin.AllowCIDRs = []string{"127.0.0.1/32"}
+	cfg.Balancer.HealthInterval = 3600e9
+	cfg.Balancer.Backoff.Base, cfg.Balancer.Backoff.Max = 1e6, 5e6
+	for i, s := range sims {
+		cfg.Nodes = append(cfg.Nodes, balancer.NodeConfig{
+			Name: "gpu-" + string(rune('a'+i)), URL: s.URL(), Kind: "vllm",
+			Models: []string{"qwen3-8b"}, MaxConcurrency: 10, Weight: 1,
+		})
+	}
+	return cfg
+}
 
 // Every section's problems, each under its YAML path, in the order
 // check-config has always listed them: the sections in file order, with
@@ -100,5 +127,100 @@ passthrough: {paths: [/v1/rerank, v1/score, "/v1/a b", /v1/audio/*, /v1/x*, /v1/
 	}
 	if !slices.Equal(ce.Problems, want) {
 		t.Fatalf("problems:\n%q\nwant\n%q", ce.Problems, want)
+	}
+}
+
+// Config: the bounds and the budget are validated.
+func TestBodyLimitsValidate(t *testing.T) {
+	for _, c := range []struct{ yaml, want string }{
+		{"limits: {max_messages: 0}", "limits.max_messages"},
+		{"limits: {max_token_ids: -1}", "limits.max_token_ids"},
+		{"limits: {max_content_parts: " + strconv.Itoa(1<<23) + "}", "limits.max_content_parts"},
+		{"limits: {parse_budget_bytes: 1MiB}", "limits.parse_budget_bytes"},
+		{"limits: {parse_wait: 2m}", "limits.parse_wait"},
+	} {
+		_, err := Parse([]byte(c.yaml + "\nnodes: [{name: a, url: 'http://127.0.0.1:1', models: [m]}]\n"))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one naming %s", c.yaml, err, c.want)
+		}
+	}
+	if _, err := Parse([]byte("limits: {max_messages: 5, parse_budget_bytes: 64MiB, parse_wait: 0s}\nnodes: [{name: a, url: 'http://127.0.0.1:1', models: [m]}]\n")); err != nil {
+		t.Errorf("valid limits refused: %v", err)
+	}
+}
+
+// A node URL that does not parse is refused without quoting it, password
+// and all (url.Parse's error does).
+func TestBadNodeURLErrorHidesCredentials(t *testing.T) {
+	cfg := testConfig()
+	cfg.Nodes = []balancer.NodeConfig{{Name: "gpu", URL: "http://user:Pa55-w0rd-7e1@10.0.0.5:80x0/v1", Kind: "vllm",
+		Models: []string{"qwen3-8b"}, MaxConcurrency: 1, Weight: 1}}
+	problems := strings.Join(cfg.Problems(), "\n")
+	if !strings.Contains(problems, "nodes[0].url") || strings.Contains(problems, "Pa55-w0rd-7e1") {
+		t.Fatalf("problems: %s", problems)
+	}
+}
+
+// A static node whose URL is the gateway's own listen address is refused
+// when the config is checked (serve and check-config).
+func TestStaticNodeOnOwnListenAddressRefused(t *testing.T) {
+	for _, c := range []struct {
+		listen, url string
+		refused     bool
+	}{
+		{"127.0.0.1:9091", "http://127.0.0.1:9091/v1", true}, // admin.listen, below
+		{":8080", "http://127.0.0.1:8080/v1", true},
+		{"0.0.0.0:8080", "http://localhost:8080", true},
+		{"127.0.0.1:8080", "http://127.0.0.1:8080", true},
+		{"[::]:80", "http://[::1]/v1", true},
+		{"10.0.0.5:8080", "http://u:pw-9f2@10.0.0.5:8080/v1", true},
+		{":8080", "http://127.0.0.1:8081/v1", false},
+		{":8080", "http://10.0.0.5:8080/v1", false}, // maybe this host, maybe not: discovery checks at run time
+		{"127.0.0.1:0", "http://127.0.0.1:0/v1", false},
+	} {
+		cfg := testConfig()
+		cfg.Listen = c.listen
+		if c.listen == "127.0.0.1:9091" {
+			cfg.Listen, cfg.Admin.Listen = ":8080", c.listen
+		}
+		cfg.Nodes = []balancer.NodeConfig{{Name: "gpu", URL: c.url, Kind: "vllm", Models: []string{"qwen3-8b"}, MaxConcurrency: 1, Weight: 1}}
+		problems := strings.Join(cfg.Problems(), "\n")
+		if got := strings.Contains(problems, "nodes[0].url") && strings.Contains(problems, "own address"); got != c.refused {
+			t.Errorf("listen %q, node %q: refused %v, want %v: %s", c.listen, c.url, got, c.refused, problems)
+		}
+		if strings.Contains(problems, "pw-9f2") {
+			t.Errorf("the problem shows the node's password: %s", problems)
+		}
+	}
+}
+
+// limits.max_upstream_body_bytes is checked.
+func TestMaxUpstreamBodyBytesValidated(t *testing.T) {
+	for v, ok := range map[units.Bytes]bool{16 << 20: true, 64 << 10: true, 1 << 30: true, 0: false, -1: false, 1024: false, 2 << 30: false} {
+		cfg := testConfig()
+		cfg.Limits.MaxUpstreamBodyBytes = v
+		p := strings.Join(cfg.Problems(), "\n")
+		if ok == strings.Contains(p, "limits.max_upstream_body_bytes") {
+			t.Errorf("%d: problems %q", v, p)
+		}
+	}
+}
+
+// spillover.price is checked whether spill-over is on or not: prices are
+// numbers >= 0, the currency a few letters.
+func TestSpillPriceProblems(t *testing.T) {
+	cfg := testConfig(testenv.GPUSim(t, nil))
+	cfg.Spillover.Price = SpillPrice{InputPerMillion: -1, OutputPerMillion: math.Inf(1), Currency: "US$"}
+	want := []string{
+		"spillover.price.input_per_million: must be a number >= 0, got -1",
+		"spillover.price.output_per_million: must be a number >= 0, got +Inf",
+		`spillover.price.currency: "US$" is not a currency of at most 8 letters (USD, CNY, ...)`,
+	}
+	if got := cfg.Problems(); !slices.Equal(got, want) {
+		t.Fatalf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	cfg.Spillover.Price = SpillPrice{InputPerMillion: 0.3, OutputPerMillion: 1.2, Currency: "CNY"}
+	if got := cfg.Problems(); len(got) != 0 {
+		t.Fatalf("a valid price: %q", got)
 	}
 }

@@ -1,14 +1,12 @@
-package router
+package config
 
 import (
 	"errors"
 	"fmt"
 	"maps"
 	"math"
-	"net"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -46,7 +44,7 @@ func (c *Config) Problems() []string {
 	section("admin", c.Admin.Validate(c.Listen))
 	// The token is read where serve, reload and check-config run: a
 	// placeholder or a weak one (admin.Token) is refused by all three.
-	if _, err := AdminToken(c.Admin); err != nil {
+	if _, err := admin.Token(c.Admin.TokenEnv); err != nil {
 		add("%v", err)
 	}
 	section("logging", c.Logging.Validate())
@@ -412,24 +410,6 @@ func (w *Warm) Validate() error {
 	return ps.err()
 }
 
-// checkListen reports whether addr is a host:port net.Listen takes.
-func checkListen(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		if _, perr := strconv.Atoi(addr); perr == nil {
-			return fmt.Errorf("%q has no host part: write %q to listen on every interface", addr, ":"+addr)
-		}
-		return fmt.Errorf("%q is not host:port: %w", addr, err)
-	}
-	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
-		return fmt.Errorf("%q: port %q is not a number from 0 to 65535", addr, port)
-	}
-	if strings.ContainsAny(host, " /") {
-		return fmt.Errorf("%q: %q is not a host", addr, host)
-	}
-	return nil
-}
-
 // modelProblems checks the names that meet at run time: every alias or
 // canary target is served by a node or by spill-over's model_map (else the
 // share of requests it gets is a 503 that no retry helps), and every
@@ -493,4 +473,63 @@ func (c *Config) modelProblems() []string {
 		}
 	}
 	return out
+}
+
+// GatewayRoutes are the paths the gateway answers itself: no pass-through
+// pattern may take them.
+var GatewayRoutes = []string{"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models",
+	"/v1/responses", "/v1/responses/", "/healthz", "/readyz", "/metrics", "/status", "/dashboard", "/admin/", "/debug/"}
+
+// Validate checks each path: an absolute path of letters, digits and
+// "/_.-", optionally ending in /* (a prefix), none twice, none taking a
+// route of the gateway's own.
+func (p Passthrough) Validate() error {
+	var errs []error
+	seen := map[string]bool{}
+	for i, path := range p.Paths {
+		base := strings.TrimSuffix(path, "*")
+		switch {
+		case !strings.HasPrefix(path, "/") || !SafePath(base) || strings.Contains(base, "*"):
+			errs = append(errs, fmt.Errorf("paths[%d]: %q must be a path of letters, digits and /_.- such as /v1/rerank, or a prefix such as /v1/audio/*", i, path))
+			continue
+		case strings.HasSuffix(path, "*") && !strings.HasSuffix(base, "/"):
+			errs = append(errs, fmt.Errorf("paths[%d]: %q: a prefix ends in /*", i, path))
+			continue
+		case seen[path]:
+			errs = append(errs, fmt.Errorf("paths[%d]: %q is listed twice", i, path))
+			continue
+		}
+		seen[path] = true
+		for _, r := range GatewayRoutes {
+			if PathMatches(path, r) || strings.HasSuffix(r, "/") && strings.HasPrefix(base, r) {
+				errs = append(errs, fmt.Errorf("paths[%d]: %q would take %s, which the gateway answers itself", i, path, strings.TrimSuffix(r, "/")))
+				break
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// SafePath reports whether p holds only letters, digits and "/_.-", and
+// no empty or dot-only segment.
+func SafePath(p string) bool {
+	for _, c := range []byte(p) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '/' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	for _, seg := range strings.Split(strings.Trim(p, "/"), "/") {
+		if seg == "" && p != "/" || seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return true
+}
+
+// PathMatches reports whether path is pattern, or lies below a /* prefix.
+func PathMatches(pattern, path string) bool {
+	if prefix, ok := strings.CutSuffix(pattern, "*"); ok {
+		return len(path) > len(prefix) && strings.HasPrefix(path, prefix)
+	}
+	return path == pattern
 }
