@@ -3,7 +3,7 @@ GO       ?= go
 PKGS     ?= ./...
 BENCHTIME ?= 2s
 
-.PHONY: test e2e docker crossbuild build lint bench fuzz redis-server chromium demo clean
+.PHONY: test e2e docker crossbuild build lint bench fuzz redis-server chromium demo clean request-life
 
 ## test: the cross-builds, then every test with the race detector against a
 ## real redis-server, and the dashboard in a real headless Chromium, after
@@ -134,3 +134,10 @@ demo:
 
 clean:
 	rm -rf bin
+
+## request-life: which files of the router tree one streamed miss runs,
+## checked against router/doc.go's list (bench/requestlife; make test runs
+## it as TestRequestLifeMatchesDoc).
+request-life:
+	$(GO) build -cover -covermode=atomic -coverpkg=frontdoor/router/...,frontdoor/bench/requestlife -o /tmp/frontdoor-requestlife ./bench/requestlife
+	GOCOVERDIR=$$(mktemp -d) /tmp/frontdoor-requestlife -doc router/doc.go

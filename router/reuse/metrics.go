@@ -4,16 +4,28 @@ package reuse
 // its help text, and every series of them is made here, into the fields of
 // the struct that counts it (cacheMetrics, the observer's, the
 // embeddings', the verifier's, and the gauges that read the backend's
-// health). The rest only counts.
+// health). The rest only counts. The store's observer, which counts and
+// logs what the backend reports, is here too.
 
 import (
+	"context"
+	"errors"
+	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 
 	"frontdoor/cache"
 	"frontdoor/internal/telemetry"
 )
+
+// Every metric family of the cache side is declared here, once, beside
+// its help text, and every series of them is made here, into the fields of
+// the struct that counts it (cacheMetrics, the observer's, the
+// embeddings', the verifier's, and the gauges that read the backend's
+// health). The rest only counts. The store's observer, which counts and
+// logs what the backend reports, is here too.
 
 var (
 	// The cache (cacheMetrics, cacheObserver, embeddingMetrics, the backend's gauges).
@@ -248,4 +260,161 @@ func newVerifyMetrics(set *metrics.Set, falseHitRatio func() float64) verifyMetr
 	m.sharedErrs = cacheErrorsFamily.NewCounter(set, "op", "verify_shared")
 	falseHitRatioFamily.NewGauge(set, falseHitRatio)
 	return m
+}
+
+// Count counts a request's outcome, once, when it ends.
+func (c *Cache) Count(o Outcome) { c.m.request(o) }
+
+// request counts a request's cache outcome; nothing when the cache was
+// not consulted.
+func (m *cacheMetrics) request(o Outcome) {
+	if o.Result == ResultNone {
+		return
+	}
+	m.results[o.Result].Add(1)
+	m.requestCounter(o).Inc()
+}
+
+// totals returns the request counts by result since start.
+func (m *cacheMetrics) totals() map[string]int64 {
+	out := map[string]int64{}
+	for r := ResultNone + 1; r < NumResults; r++ {
+		out[r.Label()] = m.results[r].Load()
+	}
+	return out
+}
+
+// hitRatio is hits over lookups (hits, misses and the partial hits of
+// embeddings batches, which went upstream) since start.
+func (m *cacheMetrics) hitRatio() float64 {
+	hits := m.results[ResultHitExact].Load() + m.results[ResultHitSemantic].Load()
+	if total := hits + m.results[ResultMiss].Load() + m.results[ResultPartial].Load(); total > 0 {
+		return float64(hits) / float64(total)
+	}
+	return 0
+}
+
+func (m *cacheMetrics) errors(op string) *metrics.Counter { return m.errs[op] }
+
+func (m *cacheMetrics) dropped() uint64 { return m.drops.Load() }
+
+func (m *cacheMetrics) guardRejects(reason string) *metrics.Counter {
+	if c := m.guards[reason]; c != nil {
+		return c
+	}
+	return m.errs["search"]
+}
+
+// refreshStats keeps the entry gauges current without a store call per scrape.
+func (c *Cache) refreshStats(ctx context.Context) {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		if st, err := c.store.Stats(ctx); err == nil {
+			c.m.entries.Store(st.Entries)
+			c.m.vectors.Store(st.VectorEntries)
+			c.m.bytes.Store(st.Bytes)
+		} else if ctx.Err() == nil {
+			c.m.errors("stats").Inc()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// cacheObserver turns what the cache backend does into metrics and
+// rate-limited log lines: every breaker, dropped write and state change is
+// loud.
+type cacheObserver struct {
+	log *telemetry.RateLog
+	cm  *cacheMetrics
+	cacheObserverMetrics
+	// the embedder: its name and failures (in frontdoor_cache_errors_total)
+	embedder  string
+	embedErrs *metrics.Counter
+}
+
+var _ cache.Observer = (*cacheObserver)(nil)
+
+func newCacheObserver(set *metrics.Set, cm *cacheMetrics, log *slog.Logger, embedder string) *cacheObserver {
+	return &cacheObserver{log: telemetry.NewRateLog(log, 10*time.Second), cm: cm, embedder: embedder, embedErrs: cm.errors("embed"),
+		cacheObserverMetrics: newCacheObserverMetrics(set, embedder != "")}
+}
+
+func (o *cacheObserver) Lookup(op string, d time.Duration, err error) {
+	if h := o.look[op]; h != nil {
+		h.Update(d.Seconds())
+	}
+	if err == nil || errors.Is(err, cache.ErrNotFound) || errors.Is(err, cache.ErrUnavailable) {
+		return
+	}
+	o.cm.errors(op).Inc()
+	o.log.Warn("lookup:"+op, "cache: a lookup failed; answered as a miss", "op", op, "error", err.Error())
+}
+
+func (o *cacheObserver) WriteBatch(n int, _ time.Duration, err error) {
+	if err == nil {
+		o.stored.Add(n)
+		return
+	}
+	o.failed.Add(n)
+	if errors.Is(err, cache.ErrUnavailable) {
+		o.log.Warn("write:unavailable", "cache: writes not stored: the store is not connected", "entries", n)
+		return
+	}
+	o.cm.errors("put").Add(n)
+	o.log.Warn("write:error", "cache: a write-back batch failed", "entries", n, "error", err.Error())
+}
+
+func (o *cacheObserver) WriteDropped(reason string, n int) {
+	if c := o.dropped[reason]; c != nil {
+		c.Add(n)
+	}
+	o.cm.drops.Add(uint64(n))
+	o.log.Warn("drop:"+reason, "cache: write-back dropped", "reason", reason, "entries", n)
+}
+
+func (o *cacheObserver) BreakerChanged(path string, from, to cache.BreakerState, lastErr error) {
+	if path == "embed" {
+		o.log.Warn("embed-breaker:"+to.String(), "cache: embedder breaker "+to.String(), "embedder", o.embedder, "from", from.String())
+		return
+	}
+	if c := o.transitions[path+":"+to.String()]; c != nil {
+		c.Inc()
+	}
+	if to == cache.BreakerHalfOpen {
+		return // a probe: counted, not logged
+	}
+	what := map[string]string{"read": "lookups bypass the store", "write": "write-backs are dropped"}[path]
+	if to == cache.BreakerClosed {
+		what = map[string]string{"read": "lookups reach the store again", "write": "write-backs are stored again"}[path]
+	}
+	args := []any{"from", from.String()}
+	if lastErr != nil && to == cache.BreakerOpen {
+		args = append(args, "last_error", lastErr.Error())
+	}
+	o.log.Warn("breaker:"+path+":"+to.String(), "cache: "+path+" breaker "+to.String()+"; "+what, args...)
+}
+
+// EmbedSkipped counts a semantic lookup skipped, and makes an embedder's
+// failure loud: frontdoor_cache_errors_total{op="embed"} and a WARN at most
+// once per 10 s.
+func (o *cacheObserver) EmbedSkipped(err error) {
+	o.skipped.Inc()
+	if err == nil {
+		return
+	}
+	o.embedErrs.Inc()
+	o.log.Warn("embed-failed", "cache: embedder failed; the semantic lookup is skipped", "embedder", o.embedder, "error", err.Error())
+}
+
+func (o *cacheObserver) StateChanged(from, to cache.BackendState, why string) {
+	if to == cache.StateOK {
+		o.log.Info("state:ok", "cache: backend ok", "from", string(from))
+		return
+	}
+	o.log.Warn("state:"+string(to), "cache: backend "+string(to), "from", string(from), "why", why)
 }

@@ -242,9 +242,6 @@ func (c *Cache) EntryByID(ctx context.Context, id string) *cache.Entry {
 // flight may not be stored yet.
 func (c *Cache) FinishedByEntry(id string) *adapters.Answer { return c.flights.finishedByEntry(id) }
 
-// Count counts a request's outcome, once, when it ends.
-func (c *Cache) Count(o Outcome) { c.m.request(o) }
-
 // Totals are the request counts by result label since start, and the
 // upstream tokens hits saved.
 func (c *Cache) Totals() (results map[string]int64, tokensSaved uint64) {
