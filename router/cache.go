@@ -22,7 +22,7 @@ func (g *Gateway) cacheRequest(x *exchange, body []byte) reuse.Request {
 	rt := g.rt.Load()
 	return reuse.Request{ID: x.id, Endpoint: x.endpoint, Req: x.req, Body: body, Tenant: x.tenant.name,
 		Namespace: x.tenant.namespace, Model: x.model, ClientThreshold: x.tenant.allowThreshold,
-		Threshold: semanticThreshold(rt.cfg.Cache.Semantic, x.tenant.cfg, x.model), Bypass: responsesBypass(x)}
+		Threshold: semanticThreshold(rt.cfg.Cache.Semantic, x.tenant.cfg, x.model)}
 }
 
 // semanticThreshold is the least similarity for a semantic hit, most
@@ -119,7 +119,7 @@ func newCompletionID(ep adapters.Endpoint) string {
 // replay renders an assembled answer to the client.
 func (g *Gateway) replay(ctx *fasthttp.RequestCtx, x *exchange, a *adapters.Answer) {
 	id, now := newCompletionID(x.endpoint), time.Now().Unix()
-	g.noteReplayed(x, id, now, a)
+	g.hooks.replayed(x, id, now, a)
 	if !x.req.Stream {
 		ctx.SetContentType("application/json")
 		ctx.Response.SetBodyRaw(adapters.AppendCompletionJSON(make([]byte, 0, 256+len(a.Content)), x.endpoint, id, now, a))

@@ -138,7 +138,7 @@ func (g *Gateway) candidates(x *exchange) *attempts {
 	}
 	x.hints = h
 	cands, _ := g.pool.PickWith(x.model, h)
-	cands = g.pinResponse(x, cands)
+	cands = g.hooks.pick(x, cands)
 	x.tries = attempts{cands: cands, lastReason: "other"}
 	return &x.tries
 }

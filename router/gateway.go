@@ -98,7 +98,11 @@ type Gateway struct {
 
 	self selfAddrs // every listener serving, so that discovery never makes a node of the gateway
 
-	responseIDs *responseIDs // who holds each Responses API response passed on
+	// hooks is the Responses API's state (responsesFeature), called at
+	// the named points of every request's life; serveStored answers
+	// GET/DELETE /v1/responses/{id}.
+	hooks       requestHooks
+	serveStored func(ctx *fasthttp.RequestCtx, reqID string)
 }
 
 // New wires a gateway from cfg and deps.
@@ -148,10 +152,8 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		return nil, err
 	}
 	g.metrics = newGatewayMetrics(set, g)
-	g.responseIDs = newResponseIDs(cfg.Responses, set)
-	if r := g.cache.Redis(); r != nil { // the cache's Redis: the replicas share the ids
-		g.responseIDs.shared = newSharedIDs(r, cfg.Redis.KeyPrefix+"r:", cfg.Cache.Reads.Timeout.D(), g.upLog, set)
-	}
+	responses := newResponsesFeature(g, cfg, set)
+	g.hooks, g.serveStored = responses, responses.serveStored
 	g.bodies = newBodyRefusals(set, g.log)
 	g.adm.RegisterMetrics(set)
 	g.reload.register(set)
@@ -162,6 +164,43 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	g.server = g.newServer(cfg, g.handle, g.handleExpect)
 	g.adminServer = g.newServer(cfg, g.handleAdminListener, g.handleAdminExpect)
 	return g, nil
+}
+
+// newResponsesFeature wires the Responses API's state to what it needs of
+// g: the configuration, the log, the errors, the admission of a GET or
+// DELETE, the nodes' backends and the cache. Its ids are shared among the
+// replicas through the cache's Redis, when there is one.
+func newResponsesFeature(g *Gateway, cfg Config, set *metrics.Set) *responsesFeature {
+	f := &responsesFeature{ids: newResponseIDs(cfg.Responses, set), conf: g.conf, log: g.log, writeError: g.writeError,
+		badAnswer: g.badAnswer, cache: g.cache}
+	if r := g.cache.Redis(); r != nil {
+		f.ids.shared = newSharedIDs(r, cfg.Redis.KeyPrefix+"r:", cfg.Cache.Reads.Timeout.D(), g.upLog, set)
+	}
+	f.admit = func(ctx *fasthttp.RequestCtx) (string, func(), bool) {
+		t, apiErr := g.rt.Load().tenants.resolve(ctx)
+		if apiErr != nil {
+			g.writeError(ctx, apiErr)
+			return "", nil, false
+		}
+		pass, rej := g.adm.Enter(context.Background(), t.name)
+		if rej != nil {
+			g.writeError(ctx, errRejected(rej))
+			return "", nil, false
+		}
+		return t.name, pass.Release, true
+	}
+	f.backend = func(upstream string) adapters.StoredResponses {
+		if s := g.rt.Load().spill; s != nil && s.name == upstream {
+			return s.backend
+		}
+		n := g.pool.Node(upstream)
+		if n == nil {
+			return nil
+		}
+		be, _ := g.backendFor(n).(adapters.StoredResponses)
+		return be
+	}
+	return f
 }
 
 // newServer is the HTTP server of a listener; the admin listener's differs

@@ -117,11 +117,14 @@ func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
 	if !g.resolveModel(ctx, x, req.Model) {
 		return false
 	}
-	if !g.ownState(ctx, x) {
+	bypass, ok := g.hooks.beforeLookup(ctx, x)
+	if !ok {
 		return false
 	}
 	curated := g.rt.Load().tenants.operator(ctx)
-	x.plan = g.cache.Plan(g.cacheRequest(x, ctx.PostBody()), reuse.HintsOf(&ctx.Request.Header, curated))
+	cr := g.cacheRequest(x, ctx.PostBody())
+	cr.Bypass = bypass
+	x.plan = g.cache.Plan(cr, reuse.HintsOf(&ctx.Request.Header, curated))
 	x.setCache(&ctx.Response.Header, reuse.Outcome{Result: reuse.ResultBypass, Reason: x.plan.Reason()}, "")
 	return true
 }

@@ -65,7 +65,8 @@ func (g *Gateway) commitStream(ctx *fasthttp.RequestCtx, x *exchange, node *bala
 	handed := x.handOff()
 	tenantName := x.tenant.name
 	wantUsage := x.req.IncludeUsage
-	tap := g.newRespTap(x) // nil but for the Responses API
+	tap := g.hooks.streamTap(x) // nil: no hook taps this stream (the Responses API taps its own)
+	ep := x.endpoint
 	id, upstream := x.id, x.upstream
 	g.streams.Add(1)
 	g.live.add(resp)
@@ -101,8 +102,10 @@ func (g *Gateway) commitStream(ctx *fasthttp.RequestCtx, x *exchange, node *bala
 			}
 			if answer != nil {
 				r.usage, r.usageKnown = answer.Usage, true
-			} else if tap != nil && tap.usageKnown {
-				r.usage, r.usageKnown = tap.usage, true
+			} else if tap != nil {
+				if u, known := tap.usage(); known {
+					r.usage, r.usageKnown = u, true
+				}
 			}
 			usage := -1
 			if r.usageKnown && !r.broken {
@@ -116,7 +119,7 @@ func (g *Gateway) commitStream(ctx *fasthttp.RequestCtx, x *exchange, node *bala
 				f.Finish(answer, r.broken)
 			}
 		}()
-		r = g.pump(w, id, resp, f, asm, wantUsage, tap)
+		r = g.pump(w, id, ep, resp, f, asm, wantUsage, tap)
 		x.streamEvents = r.events
 	})
 }
@@ -133,9 +136,7 @@ func (g *Gateway) commitJSON(ctx *fasthttp.RequestCtx, x *exchange, resp *adapte
 	ctx.SetStatusCode(resp.Status)
 	ctx.Response.Header.SetContentTypeBytes(resp.ContentType)
 	ctx.SetBody(resp.Body)
-	if x.endpoint == adapters.EndpointResponses {
-		g.noteCreated(x, adapters.ResponseID(resp.Body))
-	}
+	g.hooks.answered(x, resp.Body)
 	var answer *adapters.Answer
 	if f != nil {
 		if a, err := adapters.ParseAnswer(x.endpoint, resp.Body); err == nil {
@@ -184,13 +185,14 @@ func (g *Gateway) settle(x *exchange, u adapters.Usage, known bool) {
 }
 
 // pump copies upstream events to the client as they arrive and publishes
-// them to the flight. A Responses stream's events also pass through tap
-// (the response id, the usage). It flushes before each read of the upstream's socket:
+// them to the flight. ep is the stream's endpoint; its events also pass
+// through tap, when there is one (the Responses API's: the response id,
+// the usage). It flushes before each read of the upstream's socket:
 // what one read brought leaves in one chunk and one write, and no event
 // waits for the next. When the client goes away the upstream is closed at
 // once, unless followers of the flight still read it. It reports whether
 // the stream broke.
-func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse, f *reuse.Flight, asm *adapters.Assembler, wantUsage bool, tap *respTap) (r pumped) {
+func (g *Gateway) pump(w flushWriter, id string, ep adapters.Endpoint, resp *adapters.UpstreamResponse, f *reuse.Flight, asm *adapters.Assembler, wantUsage bool, tap eventTap) (r pumped) {
 	c := &pumpClient{w: w, f: f, aborts: g.metrics.clientAborts, ok: true}
 	resp.OnRead(c)
 	for ; ; r.events++ {
@@ -210,11 +212,11 @@ func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse
 			g.log.Warn("upstream stream broke", "request_id", id, "error", err.Error())
 			g.metrics.streamErrors.Inc()
 			e := adapters.UpstreamError("upstream stream ended early: " + err.Error())
-			ep := adapters.EndpointChat
-			if tap != nil {
-				ep = adapters.EndpointResponses
+			errEP := adapters.EndpointChat
+			if ep == adapters.EndpointResponses {
+				errEP = adapters.EndpointResponses
 			}
-			errEvent := adapters.StreamErrorEvent(ep, e)
+			errEvent := adapters.StreamErrorEvent(errEP, e)
 			if f != nil {
 				f.Publish(errEvent, false)
 			}
@@ -231,7 +233,7 @@ func (g *Gateway) pump(w flushWriter, id string, resp *adapters.UpstreamResponse
 		}
 		if asm != nil {
 			usageOnly = asm.Add(&ev)
-		} else if usageOnly = tap == nil && adapters.IsUsageOnly(ev.Data); usageOnly {
+		} else if usageOnly = ep != adapters.EndpointResponses && adapters.IsUsageOnly(ev.Data); usageOnly {
 			r.usage, r.usageKnown = adapters.ParseUsage(ev.Data)
 		}
 		if f != nil {

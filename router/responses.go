@@ -1,8 +1,7 @@
 package router
 
 import (
-	"context"
-	"strings"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -11,13 +10,13 @@ import (
 
 	"frontdoor/adapters"
 	"frontdoor/balancer"
-	"frontdoor/internal/telemetry"
 	"frontdoor/router/reuse"
 )
 
 // The Responses API's state. POST /v1/responses runs the chat path
 // (serveInference with adapters.EndpointResponses); what differs lives
-// here: which requests the cache must not answer (responsesBypass), the
+// here, in responsesFeature, which hooks into the request's life
+// (requestHooks): which requests the cache must not answer (responsesBypass), the
 // ids of the responses created through the gateway and who holds each
 // (a node, the hosted API, or the cache), the routing of a follow-up
 // (previous_response_id) to the node that holds its predecessor, and
@@ -41,6 +40,42 @@ func responsesBypass(x *exchange) reuse.Reason {
 		return reuse.ReasonTools
 	}
 	return reuse.ReasonNone
+}
+
+// responsesFeature is the Responses API's state, hooked into the
+// request's life (requestHooks) and answering GET/DELETE
+// /v1/responses/{id} (serveStored). It holds what it needs of the
+// gateway, narrowly.
+type responsesFeature struct {
+	ids        *responseIDs // who holds each response passed on
+	conf       func() *Config
+	log        *slog.Logger
+	writeError func(ctx *fasthttp.RequestCtx, e *adapters.APIError)
+	// admit names the tenant of a request and admits it; ok false: it
+	// wrote the refusal. release ends the admission.
+	admit func(ctx *fasthttp.RequestCtx) (tenant string, release func(), ok bool)
+	// backend is the backend of the node or hosted API named upstream,
+	// nil when it is gone or cannot answer for stored responses.
+	backend   func(upstream string) adapters.StoredResponses
+	badAnswer func(reqID, upstream string, err error) bool
+	cache     *reuse.Cache // a replayed response's entry
+}
+
+// beforeLookup holds a request that names server-side state (ownState)
+// and tells the cache why it must not answer it (responsesBypass).
+func (f *responsesFeature) beforeLookup(ctx *fasthttp.RequestCtx, x *exchange) (reuse.Reason, bool) {
+	if !f.ownState(ctx, x) {
+		return reuse.ReasonNone, false
+	}
+	return responsesBypass(x), true
+}
+
+// answered remembers the response a node (or the hosted API) created in
+// a JSON answer.
+func (f *responsesFeature) answered(x *exchange, body []byte) {
+	if x.endpoint == adapters.EndpointResponses {
+		f.noteCreated(x, adapters.ResponseID(body))
+	}
 }
 
 // respRecord is what the gateway remembers of one response it passed on:
@@ -206,16 +241,16 @@ func (r *responseIDs) forget(id string) {
 
 // noteCreated remembers a response a node (or the hosted API) created for
 // x; one with store: false is kept by no one and not remembered.
-func (g *Gateway) noteCreated(x *exchange, id string) {
+func (f *responsesFeature) noteCreated(x *exchange, id string) {
 	if x.endpoint != adapters.EndpointResponses || x.req == nil || x.req.StoreOff || id == "" {
 		return
 	}
-	g.responseIDs.remember(&respRecord{id: id, tenant: x.tenant.name, upstream: x.upstream, model: x.model})
+	f.ids.remember(&respRecord{id: id, tenant: x.tenant.name, upstream: x.upstream, model: x.model})
 }
 
-// noteReplayed remembers a response the cache served under a fresh id,
+// replayed remembers a response the cache served under a fresh id,
 // with its request's input and its answer for a follow-up.
-func (g *Gateway) noteReplayed(x *exchange, id string, created int64, a *adapters.Answer) {
+func (f *responsesFeature) replayed(x *exchange, id string, created int64, a *adapters.Answer) {
 	if x.endpoint != adapters.EndpointResponses || x.req.StoreOff || x.entryID == "" {
 		return
 	}
@@ -224,7 +259,7 @@ func (g *Gateway) noteReplayed(x *exchange, id string, created int64, a *adapter
 	if in := x.req.InputJSON(); len(in)+len(a.Content) <= replayedMax {
 		rec.input, rec.output = in, a.Content
 	}
-	g.responseIDs.remember(rec)
+	f.ids.remember(rec)
 }
 
 // ownState is where a Responses request that names server-side state
@@ -236,20 +271,20 @@ func (g *Gateway) noteReplayed(x *exchange, id string, created int64, a *adapter
 // another tenant's). A follow-up of a response the cache served becomes a
 // request of its own (continueReplayed). It answers and returns false
 // when the request may not go on.
-func (g *Gateway) ownState(ctx *fasthttp.RequestCtx, x *exchange) bool {
+func (f *responsesFeature) ownState(ctx *fasthttp.RequestCtx, x *exchange) bool {
 	if x.endpoint != adapters.EndpointResponses {
 		return true
 	}
-	forward := g.conf().Responses.ForwardUnknownIDs
+	forward := f.conf().Responses.ForwardUnknownIDs
 	if id := x.req.PreviousResponseID; id != "" {
-		rec, why := g.responseIDs.find(id, x.tenant.name)
+		rec, why := f.ids.find(id, x.tenant.name)
 		if rec == nil && (why != "unknown" || !forward) {
-			g.responseIDs.refusedState[stateRefusal{"previous_response_id", why}].Inc()
-			g.writeError(ctx, &adapters.APIError{Status: 404, Type: adapters.TypeInvalidRequest, Param: "previous_response_id",
+			f.ids.refusedState[stateRefusal{"previous_response_id", why}].Inc()
+			f.writeError(ctx, &adapters.APIError{Status: 404, Type: adapters.TypeInvalidRequest, Param: "previous_response_id",
 				Code: "previous_response_not_found", Message: "Previous response with id '" + id + "' not found."})
 			return false
 		}
-		if rec != nil && rec.upstream == "" && !g.continueReplayed(ctx, x, rec) {
+		if rec != nil && rec.upstream == "" && !f.continueReplayed(ctx, x, rec) {
 			return false
 		}
 	}
@@ -259,8 +294,8 @@ func (g *Gateway) ownState(ctx *fasthttp.RequestCtx, x *exchange) bool {
 	for _, ref := range x.req.StateRefs {
 		// frontdoor keeps no record of conversations, prompt templates or
 		// items: it cannot tell whose they are.
-		g.responseIDs.refusedState[stateRefusal{string(ref.Kind), "unknown"}].Inc()
-		g.writeError(ctx, errStateNotFound(ref))
+		f.ids.refusedState[stateRefusal{string(ref.Kind), "unknown"}].Inc()
+		f.writeError(ctx, errStateNotFound(ref))
 		return false
 	}
 	return true
@@ -282,16 +317,16 @@ func errStateNotFound(ref adapters.StateRef) *adapters.APIError {
 // (no node holds it), a request of its own: the predecessor's input and
 // answer go before its input, as the Responses API would have put them. It
 // answers 400 and returns false when they are no longer kept.
-func (g *Gateway) continueReplayed(ctx *fasthttp.RequestCtx, x *exchange, rec *respRecord) bool {
-	g.responseIDs.mu.Lock()
+func (f *responsesFeature) continueReplayed(ctx *fasthttp.RequestCtx, x *exchange, rec *respRecord) bool {
+	f.ids.mu.Lock()
 	input, output := rec.input, rec.output
-	g.responseIDs.mu.Unlock()
+	f.ids.mu.Unlock()
 	var err error
 	if input != nil {
 		err = x.req.Continue(input, output)
 	}
 	if input == nil || err != nil {
-		g.writeError(ctx, adapters.BadRequest("previous_response_id", "Previous response with id '"+rec.id+
+		f.writeError(ctx, adapters.BadRequest("previous_response_id", "Previous response with id '"+rec.id+
 			"' was served from frontdoor's cache and its conversation is no longer kept; send the conversation as input instead."))
 		return false
 	}
@@ -304,7 +339,7 @@ func (g *Gateway) continueReplayed(ctx *fasthttp.RequestCtx, x *exchange, rec *r
 type respTap struct {
 	onID       func(id string)
 	idSeen     bool
-	usage      adapters.Usage
+	u          adapters.Usage
 	usageKnown bool
 }
 
@@ -318,28 +353,30 @@ func (t *respTap) see(ev *adapters.SSEEvent) {
 		t.onID(re.ID)
 	}
 	if re.HasUsage {
-		t.usage, t.usageKnown = re.Usage, true
+		t.u, t.usageKnown = re.Usage, true
 	}
 }
 
-// newRespTap is the tap of x's stream, nil for other endpoints.
-func (g *Gateway) newRespTap(x *exchange) *respTap {
+func (t *respTap) usage() (adapters.Usage, bool) { return t.u, t.usageKnown }
+
+// streamTap is the tap of x's stream, nil for other endpoints.
+func (f *responsesFeature) streamTap(x *exchange) eventTap {
 	if x.endpoint != adapters.EndpointResponses {
 		return nil
 	}
-	return &respTap{onID: func(id string) { g.noteCreated(x, id) }}
+	return &respTap{onID: func(id string) { f.noteCreated(x, id) }}
 }
 
-// pinResponse puts first, alone, the node that holds the response a
+// pick puts first, alone, the node that holds the response a
 // follow-up continues (previous_response_id): no other node knows it.
 // When that node is not among the candidates (busy, unhealthy, gone) or
 // the id is unknown here, the candidates stand, and the node that gets the
 // request answers for itself.
-func (g *Gateway) pinResponse(x *exchange, cands []*balancer.Node) []*balancer.Node {
+func (f *responsesFeature) pick(x *exchange, cands []*balancer.Node) []*balancer.Node {
 	if x.endpoint != adapters.EndpointResponses || x.req.PreviousResponseID == "" {
 		return cands
 	}
-	rec := g.responseIDs.lookup(x.req.PreviousResponseID, x.tenant.name)
+	rec := f.ids.lookup(x.req.PreviousResponseID, x.tenant.name)
 	if rec == nil || rec.upstream == "" {
 		return cands
 	}
@@ -349,191 +386,4 @@ func (g *Gateway) pinResponse(x *exchange, cands []*balancer.Node) []*balancer.N
 		}
 	}
 	return cands
-}
-
-// storedPath splits /v1/responses/{id}[/input_items|/cancel]; ok is false
-// for anything else (an id of other characters than letters, digits and
-// -_.:).
-func storedPath(path string) (id, sub string, ok bool) {
-	rest, _ := strings.CutPrefix(path, "/v1/responses/")
-	id, sub, _ = strings.Cut(rest, "/")
-	if id == "" || len(id) > 256 || (sub != "" && sub != "input_items" && sub != "cancel") {
-		return "", "", false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
-			return "", "", false
-		}
-	}
-	return id, sub, true
-}
-
-func errResponseNotFound(id, why string) *adapters.APIError {
-	msg := "Response with id '" + id + "' not found."
-	if why != "" {
-		msg += " " + why
-	}
-	return &adapters.APIError{Status: 404, Type: adapters.TypeInvalidRequest, Param: "response_id", Message: msg}
-}
-
-// serveStored answers GET /v1/responses/{id} (and .../input_items),
-// DELETE /v1/responses/{id} and POST /v1/responses/{id}/cancel: the
-// tenant's own responses only, sent to the node that created the response
-// or answered from the cache entry a replayed one came from.
-func (g *Gateway) serveStored(ctx *fasthttp.RequestCtx, reqID string) {
-	start := time.Now()
-	upstream := ""
-	defer func() {
-		if g.conf().Logging.AccessLog {
-			now := time.Now()
-			telemetry.LogAccess(g.log, now, &telemetry.AccessLine{RequestID: reqID, Path: string(ctx.Path()), Status: ctx.Response.StatusCode(),
-				Upstream: upstream, Duration: now.Sub(start)})
-		}
-	}()
-	id, sub, ok := storedPath(string(ctx.Path()))
-	if !ok {
-		g.writeError(ctx, errUnknownPath(string(ctx.Path())))
-		return
-	}
-	method := fasthttp.MethodGet
-	switch sub {
-	case "":
-		if ctx.IsDelete() {
-			method = fasthttp.MethodDelete
-		} else if !ctx.IsGet() {
-			ctx.Response.Header.Set(fasthttp.HeaderAllow, "GET, DELETE")
-			g.writeError(ctx, &adapters.APIError{Status: 405, Type: adapters.TypeInvalidRequest, Message: "method not allowed: use GET or DELETE"})
-			return
-		}
-	case "cancel":
-		if !g.onlyMethod(ctx, fasthttp.MethodPost) {
-			return
-		}
-		method = fasthttp.MethodPost
-	default:
-		if !g.onlyMethod(ctx, fasthttp.MethodGet) {
-			return
-		}
-	}
-	t, apiErr := g.rt.Load().tenants.resolve(ctx)
-	if apiErr != nil {
-		g.writeError(ctx, apiErr)
-		return
-	}
-	pass, rej := g.adm.Enter(context.Background(), t.name)
-	if rej != nil {
-		g.writeError(ctx, errRejected(rej))
-		return
-	}
-	defer pass.Release()
-	rec := g.responseIDs.lookup(id, t.name)
-	if rec == nil {
-		g.responseIDs.unknown.Inc()
-		g.writeError(ctx, errResponseNotFound(id, ""))
-		return
-	}
-	if rec.upstream == "" {
-		g.serveReplayedRecord(ctx, rec, method, sub)
-		return
-	}
-	upstream = rec.upstream
-	be := g.storedBackend(rec.upstream)
-	if be == nil {
-		g.responseIDs.gone.Inc()
-		g.writeError(ctx, errResponseNotFound(id, "The upstream that created it ("+rec.upstream+") is no longer in service."))
-		return
-	}
-	g.responseIDs.found.Inc()
-	rest := id
-	if sub != "" {
-		rest += "/" + sub
-	}
-	resp, err := be.Stored(context.Background(), method, rest, ctx.URI().QueryString(), reqID)
-	if err != nil {
-		g.badAnswer(reqID, rec.upstream, err)
-		g.writeError(ctx, sendError(rec.upstream, err))
-		return
-	}
-	defer resp.Close()
-	setUpstream(&ctx.Response.Header, rec.upstream, 1)
-	if resp.Status/100 != 2 {
-		// As for any other answer: the OpenAI envelope whatever the node
-		// sent (vLLM's JSON, a plain "Not Found" from an engine without
-		// the route), and its 401 or 5xx as the gateway's fault.
-		g.writeError(ctx, be.MapError(resp.Status, resp.Body))
-		return
-	}
-	if method == fasthttp.MethodDelete {
-		g.responseIDs.forget(id)
-	}
-	ctx.SetStatusCode(resp.Status)
-	ctx.Response.Header.SetContentTypeBytes(resp.ContentType)
-	ctx.SetBody(resp.Body)
-}
-
-// storedBackend is the backend of the node or hosted API named upstream,
-// nil when it is gone or cannot answer for stored responses.
-func (g *Gateway) storedBackend(upstream string) adapters.StoredResponses {
-	if s := g.rt.Load().spill; s != nil && s.name == upstream {
-		return s.backend
-	}
-	n := g.pool.Node(upstream)
-	if n == nil {
-		return nil
-	}
-	be, _ := g.backendFor(n).(adapters.StoredResponses)
-	return be
-}
-
-// serveReplayedRecord answers for a response the cache served: GET renders
-// it again from its cache entry (while the entry lives), DELETE forgets
-// the id (the entry stays: other requests share it); it has no input
-// items kept and is not in the background.
-func (g *Gateway) serveReplayedRecord(ctx *fasthttp.RequestCtx, rec *respRecord, method, sub string) {
-	ctx.Response.Header.SetCanonical(headerUpstream, []byte("cache"))
-	switch {
-	case method == fasthttp.MethodDelete:
-		g.responseIDs.forget(rec.id)
-		g.responseIDs.found.Inc()
-		ctx.SetContentType("application/json")
-		ctx.SetBody(append(append([]byte(`{"id":`), adapters.AppendJSONString(nil, rec.id)...), `,"object":"response","deleted":true}`...))
-		return
-	case sub == "cancel":
-		g.writeError(ctx, adapters.BadRequest("response_id", "Only responses created with background set to true can be cancelled; this one was served from frontdoor's cache."))
-		return
-	case sub == "input_items":
-		g.writeError(ctx, errResponseNotFound(rec.id, "It was served from frontdoor's cache, which keeps no input items."))
-		return
-	}
-	e := g.cache.EntryByID(context.Background(), rec.entry)
-	if e == nil {
-		// Served from a flight whose write-back is still under way.
-		if a := g.cache.FinishedByEntry(rec.entry); a != nil {
-			g.responseIDs.found.Inc()
-			ctx.Response.Header.SetCanonical(headerCacheEntry, []byte(rec.entry))
-			ctx.SetContentType("application/json")
-			ctx.SetBody(adapters.AppendCompletionJSON(nil, adapters.EndpointResponses, rec.id, rec.created, rec.asServed(a)))
-			return
-		}
-		g.responseIDs.gone.Inc()
-		g.writeError(ctx, errResponseNotFound(rec.id, "It was served from frontdoor's cache, and its entry has since left the cache."))
-		return
-	}
-	g.responseIDs.found.Inc()
-	ctx.Response.Header.SetCanonical(headerCacheEntry, []byte(e.ID))
-	ctx.SetContentType("application/json")
-	ctx.SetBody(adapters.AppendCompletionJSON(nil, adapters.EndpointResponses, rec.id, rec.created, rec.asServed(reuse.EntryAnswer(e))))
-}
-
-// asServed is the answer of a replayed response with the usage it was
-// served with: every input token cached when it was a hit
-// (docs/endpoints.md#usage-on-cache-hits). a is not changed.
-func (rec *respRecord) asServed(a *adapters.Answer) *adapters.Answer {
-	c := *a
-	c.Usage.CachedTokens = 0
-	if rec.hit {
-		c.Usage.CachedTokens = c.Usage.PromptTokens
-	}
-	return &c
 }
