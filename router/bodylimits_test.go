@@ -125,7 +125,7 @@ func TestParseBudgetOverHTTP(t *testing.T) {
 			t.Errorf("first request: %d %.300s", resp.StatusCode, b)
 		}
 	})
-	waitFor(t, func() bool { return gw.status().Admission.ParseBudget.InUseBytes > 0 })
+	waitFor(t, func() bool { return (operator{gw.Gateway}).Status().Admission.ParseBudget.InUseBytes > 0 })
 	resp, b := post(t, gw.URL+"/v1/chat/completions", body)
 	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("second request while the first holds the budget: %d (Retry-After %q), want 503 with Retry-After: %.300s",
@@ -141,7 +141,7 @@ func TestParseBudgetOverHTTP(t *testing.T) {
 	if n := metricValue(t, getBody(t, gw.URL+"/metrics"), `frontdoor_parse_budget_refused_total{reason="full"}`); n != 1 {
 		t.Fatalf("refusals counted: %v, want 1", n)
 	}
-	if st := gw.status().Admission.ParseBudget; st.Refused != 1 || st.InUseBytes != 0 {
+	if st := (operator{gw.Gateway}).Status().Admission.ParseBudget; st.Refused != 1 || st.InUseBytes != 0 {
 		t.Fatalf("/status parse_budget: %+v, want 1 refused and nothing in use", st)
 	}
 

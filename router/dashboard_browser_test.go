@@ -264,7 +264,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.title === "sent"`)); err != nil || attempts.Load() == 0 {
 		t.Fatalf("the cross-origin page did not run (%v, %d loads)", err, attempts.Load())
 	}
-	for _, j := range gw.status().Warm {
+	for _, j := range (operator{gw.Gateway}).Status().Warm {
 		if strings.Contains(j.Source, "forged") {
 			t.Fatalf("a cross-origin page started a warm-up: %+v", j)
 		}

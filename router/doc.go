@@ -9,30 +9,25 @@
 // router tree, in the order it first enters each (bench/requestlife
 // measures it, and make test checks this list against it):
 //
-//	server.go          routes, the server's own settings
-//	transport.go       framing the cache and the node could read apart
+//	server.go          routes; framing the cache and the node could read apart
 //	tenants.go         the tenant of the bearer key
 //	admin/guard.go     an operator's request (its answer is curated)
-//	inference.go       the exchange: enter, parse, admit, plan, look up
-//	ratelimit.go       the RateLimit headers
-//	bodycheck.go       the parse budget
+//	inference.go       the exchange: enter, parse within the budget, admit,
+//	                   the request as the cache sees it, Plan and Lookup
 //	responses.go       the Responses API's hook: state stays with its tenant
-//	cache.go           the request as the cache sees it; a hit's replay
-//	reuse/plan.go      Plan
+//	reuse/lookup.go    Plan, then Lookup: here a Lead
 //	reuse/verify.go    the threshold as the judge's evidence moved it
-//	reuse/lookup.go    Lookup: here a Lead
 //	reuse/flight.go    the flight: Publish, Finish, the write-back
 //	forward.go         node choice, attempts, retries on another node
-//	gateway.go         the node's backend
 //	respond.go         commitStream, the pump, finish
-//	streambody.go      the stream's body writer
 //	reuse/metrics.go   the cache's outcome counted; the store's observer
-//	metrics.go         the request counted
-//	dashboard.go       the dashboard's counts
+//	metrics.go         the request counted, and the dashboard's counts
 //
-// A hit ends at cache.go's serveHit; a follower at respond.go's follow.
-// errors.go holds every error answer the gateway makes itself; spill.go
-// the hosted API.
+// A hit ends at inference.go's serveHit; a follower at respond.go's follow.
+// internal/reply holds every error answer the gateway makes itself, and
+// internal/streambody writes a stream's chunks. forward.go's upstream is
+// how a request reaches a node or the hosted API (spill.go): it holds no
+// gateway, and the judge's calls take the same way (judge.go).
 //
 // Off the request path, reuse's verifier audits semantic hits and
 // near-misses; it asks the judge model through judge.go's SendJudge,

@@ -11,6 +11,7 @@ import (
 	"frontdoor/admission"
 	"frontdoor/balancer"
 	"frontdoor/cache"
+	"frontdoor/internal/reply"
 	"frontdoor/router/reuse"
 )
 
@@ -38,10 +39,10 @@ func (g *Gateway) serveEmbeddings(ctx *fasthttp.RequestCtx, id string) {
 	if !g.enter(ctx, x, true) {
 		return
 	}
-	er, apiErr := adapters.ParseEmbeddingsRequestWith(ctx.PostBody(), g.parseOptions())
+	er, apiErr := adapters.ParseEmbeddingsRequestWith(ctx.PostBody(), g.bodies.parseOptions(&g.conf().Limits))
 	if apiErr != nil {
 		g.bodies.note(x, apiErr)
-		g.writeError(ctx, apiErr)
+		reply.Error(ctx, apiErr)
 		return
 	}
 	defer er.Release()
@@ -49,7 +50,7 @@ func (g *Gateway) serveEmbeddings(ctx *fasthttp.RequestCtx, id string) {
 	if !g.resolveModel(ctx, x, er.Model) {
 		return
 	}
-	plan := g.cache.PlanEmbeddings(g.cacheRequest(x, nil), reuse.HintsOf(&ctx.Request.Header, false))
+	plan := g.cache.PlanEmbeddings(cacheRequest(g.rt.Load(), x, nil), reuse.HintsOf(&ctx.Request.Header, false))
 	b := &embeddingBatch{req: er, plan: plan, Inputs: g.cache.LookupInputs(x.obs, plan, er)}
 	x.setCache(&ctx.Response.Header, b.Outcome, "")
 	if len(b.Send) == 0 {
@@ -69,10 +70,10 @@ func (g *Gateway) serveEmbeddings(ctx *fasthttp.RequestCtx, id string) {
 		idx = b.Send
 	}
 	ur := adapters.UpstreamRequest{Endpoint: x.endpoint, Body: er.UpstreamBody(x.model, idx), RequestID: x.id, Model: x.model}
-	st := g.waitCandidates(x)
-	a, ans, ok := g.tryEmbeddingNodes(x, &ur, st, b)
+	st := g.up.waitCandidates(x)
+	a, ans, ok := g.up.tryEmbeddingNodes(x, &ur, st, b)
 	if !ok {
-		g.writeError(ctx, g.noNodeError(x, st))
+		reply.Error(ctx, g.up.noNodeError(x, st))
 		return
 	}
 	g.metrics.upstreamAnswers.Add(1)
@@ -122,7 +123,7 @@ func (g *Gateway) admitEmbeddings(ctx *fasthttp.RequestCtx, x *exchange, b *embe
 				n = admission.CountTokens(b.req.InputText(i))
 			}
 			if maxLen > 0 && n > maxLen {
-				g.writeError(ctx, adapters.BadRequest("input", fmt.Sprintf(
+				reply.Error(ctx, adapters.BadRequest("input", fmt.Sprintf(
 					"This model's maximum context length is %d tokens. However, input[%d] has %d tokens. Please reduce the length of the input.", maxLen, i, n)))
 				return false
 			}
@@ -142,33 +143,33 @@ func (g *Gateway) admitEmbeddings(ctx *fasthttp.RequestCtx, x *exchange, b *embe
 // the attempts with a 502: the node works, and another would most likely
 // answer as it did. Neither is cached, and each is counted and logged
 // (badEmbeddings). ans is nil for an error status, the client's as mapped.
-func (g *Gateway) tryEmbeddingNodes(x *exchange, ur *adapters.UpstreamRequest, st *attempts, b *embeddingBatch) (attempt, *adapters.EmbeddingsAnswer, bool) {
+func (u *upstream) tryEmbeddingNodes(x *exchange, ur *adapters.UpstreamRequest, st *attempts, b *embeddingBatch) (attempt, *adapters.EmbeddingsAnswer, bool) {
 	var a attempt
 	for {
-		n := g.nextNode(x, st)
+		n := u.nextNode(x, st)
 		if n == nil {
 			return a, nil, false
 		}
 		if x.attempts > 0 {
-			g.metrics.retries[st.lastReason].Inc()
-			time.Sleep(g.backoff(x.attempts))
+			u.metrics.retries[st.lastReason].Inc()
+			time.Sleep(u.backoff(x.attempts))
 		}
-		a = g.send(x, ur, n)
+		a = u.send(x, ur, n)
 		if a.err != nil || adapters.RetryableStatus(a.resp.Status) {
-			g.attemptFailed(x, st, a)
+			u.attemptFailed(x, st, a)
 			if st.final {
 				return a, nil, false
 			}
 			continue
 		}
 		if a.resp.Status >= 400 {
-			g.answeredBy(x, a)
+			u.answeredBy(x, a)
 			return a, nil, true
 		}
 		ans, err := adapters.ParseEmbeddingsAnswer(a.resp.Body, len(b.Send))
 		if err == nil {
 			if err = b.sameDimensions(ans); err == nil {
-				g.answeredBy(x, a)
+				u.answeredBy(x, a)
 				return a, ans, true
 			}
 			st.final = true // the node works: this answer is its and the cache's disagreement
@@ -179,10 +180,10 @@ func (g *Gateway) tryEmbeddingNodes(x *exchange, ur *adapters.UpstreamRequest, s
 		if st.final {
 			outcome = balancer.OutcomeSuccess
 		}
-		g.pool.Report(n, outcome, 0)
+		u.pool.Report(n, outcome, 0)
 		st.lastErr = adapters.UpstreamError("upstream " + n.Name() + " failed: " + err.Error())
 		st.lastReason = "malformed"
-		g.badEmbeddings(x.id, n.Name(), err)
+		u.badEmbeddings(x.id, n.Name(), err)
 		if st.final {
 			return a, nil, false
 		}
@@ -204,9 +205,9 @@ func (b *embeddingBatch) sameDimensions(ans *adapters.EmbeddingsAnswer) error {
 // badEmbeddings makes an embeddings answer the gateway refused for what it
 // holds loud, as badAnswer does a malformed one: a metric and a WARN line
 // naming the node, at most one per node every 10 s (never the body).
-func (g *Gateway) badEmbeddings(id, node string, err error) {
-	g.metrics.badAnswers[badEmbeddingsReason].Inc()
-	g.upLog.Warn(badEmbeddingsReason+":"+node, "upstream answer refused", "reason", badEmbeddingsReason, "node", node, "request_id", id, "error", err.Error())
+func (u *upstream) badEmbeddings(id, node string, err error) {
+	u.metrics.badAnswers[badEmbeddingsReason].Inc()
+	u.upLog.Warn(badEmbeddingsReason+":"+node, "upstream answer refused", "reason", badEmbeddingsReason, "node", node, "request_id", id, "error", err.Error())
 }
 
 // commitEmbeddings answers from the node's answer a (ans, read and
@@ -220,16 +221,16 @@ func (g *Gateway) commitEmbeddings(ctx *fasthttp.RequestCtx, x *exchange, b *emb
 	}()
 	setUpstream(&ctx.Response.Header, x.upstream, x.attempts)
 	if ans == nil {
-		g.writeError(ctx, a.backend.MapError(resp.Status, resp.Body))
+		reply.Error(ctx, a.backend.MapError(resp.Status, resp.Body))
 		return
 	}
-	g.settle(x, ans.Usage, ans.Usage.TotalTokens > 0 || ans.Usage.PromptTokens > 0)
+	g.metrics.settle(x, ans.Usage, ans.Usage.TotalTokens > 0 || ans.Usage.PromptTokens > 0)
 	model := ans.Model
 	if model == "" {
 		model = x.model
 	}
 	if b.Whole { // the node's answer, as it is: checked, so valid JSON
-		g.passOn(ctx, resp)
+		passOn(ctx, resp)
 	} else {
 		saved := g.savedByCache(ctx, x, b)
 		vecs := make([]adapters.Embedding, len(b.req.Inputs))
@@ -258,7 +259,7 @@ func (g *Gateway) commitEmbeddings(ctx *fasthttp.RequestCtx, x *exchange, b *emb
 }
 
 // passOn sends the node's answer to the client as it is.
-func (g *Gateway) passOn(ctx *fasthttp.RequestCtx, resp *adapters.UpstreamResponse) {
+func passOn(ctx *fasthttp.RequestCtx, resp *adapters.UpstreamResponse) {
 	ctx.SetStatusCode(resp.Status)
 	ctx.Response.Header.SetContentTypeBytes(resp.ContentType)
 	ctx.SetBody(resp.Body)

@@ -1,12 +1,19 @@
 package router
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"frontdoor/adapters"
 	"frontdoor/balancer"
+	"frontdoor/internal/reply"
+	"frontdoor/internal/telemetry"
 
 	"github.com/valyala/fasthttp"
 )
@@ -23,24 +30,64 @@ type attempts struct {
 	accept func(*adapters.UpstreamResponse) error
 }
 
-// forward tries the candidate nodes in order until one answers. Failures
-// before the first byte move on to the next (different) node.
+// upstream is how a request reaches a node or the hosted API: node
+// choice, attempts, retries on another node, spill-over (spill.go), the
+// judge's calls (judge.go) and the nodes' backends. It holds no gateway:
+// what it needs of one is in its fields.
+type upstream struct {
+	rt       *atomic.Pointer[liveConfig] // the gateway's: the config and the spill-over in force
+	pool     *balancer.Pool
+	fixed    map[string]adapters.Backend // Deps.Backends, by node name
+	backends sync.Map                    // *balancer.Node -> adapters.Backend, built on first use
+	metrics  *gatewayMetrics
+	log      *slog.Logger
+	upLog    *telemetry.RateLog // rate-limited lines about nodes' answers
+	hooks    requestHooks       // pick narrows the candidates
+}
+
+func (u *upstream) conf() *Config { return &u.rt.Load().cfg }
+
+// reached is how a request's trip upstream ended: an answer to commit
+// (resp, from node, or from the spill-over when node is nil) or, when
+// there is none, err, the client's answer.
+type reached struct {
+	node *balancer.Node
+	be   adapters.Backend
+	resp *adapters.UpstreamResponse
+	err  *adapters.APIError
+}
+
+// forward sends x's request upstream and commits the answer, or answers
+// the error.
 func (g *Gateway) forward(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.UpstreamRequest) {
-	st := g.waitCandidates(x)
-	if g.predictedSpill(ctx, x, ur, st) {
+	r := g.up.reach(&ctx.Response.Header, x, ur)
+	if r.err != nil {
+		x.failFlight()
+		reply.Error(ctx, r.err)
 		return
 	}
-	g.forwardFrom(ctx, x, ur, st)
+	g.commit(ctx, x, r.node, r.be, r.resp)
+}
+
+// reach tries the candidate nodes in order until one answers. Failures
+// before the first byte move on to the next (different) node. h takes the
+// headers that name a spill-over.
+func (u *upstream) reach(h *fasthttp.ResponseHeader, x *exchange, ur *adapters.UpstreamRequest) reached {
+	st := u.waitCandidates(x)
+	if r, ok := u.predictedSpill(h, x, ur, st); ok {
+		return r
+	}
+	return u.forwardFrom(h, x, ur, st)
 }
 
 // maxPredictedTTFT is x's limit on the predicted time to first token: the
 // tenant's max_predicted_ttft, else spillover.max_predicted_ttft_models'
 // for x.model, else spillover.max_predicted_ttft; 0 = off.
-func (g *Gateway) maxPredictedTTFT(x *exchange) time.Duration {
+func (u *upstream) maxPredictedTTFT(x *exchange) time.Duration {
 	if x.tenant != nil && x.tenant.cfg.MaxPredictedTTFT > 0 {
 		return x.tenant.cfg.MaxPredictedTTFT.D()
 	}
-	sc := &g.conf().Spillover
+	sc := &u.conf().Spillover
 	if d := sc.MaxPredictedTTFTModels[x.model]; d > 0 {
 		return d.D()
 	}
@@ -60,13 +107,13 @@ func (g *Gateway) maxPredictedTTFT(x *exchange) time.Duration {
 // continues a previous response (previous_response_id) is left alone: its
 // state may live on a local node, and a slow answer beats a lost
 // conversation.
-func (g *Gateway) predictedSpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.UpstreamRequest, st *attempts) bool {
-	if x.req == nil || g.rt.Load().spill == nil || (x.endpoint == adapters.EndpointResponses && x.req.PreviousResponseID != "") {
-		return false
+func (u *upstream) predictedSpill(h *fasthttp.ResponseHeader, x *exchange, ur *adapters.UpstreamRequest, st *attempts) (reached, bool) {
+	if x.req == nil || u.rt.Load().spill == nil || (x.endpoint == adapters.EndpointResponses && x.req.PreviousResponseID != "") {
+		return reached{}, false
 	}
-	limit := g.maxPredictedTTFT(x).Seconds()
+	limit := u.maxPredictedTTFT(x).Seconds()
 	if limit <= 0 {
-		return false
+		return reached{}, false
 	}
 	var buf [16]bool
 	over := buf[:0]
@@ -78,7 +125,7 @@ func (g *Gateway) predictedSpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adap
 		slow := false
 		if n.Inflight() < int64(n.Config().MaxConcurrency) {
 			free++
-			p := g.pool.PredictTTFT(n, x.hints)
+			p := u.pool.PredictTTFT(n, x.hints)
 			slow = p.Known && p.Seconds > limit
 		}
 		if slow {
@@ -87,36 +134,36 @@ func (g *Gateway) predictedSpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adap
 		over = append(over, slow)
 	}
 	if free == 0 {
-		return false
+		return reached{}, false
 	}
 	if nOver < free {
 		if nOver > 0 {
 			preferWithin(st.cands, over)
 		}
-		return false
+		return reached{}, false
 	}
-	if g.trySpill(ctx, x, ur, reasonPredicted) {
-		return true
+	if r, ok := u.trySpill(h, x, ur, reasonPredicted); ok {
+		return r, true
 	}
 	// Not spilled: the request goes local, and a later refusal of the
 	// saturated or failed kind says so itself.
 	x.spillRefused, x.spillSkipped = false, false
-	return false
+	return reached{}, false
 }
 
 // waitCandidates is candidates, after waiting up to balancer.queue.max_wait
 // for a slot when every node is full.
-func (g *Gateway) waitCandidates(x *exchange) *attempts {
-	st := g.candidates(x)
-	if maxWait := g.conf().Balancer.Queue.MaxWait.D(); maxWait > 0 && !anyFree(st.cands) && g.pool.AnyUsable(x.model) {
+func (u *upstream) waitCandidates(x *exchange) *attempts {
+	st := u.candidates(x)
+	if maxWait := u.conf().Balancer.Queue.MaxWait.D(); maxWait > 0 && !anyFree(st.cands) && u.pool.AnyUsable(x.model) {
 		// Every node is full: wait for a slot before spilling over or
 		// answering 503.
 		deadline := time.Now().Add(maxWait)
 		for !anyFree(st.cands) && time.Now().Before(deadline) {
-			if !g.pool.WaitForSlot(x.upstreamCtx(), x.model, time.Until(deadline)) {
+			if !u.pool.WaitForSlot(x.upstreamCtx(), x.model, time.Until(deadline)) {
 				break
 			}
-			st = g.candidates(x)
+			st = u.candidates(x)
 		}
 	}
 	return st
@@ -125,11 +172,11 @@ func (g *Gateway) waitCandidates(x *exchange) *attempts {
 // candidates are the nodes serving x.model, best first. Chat and
 // completions hint the prompt's prefix and system prompt; other requests
 // (x.req nil) are ranked on load alone.
-func (g *Gateway) candidates(x *exchange) *attempts {
+func (u *upstream) candidates(x *exchange) *attempts {
 	var h balancer.Hints
 	if x.req != nil {
 		if !x.prefixDone {
-			x.prefix, x.prefixDone = requestPrefix(g.pool.PrefixHasher(), x.req), true
+			x.prefix, x.prefixDone = requestPrefix(u.pool.PrefixHasher(), x.req), true
 		}
 		h = balancer.Hints{Affinity: x.req.SystemPromptHash(), Prefix: x.prefix}
 		if x.prefix == nil {
@@ -137,25 +184,22 @@ func (g *Gateway) candidates(x *exchange) *attempts {
 		}
 	}
 	x.hints = h
-	cands, _ := g.pool.PickWith(x.model, h)
-	cands = g.hooks.pick(x, cands)
+	cands, _ := u.pool.PickWith(x.model, h)
+	cands = u.hooks.pick(x, cands)
 	x.tries = attempts{cands: cands, lastReason: "other"}
 	return &x.tries
 }
 
 // forwardFrom is forward from where st stands.
-func (g *Gateway) forwardFrom(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.UpstreamRequest, st *attempts) {
-	if a, ok := g.tryNodes(x, ur, st); ok {
-		g.metrics.upstreamAnswers.Add(1)
-		g.commit(ctx, x, a.node, a.backend, a.resp)
-		return
+func (u *upstream) forwardFrom(h *fasthttp.ResponseHeader, x *exchange, ur *adapters.UpstreamRequest, st *attempts) reached {
+	if a, ok := u.tryNodes(x, ur, st); ok {
+		u.metrics.upstreamAnswers.Add(1)
+		return reached{node: a.node, be: a.backend, resp: a.resp}
 	}
 	if st.final {
-		g.failFlight(x)
-		g.writeError(ctx, st.lastErr)
-		return
+		return reached{err: st.lastErr}
 	}
-	g.noAnswer(ctx, x, ur, st)
+	return u.noAnswer(h, x, ur, st)
 }
 
 // tryNodes sends ur to the candidates in order until one answers, moving
@@ -164,25 +208,25 @@ func (g *Gateway) forwardFrom(ctx *fasthttp.RequestCtx, x *exchange, ur *adapter
 // (ok), or no answer when the candidates or the attempts ran out or
 // st.final says to stop; st.lastErr then says why. The caller counts a
 // client's answer (metrics.upstreamAnswers).
-func (g *Gateway) tryNodes(x *exchange, ur *adapters.UpstreamRequest, st *attempts) (a attempt, ok bool) {
+func (u *upstream) tryNodes(x *exchange, ur *adapters.UpstreamRequest, st *attempts) (a attempt, ok bool) {
 	for {
-		n := g.nextNode(x, st)
+		n := u.nextNode(x, st)
 		if n == nil {
 			return a, false
 		}
 		if x.attempts > 0 {
-			g.metrics.retries[st.lastReason].Inc()
-			time.Sleep(g.backoff(x.attempts))
+			u.metrics.retries[st.lastReason].Inc()
+			time.Sleep(u.backoff(x.attempts))
 		}
-		a = g.send(x, ur, n)
+		a = u.send(x, ur, n)
 		if a.err == nil && !adapters.RetryableStatus(a.resp.Status) {
 			if a.err = st.refused(a.resp); a.err == nil {
-				g.answeredBy(x, a)
+				u.answeredBy(x, a)
 				return a, true
 			}
 			a.resp.Close() // refused: the attempt failed with a.err
 		}
-		g.attemptFailed(x, st, a)
+		u.attemptFailed(x, st, a)
 		if st.final {
 			return a, false
 		}
@@ -200,18 +244,18 @@ func (st *attempts) refused(resp *adapters.UpstreamResponse) error {
 // nextNode takes a slot on the next candidate that has one free, or
 // returns nil when none is left or the attempts are used up. The slot is
 // released on every path (finish releases it too, panics included).
-func (g *Gateway) nextNode(x *exchange, st *attempts) *balancer.Node {
-	for st.next < len(st.cands) && x.attempts < 1+g.conf().Balancer.Retries {
+func (u *upstream) nextNode(x *exchange, st *attempts) *balancer.Node {
+	for st.next < len(st.cands) && x.attempts < 1+u.conf().Balancer.Retries {
 		n := st.cands[st.next]
 		st.next++
 		var pred balancer.Prediction
 		if x.req != nil { // before the slot and Routed, which change what it reads
-			pred = g.pool.PredictTTFT(n, x.hints)
+			pred = u.pool.PredictTTFT(n, x.hints)
 		}
 		if n.TryAcquire() {
 			x.pred = pred
 			x.slot.hold(n, nil)
-			g.pool.Routed(n, x.prefix)
+			u.pool.Routed(n, x.prefix)
 			return n
 		}
 	}
@@ -228,9 +272,9 @@ type attempt struct {
 }
 
 // send sends ur to node n, whose slot x holds, traced when x is.
-func (g *Gateway) send(x *exchange, ur *adapters.UpstreamRequest, n *balancer.Node) attempt {
+func (u *upstream) send(x *exchange, ur *adapters.UpstreamRequest, n *balancer.Node) attempt {
 	x.attempts++
-	a := attempt{node: n, backend: g.backendFor(n)}
+	a := attempt{node: n, backend: u.backendFor(n)}
 	if ur.Stream { // the time to the first token is only known for streams
 		a.sent = time.Now()
 	}
@@ -242,66 +286,65 @@ func (g *Gateway) send(x *exchange, ur *adapters.UpstreamRequest, n *balancer.No
 
 // answeredBy records that a's node answered: the answer goes to the client
 // (or the judge).
-func (g *Gateway) answeredBy(x *exchange, a attempt) {
+func (u *upstream) answeredBy(x *exchange, a attempt) {
 	// Time to first token is only known for streams: a non-streaming
 	// answer arrives whole.
 	var ttft time.Duration
 	if a.resp.Streaming() {
 		ttft = time.Since(a.sent)
-		g.metrics.ttft.add(a.sent.Add(ttft), ttft)
-		g.pool.ObserveTTFT(a.node, x.pred, ttft)
+		u.metrics.ttft.add(a.sent.Add(ttft), ttft)
+		u.pool.ObserveTTFT(a.node, x.pred, ttft)
 	}
-	g.pool.Report(a.node, balancer.OutcomeSuccess, ttft)
+	u.pool.Report(a.node, balancer.OutcomeSuccess, ttft)
 	x.upstream = a.node.Name()
 }
 
 // attemptFailed ends an attempt that failed before its first byte: it frees
 // the slot, reports the node, logs, and records in st why (st.final when
 // no other node should be tried).
-func (g *Gateway) attemptFailed(x *exchange, st *attempts, a attempt) {
+func (u *upstream) attemptFailed(x *exchange, st *attempts, a attempt) {
 	n := a.node
 	x.slot.release()
 	if a.err == nil { // a status another node may not answer with
 		st.lastErr, st.lastReason = a.backend.MapError(a.resp.Status, a.resp.Body), retryReason(nil, a.resp.Status)
 		a.resp.Close()
-		g.pool.Report(n, balancer.OutcomeFailure, 0)
-		g.log.Warn("upstream attempt refused", "request_id", x.id, "node", n.Name(), "status", a.resp.Status)
+		u.pool.Report(n, balancer.OutcomeFailure, 0)
+		u.log.Warn("upstream attempt refused", "request_id", x.id, "node", n.Name(), "status", a.resp.Status)
 		return
 	}
 	st.lastErr, st.lastReason = sendError(n.Name(), a.err), retryReason(a.err, 0)
 	if errors.Is(a.err, adapters.ErrAnswerTooLarge) {
 		// The node works; another would most likely answer as much.
-		g.pool.Report(n, balancer.OutcomeSuccess, 0)
+		u.pool.Report(n, balancer.OutcomeSuccess, 0)
 		st.final = true
-		g.badAnswer(x.id, n.Name(), a.err)
+		u.badAnswer(x.id, n.Name(), a.err)
 		return
 	}
-	g.pool.Report(n, balancer.OutcomeFailure, 0)
-	if !g.badAnswer(x.id, n.Name(), a.err) {
-		g.log.Warn("upstream attempt failed", "request_id", x.id, "node", n.Name(), "error", a.err.Error())
+	u.pool.Report(n, balancer.OutcomeFailure, 0)
+	if !u.badAnswer(x.id, n.Name(), a.err) {
+		u.log.Warn("upstream attempt failed", "request_id", x.id, "node", n.Name(), "error", a.err.Error())
 	}
 }
 
 // noAnswer spills the request over, or answers the error of the last
 // attempt, when no node answered.
-func (g *Gateway) noAnswer(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.UpstreamRequest, st *attempts) {
+func (u *upstream) noAnswer(h *fasthttp.ResponseHeader, x *exchange, ur *adapters.UpstreamRequest, st *attempts) reached {
 	reason := "failed"
 	if x.attempts == 0 {
 		reason = "saturated"
 	}
-	if g.trySpill(ctx, x, ur, reason) {
-		return
+	if r, ok := u.trySpill(h, x, ur, reason); ok {
+		return r
 	}
-	g.failFlight(x)
-	g.writeError(ctx, g.noNodeError(x, st))
+	return reached{err: u.noNodeError(x, st)}
 }
 
 // noNodeError is the answer to a request no node answered: the last
 // attempt's error, or why there was none.
-func (g *Gateway) noNodeError(x *exchange, st *attempts) *adapters.APIError {
+func (u *upstream) noNodeError(x *exchange, st *attempts) *adapters.APIError {
 	lastErr := st.lastErr
 	if lastErr == nil && x.attempts == 0 {
-		if msg, ok := g.pool.ModelMismatch(x.model); ok {
+		if msg, ok := u.pool.ModelMismatch(x.model); ok {
 			// Every node configured for the model lists other names: its
 			// 404 would hide a configuration mistake.
 			return &adapters.APIError{Status: 503, Type: adapters.TypeUnavailable, Code: "model_not_served", Message: msg}
@@ -312,7 +355,7 @@ func (g *Gateway) noNodeError(x *exchange, st *attempts) *adapters.APIError {
 		lastErr = adapters.Unavailable("no local capacity for "+x.model+", and this tenant's traffic may not leave for the hosted API; retry shortly", 1)
 	case x.spillSkipped:
 		lastErr = adapters.Unavailable("no local capacity for "+x.model+", and /v1/responses is not spilled to the hosted API (spillover.responses: false); retry shortly", 1)
-	case lastErr == nil && !g.pool.AnyUsable(x.model):
+	case lastErr == nil && !u.pool.AnyUsable(x.model):
 		lastErr = adapters.Unavailable("no healthy node serves "+x.model+" right now; retry shortly", 1)
 	case lastErr == nil:
 		lastErr = adapters.Unavailable("all nodes serving "+x.model+" are at capacity; retry shortly", 1)
@@ -331,7 +374,7 @@ func anyFree(cands []*balancer.Node) bool {
 }
 
 // failFlight tells the followers of x's flight that it got no answer.
-func (g *Gateway) failFlight(x *exchange) {
+func (x *exchange) failFlight() {
 	if f := x.flight; f != nil {
 		f.Fail()
 		x.flight = nil
@@ -340,8 +383,8 @@ func (g *Gateway) failFlight(x *exchange) {
 
 // backoff is the wait before the attempt-th retry: exponential from
 // balancer.backoff.base up to max, with equal jitter.
-func (g *Gateway) backoff(attempt int) time.Duration {
-	base, maxD := g.conf().Balancer.Backoff.Base.D(), g.conf().Balancer.Backoff.Max.D()
+func (u *upstream) backoff(attempt int) time.Duration {
+	base, maxD := u.conf().Balancer.Backoff.Base.D(), u.conf().Balancer.Backoff.Max.D()
 	if base <= 0 {
 		return 0
 	}
@@ -384,7 +427,7 @@ func sendError(node string, err error) *adapters.APIError {
 // badAnswer makes an answer the gateway would not pass on loud: a metric
 // and a WARN line naming the node, at most one per node and kind every
 // 10 s (never the body). It reports whether err was such an answer.
-func (g *Gateway) badAnswer(id, node string, err error) bool {
+func (u *upstream) badAnswer(id, node string, err error) bool {
 	kind := ""
 	switch {
 	case errors.Is(err, adapters.ErrAnswerTooLarge):
@@ -394,8 +437,8 @@ func (g *Gateway) badAnswer(id, node string, err error) bool {
 	default:
 		return false
 	}
-	g.metrics.badAnswers[kind].Inc()
-	g.upLog.Warn(kind+":"+node, "upstream answer refused", "reason", kind, "node", node, "request_id", id, "error", err.Error())
+	u.metrics.badAnswers[kind].Inc()
+	u.upLog.Warn(kind+":"+node, "upstream answer refused", "reason", kind, "node", node, "request_id", id, "error", err.Error())
 	return true
 }
 
@@ -427,3 +470,45 @@ func requestPrefix(h *balancer.PrefixHasher, req *adapters.Request) *balancer.Pr
 	req.WalkPrompt(h.Message, h.Write)
 	return h.Prefix()
 }
+
+// backendFor returns the backend of a node in service, building it on
+// first use (a node discovered or added by a reload).
+func (u *upstream) backendFor(n *balancer.Node) adapters.Backend {
+	if b, ok := u.backends.Load(n); ok {
+		return b.(adapters.Backend)
+	}
+	b, err := u.buildBackend(n)
+	if err != nil {
+		return brokenBackend{name: n.Name(), err: err}
+	}
+	return b
+}
+
+func (u *upstream) buildBackend(n *balancer.Node) (adapters.Backend, error) {
+	b := u.fixed[n.Name()]
+	if b == nil {
+		var err error
+		if b, err = nodeBackend(n.Config(), *u.conf()); err != nil {
+			return nil, err
+		}
+	}
+	actual, _ := u.backends.LoadOrStore(n, b)
+	return actual.(adapters.Backend), nil
+}
+
+// brokenBackend stands for a node whose backend could not be built: every
+// attempt on it fails like a refused connection.
+type brokenBackend struct {
+	name string
+	err  error
+}
+
+var _ adapters.Backend = brokenBackend{}
+
+func (b brokenBackend) Send(context.Context, *adapters.UpstreamRequest) (*adapters.UpstreamResponse, error) {
+	return nil, b.err
+}
+func (b brokenBackend) MapError(status int, _ []byte) *adapters.APIError {
+	return adapters.UpstreamError("upstream status " + strconv.Itoa(status))
+}
+func (b brokenBackend) Name() string { return b.name }

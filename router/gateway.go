@@ -7,8 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +24,7 @@ import (
 	"frontdoor/cache"
 	"frontdoor/embed"
 	"frontdoor/internal/redisconn"
+	"frontdoor/internal/reply"
 	"frontdoor/internal/telemetry"
 	"frontdoor/internal/warm"
 	"frontdoor/router/admin"
@@ -59,15 +60,14 @@ type liveConfig struct {
 
 // Gateway is the frontdoor server.
 type Gateway struct {
-	rt       atomic.Pointer[liveConfig]
-	log      *slog.Logger
-	pool     *balancer.Pool
-	fixed    map[string]adapters.Backend // Deps.Backends, by node name
-	backends sync.Map                    // *balancer.Node -> adapters.Backend, built on first use
-	metrics  *gatewayMetrics
-	upLog    *telemetry.RateLog // rate-limited lines about nodes' answers
-	bodies   *bodyRefusals
-	server   *fasthttp.Server
+	rt      atomic.Pointer[liveConfig]
+	log     *slog.Logger
+	pool    *balancer.Pool
+	up      *upstream // node choice, attempts, spill-over, the nodes' backends
+	metrics *gatewayMetrics
+	upLog   *telemetry.RateLog // rate-limited lines about nodes' answers
+	bodies  *bodyRefusals
+	server  *fasthttp.Server
 	// adminServer serves admin.listen: the same routes, every request
 	// trusted as an admin (handleAdminListener).
 	adminServer *fasthttp.Server
@@ -110,12 +110,13 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	if problems := cfg.Problems(); len(problems) > 0 {
 		return nil, &ConfigError{Problems: problems}
 	}
-	g := &Gateway{log: deps.Logger, pool: deps.Pool, fixed: deps.Backends}
+	g := &Gateway{log: deps.Logger, pool: deps.Pool}
 	g.reload.path = deps.ConfigPath
 	if g.log == nil {
 		g.log = NewLogger(cfg.Logging, os.Stderr)
 	}
 	g.upLog = telemetry.NewRateLog(g.log, 10*time.Second)
+	g.up = &upstream{rt: &g.rt, fixed: deps.Backends, log: g.log, upLog: g.upLog}
 	set := deps.Metrics
 	if set == nil {
 		set = metrics.NewSet()
@@ -123,8 +124,14 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 	g.set = set
 	if g.pool == nil {
 		pool, err := balancer.New(cfg.Balancer, cfg.Nodes, cfg.Models,
-			balancer.WithLogger(g.log), balancer.WithOnRemove(func(n *balancer.Node) { g.backends.Delete(n) }),
-			balancer.WithSelfAddrs(g.selfAddrs))
+			balancer.WithLogger(g.log), balancer.WithOnRemove(func(n *balancer.Node) { g.up.backends.Delete(n) }),
+			balancer.WithSelfAddrs(func() []netip.AddrPort {
+				listen := ""
+				if rt := g.rt.Load(); rt != nil {
+					listen = rt.cfg.Listen
+				}
+				return g.self.list(listen)
+			}))
 		if err != nil {
 			return nil, fmt.Errorf("balancer: %w", err)
 		}
@@ -135,25 +142,32 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		return nil, err
 	}
 	g.rt.Store(rt)
+	g.up.pool = g.pool
 	for _, n := range g.pool.Nodes() {
-		if _, err := g.buildBackend(n); err != nil {
+		if _, err := g.up.buildBackend(n); err != nil {
 			return nil, err
 		}
 	}
 	g.passthroughs.set = set
-	g.cache, err = reuse.New(reuse.Options{Conf: func() *cache.Config { return &g.conf().Cache }, Redis: cfg.Redis,
+	g.cache, err = reuse.New(reuse.Options{Conf: cacheConf(&g.rt), Redis: cfg.Redis,
 		HotEntries: cfg.Warm.HotEntries, Logger: g.log, Metrics: set, Store: deps.Store, Embedder: deps.Embedder,
-		RedisClient: deps.Redis, Judge: g,
+		RedisClient: deps.Redis, Judge: g.up,
 		Configured: func(tenant, model string) float64 { return g.rt.Load().semanticThreshold(tenant, model) }})
 	if err != nil {
 		return nil, err
 	}
-	if err := g.buildAdmission(deps); err != nil {
+	var admClient redis.UniversalClient
+	if g.adm, admClient, err = buildAdmission(g.conf(), deps, g.log); err != nil {
 		return nil, err
+	}
+	g.ownAdm = deps.Admitter == nil
+	if admClient != nil {
+		g.clients = append(g.clients, admClient)
 	}
 	g.metrics = newGatewayMetrics(set, g)
 	responses := newResponsesFeature(g, cfg, set)
 	g.hooks, g.serveStored = responses, responses.serveStored
+	g.up.metrics, g.up.hooks = g.metrics, g.hooks
 	g.bodies = newBodyRefusals(set, g.log)
 	g.adm.RegisterMetrics(set)
 	g.reload.register(set)
@@ -161,8 +175,8 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 		return nil, err
 	}
 	g.operator = admin.New(operator{g}, g.log)
-	g.server = g.newServer(cfg, g.handle, g.handleExpect)
-	g.adminServer = g.newServer(cfg, g.handleAdminListener, g.handleAdminExpect)
+	g.server = newServer(cfg, g.handle, g.expectHandler(true), g.handleTransportError, g.log)
+	g.adminServer = newServer(cfg, g.handleAdminListener, g.expectHandler(false), g.handleTransportError, g.log)
 	return g, nil
 }
 
@@ -171,20 +185,20 @@ func New(cfg Config, deps Deps) (*Gateway, error) {
 // DELETE, the nodes' backends and the cache. Its ids are shared among the
 // replicas through the cache's Redis, when there is one.
 func newResponsesFeature(g *Gateway, cfg Config, set *metrics.Set) *responsesFeature {
-	f := &responsesFeature{ids: newResponseIDs(cfg.Responses, set), conf: g.conf, log: g.log, writeError: g.writeError,
-		badAnswer: g.badAnswer, cache: g.cache}
+	f := &responsesFeature{ids: newResponseIDs(cfg.Responses, set), conf: g.conf, log: g.log, writeError: reply.Error,
+		badAnswer: g.up.badAnswer, cache: g.cache}
 	if r := g.cache.Redis(); r != nil {
 		f.ids.shared = newSharedIDs(r, cfg.Redis.KeyPrefix+"r:", cfg.Cache.Reads.Timeout.D(), g.upLog, set)
 	}
 	f.admit = func(ctx *fasthttp.RequestCtx) (string, func(), bool) {
 		t, apiErr := g.rt.Load().tenants.resolve(ctx)
 		if apiErr != nil {
-			g.writeError(ctx, apiErr)
+			reply.Error(ctx, apiErr)
 			return "", nil, false
 		}
 		pass, rej := g.adm.Enter(context.Background(), t.name)
 		if rej != nil {
-			g.writeError(ctx, errRejected(rej))
+			reply.Error(ctx, reply.Rejected(rej))
 			return "", nil, false
 		}
 		return t.name, pass.Release, true
@@ -197,7 +211,7 @@ func newResponsesFeature(g *Gateway, cfg Config, set *metrics.Set) *responsesFea
 		if n == nil {
 			return nil
 		}
-		be, _ := g.backendFor(n).(adapters.StoredResponses)
+		be, _ := g.up.backendFor(n).(adapters.StoredResponses)
 		return be
 	}
 	return f
@@ -205,10 +219,10 @@ func newResponsesFeature(g *Gateway, cfg Config, set *metrics.Set) *responsesFea
 
 // newServer is the HTTP server of a listener; the admin listener's differs
 // only in its handlers.
-func (g *Gateway) newServer(cfg Config, handler fasthttp.RequestHandler, expect func(*fasthttp.RequestCtx) int) *fasthttp.Server {
+func newServer(cfg Config, handler fasthttp.RequestHandler, expect func(*fasthttp.RequestCtx) int, onError func(*fasthttp.RequestCtx, error), log *slog.Logger) *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler:      handler,
-		ErrorHandler: g.handleTransportError,
+		ErrorHandler: onError,
 		Name:         "frontdoor",
 		// Bodies up to twice the limit are read and answered with a clean
 		// 413 by the handler; only larger ones are cut at the socket.
@@ -229,7 +243,7 @@ func (g *Gateway) newServer(cfg Config, handler fasthttp.RequestHandler, expect 
 		// write goes to the socket directly (bufio), so 2 KiB costs a
 		// JSON answer over 2 KiB one more write, and saves 2 KiB a stream.
 		WriteBufferSize: 2 << 10,
-		Logger:          fasthttpLogger{g.log},
+		Logger:          fasthttpLogger{log},
 
 		// Expect: 100-continue gets its 400, 401 or 413 before the body.
 		ExpectHandler: expect,
@@ -274,51 +288,6 @@ func nodeBackend(n balancer.NodeConfig, cfg Config) (adapters.Backend, error) {
 	return b, nil
 }
 
-// conf returns the configuration in force.
-func (g *Gateway) conf() *Config { return &g.rt.Load().cfg }
-
-// backendFor returns the backend of a node in service, building it on
-// first use (a node discovered or added by a reload).
-func (g *Gateway) backendFor(n *balancer.Node) adapters.Backend {
-	if b, ok := g.backends.Load(n); ok {
-		return b.(adapters.Backend)
-	}
-	b, err := g.buildBackend(n)
-	if err != nil {
-		return brokenBackend{name: n.Name(), err: err}
-	}
-	return b
-}
-
-func (g *Gateway) buildBackend(n *balancer.Node) (adapters.Backend, error) {
-	b := g.fixed[n.Name()]
-	if b == nil {
-		var err error
-		if b, err = nodeBackend(n.Config(), *g.conf()); err != nil {
-			return nil, err
-		}
-	}
-	actual, _ := g.backends.LoadOrStore(n, b)
-	return actual.(adapters.Backend), nil
-}
-
-// brokenBackend stands for a node whose backend could not be built: every
-// attempt on it fails like a refused connection.
-type brokenBackend struct {
-	name string
-	err  error
-}
-
-var _ adapters.Backend = brokenBackend{}
-
-func (b brokenBackend) Send(context.Context, *adapters.UpstreamRequest) (*adapters.UpstreamResponse, error) {
-	return nil, b.err
-}
-func (b brokenBackend) MapError(status int, _ []byte) *adapters.APIError {
-	return adapters.UpstreamError("upstream status " + strconv.Itoa(status))
-}
-func (b brokenBackend) Name() string { return b.name }
-
 // Pool returns the node pool.
 func (g *Gateway) Pool() *balancer.Pool { return g.pool }
 
@@ -345,32 +314,31 @@ func (g *Gateway) Start() {
 
 // buildAdmission sets up the tenants' and the global limits, sharing the
 // cache's Redis client when both use Redis.
-func (g *Gateway) buildAdmission(deps Deps) error {
+func buildAdmission(cfg *Config, deps Deps, log *slog.Logger) (adm *admission.Admitter, built redis.UniversalClient, err error) {
 	if deps.Admitter != nil {
-		g.adm = deps.Admitter
-		return nil
+		return deps.Admitter, nil, nil
 	}
-	a := g.conf().Admission
-	limits := tenantLimits(*g.conf())
+	a := cfg.Admission
 	var client redis.UniversalClient
 	if a.Backend == "redis" {
 		client = deps.Redis
 		if client == nil {
-			var err error
-			if client, err = redisconn.New(g.conf().Redis, redisconn.Password(g.conf().Redis)); err != nil {
-				return err
+			if client, err = redisconn.New(cfg.Redis, redisconn.Password(cfg.Redis)); err != nil {
+				return nil, nil, err
 			}
-			g.clients = append(g.clients, client)
+			built = client
 		}
 	}
-	adm, err := admission.New(admission.Config{Backend: a.Backend, MaxWait: a.MaxWait.D(), Replicas: a.Replicas,
-		KeyPrefix: g.conf().Redis.KeyPrefix, DefaultMaxTokens: a.DefaultMaxTokens, Log: g.log,
-		Global: admission.Limits{RPS: a.Global.RPS, Burst: a.Global.Burst, TokensPerMinute: a.Global.TokensPerMinute}}, limits, client)
+	adm, err = admission.New(admission.Config{Backend: a.Backend, MaxWait: a.MaxWait.D(), Replicas: a.Replicas,
+		KeyPrefix: cfg.Redis.KeyPrefix, DefaultMaxTokens: a.DefaultMaxTokens, Log: log,
+		Global: admission.Limits{RPS: a.Global.RPS, Burst: a.Global.Burst, TokensPerMinute: a.Global.TokensPerMinute}}, tenantLimits(*cfg), client)
 	if err != nil {
-		return fmt.Errorf("admission: %w", err)
+		if built != nil {
+			_ = built.Close()
+		}
+		return nil, nil, fmt.Errorf("admission: %w", err)
 	}
-	g.adm, g.ownAdm = adm, true
-	return nil
+	return adm, built, nil
 }
 
 // Serve serves HTTP on ln until Shutdown.
@@ -437,36 +405,6 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		g.log.Warn("tracing: spans not exported at shutdown", "error", terr.Error())
 	}
 	return err
-}
-
-// liveStreams tracks open upstream streams so a shutdown past its grace
-// period can end them.
-type liveStreams struct {
-	mu sync.Mutex
-	m  map[*adapters.UpstreamResponse]struct{}
-}
-
-func (l *liveStreams) add(r *adapters.UpstreamResponse) {
-	l.mu.Lock()
-	if l.m == nil {
-		l.m = map[*adapters.UpstreamResponse]struct{}{}
-	}
-	l.m[r] = struct{}{}
-	l.mu.Unlock()
-}
-
-func (l *liveStreams) remove(r *adapters.UpstreamResponse) {
-	l.mu.Lock()
-	delete(l.m, r)
-	l.mu.Unlock()
-}
-
-func (l *liveStreams) closeAll() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for r := range l.m {
-		r.Interrupt()
-	}
 }
 
 type fasthttpLogger struct{ l *slog.Logger }

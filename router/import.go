@@ -44,7 +44,7 @@ func (g *Gateway) ImportAnswer(ctx context.Context, in warm.ImportRequest) (warm
 	if !ok {
 		return warm.ImportResponse{}, fmt.Errorf("%w: unknown model %q", warm.ErrImportRefused, req.Model)
 	}
-	return g.cache.Import(ctx, g.cacheRequest(&exchange{endpoint: adapters.EndpointChat, req: req, tenant: t, model: model}, nil),
+	return g.cache.Import(ctx, cacheRequest(g.rt.Load(), &exchange{endpoint: adapters.EndpointChat, req: req, tenant: t, model: model}, nil),
 		in.Tag, in.Answer, in.Check)
 }
 

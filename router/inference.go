@@ -2,17 +2,27 @@ package router
 
 import (
 	"context"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
 
 	"frontdoor/adapters"
 	"frontdoor/admission"
 	"frontdoor/balancer"
+	"frontdoor/cache"
+	"frontdoor/internal/reply"
+	"frontdoor/internal/streambody"
 	"frontdoor/internal/telemetry"
 	"frontdoor/router/reuse"
-
-	"github.com/valyala/fasthttp"
 )
 
 type exchange struct {
@@ -106,10 +116,10 @@ func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
 	if !g.enter(ctx, x, true) {
 		return false
 	}
-	req, apiErr := adapters.ParseRequestWith(x.endpoint, ctx.PostBody(), g.parseOptions())
+	req, apiErr := adapters.ParseRequestWith(x.endpoint, ctx.PostBody(), g.bodies.parseOptions(&g.conf().Limits))
 	if apiErr != nil {
 		g.bodies.note(x, apiErr)
-		g.writeError(ctx, apiErr)
+		reply.Error(ctx, apiErr)
 		return false
 	}
 	x.req = req // finish releases it
@@ -122,7 +132,7 @@ func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
 		return false
 	}
 	curated := g.rt.Load().tenants.operator(ctx)
-	cr := g.cacheRequest(x, ctx.PostBody())
+	cr := cacheRequest(g.rt.Load(), x, ctx.PostBody())
 	cr.Bypass = bypass
 	x.plan = g.cache.Plan(cr, reuse.HintsOf(&ctx.Request.Header, curated))
 	x.setCache(&ctx.Response.Header, reuse.Outcome{Result: reuse.ResultBypass, Reason: x.plan.Reason()}, "")
@@ -135,12 +145,12 @@ func (g *Gateway) admitAndPlan(ctx *fasthttp.RequestCtx, x *exchange) bool {
 // false when the request may not go on.
 func (g *Gateway) enter(ctx *fasthttp.RequestCtx, x *exchange, json bool) bool {
 	if !ctx.IsPost() {
-		g.onlyMethod(ctx, fasthttp.MethodPost)
+		reply.OnlyMethod(ctx, fasthttp.MethodPost)
 		return false
 	}
 	t, apiErr := g.rt.Load().tenants.resolve(ctx)
 	if apiErr != nil {
-		g.writeError(ctx, apiErr)
+		reply.Error(ctx, apiErr)
 		return false
 	}
 	x.tenant = t
@@ -148,19 +158,21 @@ func (g *Gateway) enter(ctx *fasthttp.RequestCtx, x *exchange, json bool) bool {
 	pass, rej := g.adm.Enter(context.Background(), t.name)
 	if rej != nil {
 		as.Rejected(rej.Limit)
-		g.writeError(ctx, errRejected(rej))
+		reply.Error(ctx, reply.Rejected(rej))
 		return false
 	}
 	as.End()
 	x.pass = pass
 	q, limited := pass.Quota()
-	setRateLimit(&ctx.Response.Header, "requests", q, limited)
+	if limited {
+		reply.RateLimit(&ctx.Response.Header, "requests", q.Limit, q.Remaining, q.Reset)
+	}
 	if json && !isJSON(ctx.Request.Header.ContentType()) {
-		g.writeError(ctx, errUnsupportedMediaType(ctx.Request.Header.ContentType()))
+		reply.Error(ctx, reply.UnsupportedMediaType(ctx.Request.Header.ContentType()))
 		return false
 	}
 	if len(ctx.PostBody()) > int(g.conf().Limits.MaxBodyBytes) {
-		g.writeError(ctx, g.tooLarge())
+		reply.Error(ctx, reply.BodyTooLarge(int64(g.conf().Limits.MaxBodyBytes)))
 		return false
 	}
 	return true
@@ -171,12 +183,12 @@ func (g *Gateway) enter(ctx *fasthttp.RequestCtx, x *exchange, json bool) bool {
 // and returns false otherwise.
 func (g *Gateway) resolveModel(ctx *fasthttp.RequestCtx, x *exchange, model string) bool {
 	if !x.tenant.allows(model) {
-		g.writeError(ctx, errModelNotAllowed(x.tenant.name, model))
+		reply.Error(ctx, reply.ModelNotAllowed(x.tenant.name, model))
 		return false
 	}
 	served, ok := g.pool.Resolve(model, x.id)
 	if !ok {
-		g.writeError(ctx, adapters.NotFound("model", "The model `"+model+"` does not exist"))
+		reply.Error(ctx, adapters.NotFound("model", "The model `"+model+"` does not exist"))
 		return false
 	}
 	x.model = served
@@ -199,7 +211,7 @@ func (g *Gateway) rejoin(ctx *fasthttp.RequestCtx, x *exchange, f *reuse.Flight)
 // the error is written).
 func (g *Gateway) toUpstream(ctx *fasthttp.RequestCtx, x *exchange) *adapters.UpstreamRequest {
 	if !g.admitMiss(ctx, x) {
-		g.failFlight(x)
+		x.failFlight()
 		return nil
 	}
 	req, model := x.req, x.model
@@ -219,7 +231,7 @@ func (g *Gateway) admitMiss(ctx *fasthttp.RequestCtx, x *exchange) bool {
 		promptTokens = admission.CountTokens(req.PromptText())
 	}
 	if maxLen > 0 && promptTokens+req.MaxTokens > maxLen {
-		g.writeError(ctx, adapters.BadRequest("messages", fmt.Sprintf(
+		reply.Error(ctx, adapters.BadRequest("messages", fmt.Sprintf(
 			"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
 			maxLen, promptTokens+req.MaxTokens, promptTokens, req.MaxTokens)))
 		return false
@@ -236,13 +248,15 @@ func (g *Gateway) chargeTokens(ctx *fasthttp.RequestCtx, x *exchange, tokens int
 	charge, rej := g.adm.AdmitMiss(context.Background(), x.tenant.name, tokens)
 	if rej != nil {
 		as.Rejected(rej.Limit)
-		g.writeError(ctx, errRejected(rej))
+		reply.Error(ctx, reply.Rejected(rej))
 		return false
 	}
 	as.End()
 	x.charge = charge
 	q, limited := charge.Quota()
-	setRateLimit(&ctx.Response.Header, "tokens", q, limited)
+	if limited {
+		reply.RateLimit(&ctx.Response.Header, "tokens", q.Limit, q.Remaining, q.Reset)
+	}
 	return true
 }
 
@@ -294,4 +308,232 @@ func (s *heldSlot) release() {
 	if s.inflight != nil {
 		s.inflight.Add(-1)
 	}
+}
+
+// bodyRefusals counts and logs the request bodies refused because two
+// readers could take them to mean different things (see
+// adapters.ParseRequest): a duplicate key, invalid UTF-8 or a lone
+// surrogate escape. Other JSON errors are only counted in
+// frontdoor_requests_total.
+//
+// It is also the gate of every body's parse (adapters.ParseGate): the
+// bodies parsed at once share limits.parse_budget_bytes (see parseOptions).
+type bodyRefusals struct {
+	bodyMetrics
+	log    *telemetry.RateLog
+	budget *admission.ByteBudget
+	// collecting: a collection started by ReleaseParse runs.
+	collecting atomic.Bool
+}
+
+func newBodyRefusals(set *metrics.Set, log *slog.Logger) *bodyRefusals {
+	def := DefaultConfig().Limits
+	b := &bodyRefusals{log: telemetry.NewRateLog(log, 10*time.Second),
+		budget: admission.NewByteBudget(int64(def.ParseBudgetBytes), def.ParseWait.D())}
+	b.bodyMetrics = newBodyMetrics(set, b.budget)
+	return b
+}
+
+// parseOptions are the bounds and the gate of a request body's parse: the
+// one point where every body (inference, embeddings, pass-through) meets
+// limits.max_messages, max_content_parts, max_token_ids and the parse
+// budget.
+func (b *bodyRefusals) parseOptions(l *Limits) adapters.ParseOptions {
+	b.budget.Set(int64(l.ParseBudgetBytes), l.ParseWait.D()) // a no-op unless a reload changed them
+	return adapters.ParseOptions{
+		Limits: adapters.BodyLimits{MaxMessages: l.MaxMessages, MaxContentParts: l.MaxContentParts, MaxTokenIDs: l.MaxTokenIDs},
+		Gate:   b,
+	}
+}
+
+// AcquireParse implements adapters.ParseGate: a body is parsed once its
+// estimated cost fits the parse budget. A body that never fits is a 413;
+// a budget that stays full for limits.parse_wait is a 503 with
+// Retry-After, counted (frontdoor_parse_budget_refused_total) and logged.
+func (b *bodyRefusals) AcquireParse(cost int64) *adapters.APIError {
+	err := b.budget.Acquire(context.Background(), cost)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, admission.ErrOverBudget):
+		return &adapters.APIError{Status: 413, Type: adapters.TypeInvalidRequest, Code: "request_too_complex",
+			Message: "the request body would take about " + mib(cost) + " of memory to parse, more than limits.parse_budget_bytes (" +
+				mib(b.budget.Capacity()) + ") allows: send fewer messages, inputs or token ids"}
+	}
+	st := b.budget.Status()
+	b.log.Warn("body:parse-budget", "request body refused: the parse budget stayed full",
+		"cost_bytes", cost, "in_use_bytes", st.InUseBytes, "capacity_bytes", st.CapacityBytes, "refused", st.Refused)
+	return &adapters.APIError{Status: 503, Type: adapters.TypeUnavailable, Code: "parse_budget_full", RetryAfter: 1,
+		Message: "the gateway is holding too many large request bodies at once (limits.parse_budget_bytes, " +
+			mib(st.CapacityBytes) + "); retry after the Retry-After delay"}
+}
+
+// mib is n bytes in MiB, for a message.
+func mib(n int64) string { return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB" }
+
+// ReleaseParse implements adapters.ParseGate. A large parse's memory (its
+// tree, the copies of its body) is collected at once rather than when the
+// heap has doubled: with the default GOGC a few large bodies in a row would
+// otherwise take twice their memory (bench/bodymem).
+func (b *bodyRefusals) ReleaseParse(cost int64) {
+	b.budget.Release(cost)
+	if cost >= collectAfterCost && b.collecting.CompareAndSwap(false, true) {
+		go func() {
+			runtime.GC()
+			b.collecting.Store(false)
+		}()
+	}
+}
+
+// collectAfterCost is the parse cost from which its release runs the
+// garbage collector (see ReleaseParse): a body of a few MB.
+const collectAfterCost = 8 << 20
+
+// note counts e when it refused an ambiguous body.
+func (b *bodyRefusals) note(x *exchange, e *adapters.APIError) {
+	c := b.counts[e.Code]
+	if c == nil {
+		return
+	}
+	c.Inc()
+	b.log.Warn("body:"+e.Code, "request body refused: two JSON readers could read it differently",
+		"request_id", x.id, "tenant", x.tenant.name, "reason", e.Code, "error", e.Message)
+}
+
+// The cache side of a request lives in router/reuse; this file turns
+// what it found into headers and a replay.
+
+// cacheConf reads the cache section of the configuration in force.
+func cacheConf(rt *atomic.Pointer[liveConfig]) func() *cache.Config {
+	return func() *cache.Config { return &rt.Load().cfg.Cache }
+}
+
+// cacheRequest is what the cache needs to know of x to plan for it; body
+// is the client's body (for the hot list), nil when not needed.
+func cacheRequest(rt *liveConfig, x *exchange, body []byte) reuse.Request {
+	return reuse.Request{ID: x.id, Endpoint: x.endpoint, Req: x.req, Body: body, Tenant: x.tenant.name,
+		Namespace: x.tenant.namespace, Model: x.model, ClientThreshold: x.tenant.allowThreshold,
+		Threshold: semanticThreshold(rt.cfg.Cache.Semantic, x.tenant.cfg, x.model)}
+}
+
+// semanticThreshold is the least similarity for a semantic hit, most
+// specific first: the tenant's for the model, the tenant's, the cache's
+// for the model, the cache's.
+func semanticThreshold(c cache.SemanticConfig, t Tenant, model string) float64 {
+	if v, ok := t.CacheModelThresholds[model]; ok {
+		return v
+	}
+	if t.CacheThreshold > 0 {
+		return t.CacheThreshold
+	}
+	if v, ok := c.ModelThresholds[model]; ok {
+		return v
+	}
+	return c.Threshold
+}
+
+// semanticThreshold is the package's semanticThreshold for the tenant
+// named tenant (none: the cache's) and model.
+func (rt *liveConfig) semanticThreshold(tenant, model string) float64 {
+	var tc Tenant
+	if t := rt.tenants.byName[tenant]; t != nil {
+		tc = t.cfg
+	}
+	return semanticThreshold(rt.cfg.Cache.Semantic, tc, model)
+}
+
+// headerCacheEntry names the entry that answered, or that will hold the
+// answer of a miss.
+var headerCacheEntry = []byte("X-Cache-Entry")
+
+// setCache records what the cache did for x, and the response headers
+// that say it: X-Cache, and X-Cache-Entry when entry is not "". The
+// metric and the trace take the outcome from x when the request ends
+// (finish), so the three always agree.
+func (x *exchange) setCache(h *fasthttp.ResponseHeader, o reuse.Outcome, entry string) {
+	x.cache = o
+	if o.Result != reuse.ResultNone {
+		h.SetCanonical(headerCache, o.Result.HeaderBytes())
+	}
+	if entry != "" {
+		x.entryID = entry
+		h.SetCanonical(headerCacheEntry, []byte(entry))
+	}
+}
+
+// serveHit answers from the cache, as SSE or JSON as the client asked,
+// with a fresh id and created time.
+func (g *Gateway) serveHit(ctx *fasthttp.RequestCtx, x *exchange, f reuse.Found) {
+	h := &ctx.Response.Header
+	x.setCache(h, f.Outcome, f.Entry)
+	h.Set("X-Cache-Age", strconv.FormatInt(int64(f.Age.Seconds()), 10))
+	if f.Outcome.Result == reuse.ResultHitSemantic {
+		h.Set("X-Cache-Similarity", strconv.FormatFloat(float64(f.Similarity), 'f', 4, 32))
+		h.Set("X-Cache-Matched", f.Entry) // GET /admin/cache/{id} shows what it answered
+	}
+	g.metrics.countTokens(x.tenant.name, "cache", f.Answer.Usage.PromptTokens, f.Answer.Usage.CompletionTokens)
+	g.replay(ctx, x, servedFromCache(h, f.Answer))
+}
+
+// headerCached names the prompt tokens the cache served, on a hit (a
+// partly cached embeddings batch included) and only then.
+const headerCached = "X-Frontdoor-Cached"
+
+// servedFromCache is a hit's answer as it is replayed: its original usage,
+// every prompt token marked cached (usage.prompt_tokens_details.cached_tokens,
+// and the X-Frontdoor-Cached header). a is not changed: a flight's answer
+// is shared. See docs/endpoints.md#usage-on-cache-hits.
+func servedFromCache(h *fasthttp.ResponseHeader, a *adapters.Answer) *adapters.Answer {
+	c := *a
+	c.Usage.CachedTokens = c.Usage.PromptTokens
+	h.Set(headerCached, strconv.Itoa(c.Usage.CachedTokens))
+	return &c
+}
+
+func newCompletionID(ep adapters.Endpoint) string {
+	var b [12]byte
+	for i := 0; i < len(b); i += 8 {
+		v := rand.Uint64()
+		for j := 0; j < 8 && i+j < len(b); j++ {
+			b[i+j] = byte(v >> (8 * j))
+		}
+	}
+	switch ep {
+	case adapters.EndpointCompletion:
+		return "cmpl-" + hex.EncodeToString(b[:])
+	case adapters.EndpointResponses:
+		return "resp_" + hex.EncodeToString(b[:])
+	}
+	return "chatcmpl-" + hex.EncodeToString(b[:])
+}
+
+// replay renders an assembled answer to the client.
+func (g *Gateway) replay(ctx *fasthttp.RequestCtx, x *exchange, a *adapters.Answer) {
+	id, now := newCompletionID(x.endpoint), time.Now().Unix()
+	g.hooks.replayed(x, id, now, a)
+	if !x.req.Stream {
+		ctx.SetContentType("application/json")
+		ctx.Response.SetBodyRaw(adapters.AppendCompletionJSON(make([]byte, 0, 256+len(a.Content)), x.endpoint, id, now, a))
+		return
+	}
+	events := adapters.StreamEvents(x.endpoint, id, now, a, g.conf().Cache.StreamReplay.ChunkTokens, x.req.IncludeUsage)
+	pace := g.conf().Cache.StreamReplay.Pace.D()
+	ctx.SetContentType("text/event-stream")
+	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
+	handed := x.handOff()
+	streambody.Set(ctx, func(w streambody.Writer) {
+		defer handed.done(-1)
+		for i, ev := range events {
+			if _, err := w.Write(ev); err != nil {
+				return
+			}
+			if pace > 0 && i < len(events)-1 {
+				if w.Flush() != nil {
+					return
+				}
+				time.Sleep(pace)
+			}
+		}
+		_ = w.Flush()
+	})
 }

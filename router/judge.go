@@ -7,16 +7,12 @@ import (
 	"time"
 
 	"frontdoor/adapters"
+	"frontdoor/router/reuse"
 )
 
-// judgeSender asks the judge model: it sends the chat request body builds
-// for the model served under model (an alias picks its target) and
-// returns the answer. The verifier holds one instead of the gateway.
-type judgeSender interface {
-	SendJudge(ctx context.Context, model string, body func(served string) []byte) (*adapters.Answer, error)
-}
-
-var _ judgeSender = (*Gateway)(nil)
+// upstream asks the judge model for the verifier, as a client's request
+// goes (reuse.JudgeSender).
+var _ reuse.JudgeSender = (*upstream)(nil)
 
 var errNoJudge = errors.New("no node serving the judge model took the call")
 
@@ -28,26 +24,26 @@ var errNoJudge = errors.New("no node serving the judge model took the call")
 // against the mirrored quota; counted in no spill-over series). It never
 // goes through a tenant's admission or token budget. Only a 200 with a
 // chat answer is an answer: anything else fails its attempt.
-func (g *Gateway) SendJudge(ctx context.Context, model string, body func(served string) []byte) (*adapters.Answer, error) {
+func (u *upstream) SendJudge(ctx context.Context, model string, body func(served string) []byte) (*adapters.Answer, error) {
 	x := &exchange{start: time.Now(), id: "judge-" + newRequestID(), endpoint: adapters.EndpointChat, upCtx: ctx}
 	defer x.slot.release()
-	served, ok := g.pool.Resolve(model, x.id)
+	served, ok := u.pool.Resolve(model, x.id)
 	if !ok {
 		return nil, fmt.Errorf("no node serves the judge model %q", model)
 	}
 	x.model = served
 	ur := &adapters.UpstreamRequest{Endpoint: adapters.EndpointChat, Body: body(served), RequestID: x.id, Model: served}
-	st := g.waitCandidates(x)
+	st := u.waitCandidates(x)
 	var ans *adapters.Answer
 	st.accept = func(resp *adapters.UpstreamResponse) (err error) {
 		ans, err = judgeAnswer(resp)
 		return err
 	}
-	if a, ok := g.tryNodes(x, ur, st); ok {
+	if a, ok := u.tryNodes(x, ur, st); ok {
 		a.resp.Close()
 		return ans, nil
 	}
-	if s := g.rt.Load().spill; s != nil && !st.final && g.conf().Cache.Semantic.Verify.Spillover {
+	if s := u.rt.Load().spill; s != nil && !st.final && u.conf().Cache.Semantic.Verify.Spillover {
 		if wait, _ := s.take(len(ur.Body)/4 + 4); wait == 0 {
 			resp, err := s.send(x, ur)
 			if err != nil {

@@ -32,8 +32,6 @@ func (g *Gateway) handleAdminListener(ctx *fasthttp.RequestCtx) {
 	g.handle(ctx)
 }
 
-func (o operator) Status() admin.Status { return o.g.status() }
-
 func (o operator) Reload() admin.ReloadResult {
 	err := o.g.ReloadFile("admin")
 	r := admin.ReloadResult{Err: err, NoConfig: errors.Is(err, ErrNoConfigFile)}

@@ -4,13 +4,14 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"frontdoor/adapters"
+	"frontdoor/internal/reply"
 	"frontdoor/router/config"
 )
 
 // passthroughPattern returns the configured pattern path falls under, or
 // "" when none does (or the path has a character no pattern allows).
-func (g *Gateway) passthroughPattern(path string) string {
-	for _, p := range g.conf().Passthrough.Paths {
+func passthroughPattern(paths []string, path string) string {
+	for _, p := range paths {
 		if config.PathMatches(p, path) && config.SafePath(path) {
 			return p
 		}
@@ -29,10 +30,10 @@ func (g *Gateway) servePassthrough(ctx *fasthttp.RequestCtx, id, pattern string)
 		return
 	}
 	ct := ctx.Request.Header.ContentType()
-	pr, apiErr := adapters.ParsePassthroughWith(ct, ctx.PostBody(), g.parseOptions())
+	pr, apiErr := adapters.ParsePassthroughWith(ct, ctx.PostBody(), g.bodies.parseOptions(&g.conf().Limits))
 	if apiErr != nil {
 		g.bodies.note(x, apiErr)
-		g.writeError(ctx, apiErr)
+		reply.Error(ctx, apiErr)
 		return
 	}
 	defer pr.Release()
@@ -46,15 +47,15 @@ func (g *Gateway) servePassthrough(ctx *fasthttp.RequestCtx, id, pattern string)
 	}
 	body, upstreamCT := pr.UpstreamBody(x.model, ct)
 	ur := adapters.UpstreamRequest{Endpoint: x.endpoint, Path: path, ContentType: upstreamCT, Body: body, RequestID: x.id, Model: x.model}
-	st := g.waitCandidates(x)
-	a, ok := g.tryNodes(x, &ur, st)
+	st := g.up.waitCandidates(x)
+	a, ok := g.up.tryNodes(x, &ur, st)
 	if !ok {
-		g.writeError(ctx, g.noNodeError(x, st))
+		reply.Error(ctx, g.up.noNodeError(x, st))
 		return
 	}
 	g.metrics.upstreamAnswers.Add(1)
 	setUpstream(&ctx.Response.Header, x.upstream, x.attempts)
-	g.passOn(ctx, a.resp)
+	passOn(ctx, a.resp)
 	a.resp.Close()
 	x.slot.release()
 }

@@ -88,7 +88,7 @@ func TestPredictedSpillGoesToHostedAtOnce(t *testing.T) {
 	if dash.Stats().Received != 5 {
 		t.Fatalf("the hosted API received %d, want 5", dash.Stats().Received)
 	}
-	status := gw.status()
+	status := (operator{gw.Gateway}).Status()
 	if status.Spill == nil || status.Spill.ByReason["predicted_slo"] != 5 || status.Spill.LastPredictedSLO == nil {
 		t.Fatalf("/status spill-over: %+v", status.Spill)
 	}
@@ -188,7 +188,7 @@ func TestPredictedLimitPrecedence(t *testing.T) {
 		{strict, "qwen3-8b", 300 * time.Millisecond},
 		{strict, "other", 300 * time.Millisecond},
 	} {
-		if got := gw.maxPredictedTTFT(&exchange{tenant: c.tenant, model: c.model}); got != c.want {
+		if got := gw.up.maxPredictedTTFT(&exchange{tenant: c.tenant, model: c.model}); got != c.want {
 			t.Errorf("tenant %s, model %s: limit %v, want %v", c.tenant.name, c.model, got, c.want)
 		}
 	}

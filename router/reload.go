@@ -124,7 +124,7 @@ func (g *Gateway) Reload(next Config) error {
 		return fmt.Errorf("balancer: %w", err)
 	}
 	if UpstreamConfig(cur.cfg) != UpstreamConfig(next) {
-		g.backends.Clear() // requests in flight keep theirs; new ones get the new timeouts and limit
+		g.up.backends.Clear() // requests in flight keep theirs; new ones get the new timeouts and limit
 	}
 	g.metrics.setTenants(next.Tenants)
 	g.rt.Store(rt)

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"frontdoor/adapters"
 	"frontdoor/balancer"
+	"frontdoor/internal/reply"
+	"frontdoor/internal/streambody"
 	"frontdoor/internal/telemetry"
 	"frontdoor/router/config"
 	"frontdoor/router/reuse"
@@ -29,8 +32,8 @@ func (g *Gateway) commit(ctx *fasthttp.RequestCtx, x *exchange, node *balancer.N
 		e := be.MapError(resp.Status, resp.Body)
 		resp.Close()
 		x.slot.release()
-		g.failFlight(x)
-		g.writeError(ctx, e)
+		x.failFlight()
+		reply.Error(ctx, e)
 		return
 	}
 	if !resp.Streaming() {
@@ -71,7 +74,7 @@ func (g *Gateway) commitStream(ctx *fasthttp.RequestCtx, x *exchange, node *bala
 	g.streams.Add(1)
 	g.live.add(resp)
 	g.metrics.streams.Add(1)
-	setStreamBody(ctx, func(w flushWriter) {
+	streambody.Set(ctx, func(w streambody.Writer) {
 		// The handler and finish are done with the route to the node: an
 		// open stream need not hold it.
 		x.upstreamReq, x.tries, x.prefix, x.hints = adapters.UpstreamRequest{}, attempts{}, nil, balancer.Hints{}
@@ -144,10 +147,10 @@ func (g *Gateway) commitJSON(ctx *fasthttp.RequestCtx, x *exchange, resp *adapte
 		}
 	}
 	if answer != nil && answer.Usage.TotalTokens > 0 {
-		g.settle(x, answer.Usage, true)
+		g.metrics.settle(x, answer.Usage, true)
 	} else { // no usage in the answer (a converted stream may have none)
 		u, ok := adapters.ParseUsage(resp.Body)
-		g.settle(x, u, ok)
+		g.metrics.settle(x, u, ok)
 	}
 	if f != nil {
 		f.FinishJSON(resp.Status, resp.ContentType, resp.Body, answer)
@@ -169,7 +172,7 @@ type pumped struct {
 }
 
 // settle charges a non-streaming answer's real usage and counts its tokens.
-func (g *Gateway) settle(x *exchange, u adapters.Usage, known bool) {
+func (m *gatewayMetrics) settle(x *exchange, u adapters.Usage, known bool) {
 	if !known {
 		if x.charge != nil {
 			x.charge.Settle(-1) // usage unknown: the estimate stands
@@ -179,8 +182,8 @@ func (g *Gateway) settle(x *exchange, u adapters.Usage, known bool) {
 	if x.charge != nil {
 		x.charge.Settle(u.TotalTokens)
 	}
-	g.metrics.countTokens(x.tenant.name, "upstream", u.PromptTokens, u.CompletionTokens)
-	g.metrics.dash.upstream(x.upstream, u)
+	m.countTokens(x.tenant.name, "upstream", u.PromptTokens, u.CompletionTokens)
+	m.dash.upstream(x.upstream, u)
 	x.obs.Usage(u)
 }
 
@@ -192,7 +195,7 @@ func (g *Gateway) settle(x *exchange, u adapters.Usage, known bool) {
 // waits for the next. When the client goes away the upstream is closed at
 // once, unless followers of the flight still read it. It reports whether
 // the stream broke.
-func (g *Gateway) pump(w flushWriter, id string, ep adapters.Endpoint, resp *adapters.UpstreamResponse, f *reuse.Flight, asm *adapters.Assembler, wantUsage bool, tap eventTap) (r pumped) {
+func (g *Gateway) pump(w streambody.Writer, id string, ep adapters.Endpoint, resp *adapters.UpstreamResponse, f *reuse.Flight, asm *adapters.Assembler, wantUsage bool, tap eventTap) (r pumped) {
 	c := &pumpClient{w: w, f: f, aborts: g.metrics.clientAborts, ok: true}
 	resp.OnRead(c)
 	for ; ; r.events++ {
@@ -251,7 +254,7 @@ func (g *Gateway) pump(w flushWriter, id string, ep adapters.Endpoint, resp *ada
 // the stream. Before each read of the node's socket it flushes what the
 // last read brought (adapters.ReadHook).
 type pumpClient struct {
-	w      flushWriter
+	w      streambody.Writer
 	f      *reuse.Flight
 	aborts *metrics.Counter
 	ok     bool
@@ -314,7 +317,7 @@ func (g *Gateway) follow(ctx *fasthttp.RequestCtx, x *exchange, f *reuse.Flight)
 	}
 	if !x.req.Stream {
 		if answer == nil {
-			g.writeError(ctx, adapters.UpstreamError("the shared upstream stream for this request failed"))
+			reply.Error(ctx, adapters.UpstreamError("the shared upstream stream for this request failed"))
 			return true
 		}
 		g.replay(ctx, x, answer)
@@ -326,7 +329,7 @@ func (g *Gateway) follow(ctx *fasthttp.RequestCtx, x *exchange, f *reuse.Flight)
 	wantUsage := x.req.IncludeUsage
 	following := f.Follow()
 	handed := x.handOff()
-	setStreamBody(ctx, func(w flushWriter) {
+	streambody.Set(ctx, func(w streambody.Writer) {
 		defer handed.done(-1)
 		defer following()
 		for i := 0; ; i++ {
@@ -363,7 +366,7 @@ func (g *Gateway) finish(ctx *fasthttp.RequestCtx, x *exchange, panicked any) {
 		g.log.Error("handler panicked", "request_id", x.id, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 		x.streamOwned = false
 		ctx.ResetBody()
-		g.writeError(ctx, errInternal(x.id))
+		reply.Error(ctx, reply.Internal(x.id))
 	}
 	if !x.streamOwned {
 		x.slot.release()
@@ -400,4 +403,34 @@ func pathString(path []byte) string {
 		}
 	}
 	return string(path)
+}
+
+// liveStreams tracks open upstream streams so a shutdown past its grace
+// period can end them.
+type liveStreams struct {
+	mu sync.Mutex
+	m  map[*adapters.UpstreamResponse]struct{}
+}
+
+func (l *liveStreams) add(r *adapters.UpstreamResponse) {
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = map[*adapters.UpstreamResponse]struct{}{}
+	}
+	l.m[r] = struct{}{}
+	l.mu.Unlock()
+}
+
+func (l *liveStreams) remove(r *adapters.UpstreamResponse) {
+	l.mu.Lock()
+	delete(l.m, r)
+	l.mu.Unlock()
+}
+
+func (l *liveStreams) closeAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for r := range l.m {
+		r.Interrupt()
+	}
 }

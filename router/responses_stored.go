@@ -58,7 +58,7 @@ func (f *responsesFeature) serveStored(ctx *fasthttp.RequestCtx, reqID string) {
 	}()
 	id, sub, ok := storedPath(string(ctx.Path()))
 	if !ok {
-		f.writeError(ctx, errUnknownPath(string(ctx.Path())))
+		f.writeError(ctx, reply.UnknownPath(string(ctx.Path())))
 		return
 	}
 	method := fasthttp.MethodGet

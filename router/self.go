@@ -36,18 +36,15 @@ func (s *selfAddrs) add(ln net.Listener) (remove func()) {
 	}
 }
 
-// selfAddrs returns listen: as configured (when its port is set) and the
+// list returns listen: as configured (when its port is set) and the
 // address of every listener serving now; the balancer reads it at every
 // discovery lookup.
-func (g *Gateway) selfAddrs() []netip.AddrPort {
-	var out []netip.AddrPort
-	if rt := g.rt.Load(); rt != nil {
-		out = config.ListenAddrPorts(rt.cfg.Listen)
-	}
-	g.self.mu.Lock()
-	for ap := range g.self.bound {
+func (s *selfAddrs) list(listen string) []netip.AddrPort {
+	out := config.ListenAddrPorts(listen)
+	s.mu.Lock()
+	for ap := range s.bound {
 		out = append(out, *ap)
 	}
-	g.self.mu.Unlock()
+	s.mu.Unlock()
 	return out
 }

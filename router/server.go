@@ -10,17 +10,23 @@ import (
 	"runtime/debug"
 	"strconv"
 
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+
 	"frontdoor/adapters"
 	"frontdoor/internal/reply"
-
-	"github.com/valyala/fasthttp"
+	"frontdoor/internal/telemetry"
 )
 
+// conf returns the configuration in force.
+func (g *Gateway) conf() *Config { return &g.rt.Load().cfg }
+
+// handle routes a request of the main listener.
 func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	defer func() {
 		if r := recover(); r != nil {
 			g.log.Error("handler panicked", "path", string(ctx.Path()), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-			g.writeError(ctx, errInternal(""))
+			reply.Error(ctx, reply.Internal(""))
 		}
 	}()
 	// A request whose body length two parsers could read differently, or
@@ -49,20 +55,20 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	case "/v1/embeddings":
 		g.serveEmbeddings(ctx, id)
 	case "/v1/models":
-		if g.onlyMethod(ctx, fasthttp.MethodGet) {
+		if reply.OnlyMethod(ctx, fasthttp.MethodGet) {
 			g.serveModels(ctx)
 		}
 	case "/healthz":
-		if g.onlyMethod(ctx, fasthttp.MethodGet) {
+		if reply.OnlyMethod(ctx, fasthttp.MethodGet) {
 			ctx.SetContentType("application/json")
 			ctx.SetBodyString(`{"status":"ok"}`)
 		}
 	case "/readyz":
-		if g.onlyMethod(ctx, fasthttp.MethodGet) {
+		if reply.OnlyMethod(ctx, fasthttp.MethodGet) {
 			g.serveReady(ctx)
 		}
 	case "/metrics":
-		if g.onlyMethod(ctx, fasthttp.MethodGet) {
+		if reply.OnlyMethod(ctx, fasthttp.MethodGet) {
 			ctx.SetContentType("text/plain; version=0.0.4")
 			g.metrics.write(ctx)
 		}
@@ -74,16 +80,12 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		if g.operator.Serve(ctx, g.rt.Load().admin) {
 			return
 		}
-		if p := g.passthroughPattern(string(ctx.Path())); p != "" {
+		if p := passthroughPattern(g.conf().Passthrough.Paths, string(ctx.Path())); p != "" {
 			g.servePassthrough(ctx, id, p)
 			return
 		}
-		g.writeError(ctx, errUnknownPath(string(ctx.Path())))
+		reply.Error(ctx, reply.UnknownPath(string(ctx.Path())))
 	}
-}
-
-func (g *Gateway) onlyMethod(ctx *fasthttp.RequestCtx, method string) bool {
-	return reply.OnlyMethod(ctx, method)
 }
 
 // handleTransportError answers requests fasthttp could not read, such as an
@@ -91,7 +93,7 @@ func (g *Gateway) onlyMethod(ctx *fasthttp.RequestCtx, method string) bool {
 func (g *Gateway) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
 	ctx.Response.Header.SetCanonical(headerRequestID, []byte(requestID(ctx)))
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		g.writeError(ctx, g.tooLarge())
+		reply.Error(ctx, reply.BodyTooLarge(int64(g.conf().Limits.MaxBodyBytes)))
 		ctx.SetConnectionClose()
 		return
 	}
@@ -99,17 +101,13 @@ func (g *Gateway) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
 	var ne net.Error
 	switch {
 	case errors.As(err, &small):
-		g.writeError(ctx, errHeaderTooLarge())
+		reply.Error(ctx, reply.HeaderTooLarge())
 	case errors.As(err, &ne) && ne.Timeout():
-		g.writeError(ctx, errClientTimeout())
+		reply.Error(ctx, reply.ClientTimeout())
 	default:
-		g.writeError(ctx, adapters.BadRequest("", "malformed HTTP request"))
+		reply.Error(ctx, adapters.BadRequest("", "malformed HTTP request"))
 	}
 	ctx.SetConnectionClose()
-}
-
-func (g *Gateway) tooLarge() *adapters.APIError {
-	return errBodyTooLarge(int64(g.conf().Limits.MaxBodyBytes))
 }
 
 func (g *Gateway) serveReady(ctx *fasthttp.RequestCtx) {
@@ -125,10 +123,6 @@ func (g *Gateway) serveReady(ctx *fasthttp.RequestCtx) {
 	}
 	ctx.SetStatusCode(503)
 	ctx.SetBodyString(`{"status":"no usable node"}`)
-}
-
-func (g *Gateway) writeError(ctx *fasthttp.RequestCtx, e *adapters.APIError) {
-	reply.Error(ctx, e)
 }
 
 // requestID takes a sane client X-Request-Id or makes one.
@@ -191,7 +185,7 @@ func isJSON(ct []byte) bool {
 func (g *Gateway) serveModels(ctx *fasthttp.RequestCtx) {
 	t, apiErr := g.rt.Load().tenants.resolve(ctx)
 	if apiErr != nil {
-		g.writeError(ctx, apiErr)
+		reply.Error(ctx, apiErr)
 		return
 	}
 	served, aliases := g.pool.Models()
@@ -226,3 +220,94 @@ var (
 	headerCache            = []byte("X-Cache")
 	headerRequestID        = []byte("X-Request-Id")
 )
+
+// Refusals at the HTTP layer: what the header block alone condemns is
+// answered before a handler reads a header and, for a request that sent
+// Expect: 100-continue, before a 100 Continue invites its body.
+const (
+	refusedFraming  = "framing"          // adapters.CheckRequestFraming
+	refusedTrailers = "trailers"         // fields after a chunked body
+	refusedTooLarge = "expect_too_large" // Content-Length over the limit, before 100 Continue
+	refusedAuth     = "expect_auth"      // no or a bad API key, before 100 Continue
+	refusedOrigin   = "admin_origin"     // the admin listener: a browser acting for another site (browserOrigin)
+)
+
+// transportRefusals counts the refusals by reason
+// (frontdoor_transport_refusals_total) and logs them, rate-limited.
+type transportRefusals struct {
+	log     *telemetry.RateLog
+	counter map[string]*metrics.Counter
+}
+
+// refuse answers e with a close and counts it under reason.
+func (g *Gateway) refuse(ctx *fasthttp.RequestCtx, id, reason string, e *adapters.APIError) {
+	ctx.Response.Header.SetCanonical(headerRequestID, []byte(id))
+	reply.Error(ctx, e)
+	ctx.SetConnectionClose()
+	r := g.metrics.refused
+	r.counter[reason].Inc()
+	r.log.Warn(reason, "http: request refused", "reason", reason, "status", e.Status,
+		"path", string(ctx.Path()), "remote", ctx.RemoteIP().String(), "error", e.Message)
+}
+
+// refuseFraming refuses, with a 400 and a close, a request whose body
+// length two parsers could read differently (adapters.CheckRequestFraming)
+// or that sent fields after its chunked body (adapters.ErrTrailerFields:
+// the server files them with the headers, where they would pass for
+// headers a proxy in front checked). It reports whether it did. No header
+// is read before it, not even X-Request-Id when trailer fields are about.
+func (g *Gateway) refuseFraming(ctx *fasthttp.RequestCtx) bool {
+	trailers := len(ctx.Request.Header.PeekTrailerKeys()) > 0 // announced or received
+	err := adapters.CheckRequestFraming(ctx.Request.Header.RawHeaders())
+	reason := refusedFraming
+	if err == nil && trailers {
+		err, reason = adapters.ErrTrailerFields, refusedTrailers
+	}
+	if err == nil {
+		return false
+	}
+	id := newRequestID()
+	if !trailers {
+		id = requestID(ctx)
+	}
+	g.refuse(ctx, id, reason, adapters.BadRequest("", err.Error()))
+	return true
+}
+
+// expectHandler is the server's ExpectHandler. It runs on a request that
+// sent Expect: 100-continue once its headers are read, before its body
+// is. What the headers alone condemn gets its final answer now, with a
+// close and no 100 Continue, so the client never sends the body: a
+// framing refusal (400); on the inference endpoints a missing or bad API
+// key (401, as the handler would answer first) and a Content-Length over
+// limits.max_body_bytes (413); elsewhere a Content-Length over the
+// server's own cap (413). fasthttp writes ctx.Response as set here with
+// the status returned, skips the handler and closes (TestFramingExpect
+// holds the body to the OpenAI error). Chunked bodies, of unknown length,
+// are sent and checked as they are read. On the admin listener (checkKey
+// false) a request may act for any tenant without a key
+// (tenantSet.resolve): the key is left to the handler.
+func (g *Gateway) expectHandler(checkKey bool) func(ctx *fasthttp.RequestCtx) int {
+	return func(ctx *fasthttp.RequestCtx) int {
+		if g.refuseFraming(ctx) {
+			return ctx.Response.StatusCode()
+		}
+		limit := g.server.MaxRequestBodySize
+		var apiErr *adapters.APIError
+		reason := refusedAuth
+		if p := string(ctx.Path()); p == "/v1/chat/completions" || p == "/v1/completions" || p == "/v1/embeddings" || passthroughPattern(g.conf().Passthrough.Paths, p) != "" {
+			limit = int(g.conf().Limits.MaxBodyBytes)
+			if checkKey && ctx.IsPost() {
+				_, apiErr = g.rt.Load().tenants.resolve(ctx)
+			}
+		}
+		if apiErr == nil && ctx.Request.Header.ContentLength() > limit {
+			apiErr, reason = reply.BodyTooLarge(int64(g.conf().Limits.MaxBodyBytes)), refusedTooLarge
+		}
+		if apiErr == nil {
+			return fasthttp.StatusContinue
+		}
+		g.refuse(ctx, requestID(ctx), reason, apiErr)
+		return apiErr.Status
+	}
+}

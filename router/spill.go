@@ -13,6 +13,7 @@ import (
 
 	"frontdoor/adapters"
 	"frontdoor/admission"
+	"frontdoor/internal/reply"
 )
 
 // spillover sends requests the local pool cannot take to a hosted API
@@ -131,38 +132,34 @@ func (s *spillover) throttled() {
 const reasonPredicted = "predicted_slo"
 
 // trySpill sends the request to the hosted API when the policy allows it,
-// and reports whether it answered the client (with the hosted answer or an
-// error of its own). A predicted_slo spill never answers with an error of
+// and reports whether that is the client's answer (the hosted answer, or
+// an error of its own). A predicted_slo spill never answers with an error of
 // its own: when the mirrored quota is out, or the hosted API fails or
 // throttles, it reports false and the request goes to a local node.
-func (g *Gateway) trySpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.UpstreamRequest, reason string) bool {
-	s := g.rt.Load().spill
+func (u *upstream) trySpill(h *fasthttp.ResponseHeader, x *exchange, ur *adapters.UpstreamRequest, reason string) (reached, bool) {
+	s := u.rt.Load().spill
 	if !s.takes(x, reason) {
-		return false
+		return reached{}, false
 	}
 	soft := reason == reasonPredicted
 	maxTokens := x.req.MaxTokens
 	if maxTokens == 0 {
-		maxTokens = g.conf().Admission.DefaultMaxTokens
+		maxTokens = u.conf().Admission.DefaultMaxTokens
 	}
 	if wait, limit := s.take(len(ur.Body)/4 + maxTokens); wait > 0 {
 		if soft {
-			return false
+			return reached{}, false
 		}
-		g.failFlight(x)
-		g.writeError(ctx, errSpillQuota(limit, wait))
-		return true
+		return reached{err: reply.SpillQuota(limit, wait)}, true
 	}
 	resp, err := s.send(x, ur)
 	if err != nil {
-		g.badAnswer(x.id, s.name, err)
+		u.badAnswer(x.id, s.name, err)
 		if soft {
-			g.log.Warn("predicted spill-over failed; trying local nodes", "request_id", x.id, "error", err.Error())
-			return false
+			u.log.Warn("predicted spill-over failed; trying local nodes", "request_id", x.id, "error", err.Error())
+			return reached{}, false
 		}
-		g.failFlight(x)
-		g.writeError(ctx, sendError(s.name, err))
-		return true
+		return reached{err: sendError(s.name, err)}, true
 	}
 	if soft && (resp.Status == 429 || adapters.RetryableStatus(resp.Status)) {
 		if resp.Status == 429 {
@@ -170,12 +167,12 @@ func (g *Gateway) trySpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.U
 		}
 		resp.Close()
 		x.slot.release()
-		return false
+		return reached{}, false
 	}
 	x.upstream = s.name
 	s.count(reason, x.model)
 	s.spilled.Add(1)
-	ctx.Response.Header.Set("X-Upstream-Model", resp.Model)
+	h.Set("X-Upstream-Model", resp.Model)
 	if resp.Status == 429 {
 		s.throttled()
 		e := s.backend.MapError(resp.Status, resp.Body)
@@ -185,13 +182,10 @@ func (g *Gateway) trySpill(ctx *fasthttp.RequestCtx, x *exchange, ur *adapters.U
 		}
 		resp.Close()
 		x.slot.release()
-		ctx.Response.Header.SetCanonical(headerUpstream, []byte(s.name))
-		g.failFlight(x)
-		g.writeError(ctx, e)
-		return true
+		h.SetCanonical(headerUpstream, []byte(s.name))
+		return reached{err: e}, true
 	}
-	g.commit(ctx, x, nil, s.backend, resp)
-	return true
+	return reached{be: s.backend, resp: resp}, true
 }
 
 // takes reports whether the spill-over s (nil: off) may take x's request

@@ -9,8 +9,9 @@ import (
 
 var startTime = time.Now()
 
-// status is the /status document.
-func (g *Gateway) status() admin.Status {
+// Status is the /status document.
+func (o operator) Status() admin.Status {
+	g := o.g
 	st := admin.Status{Uptime: time.Since(startTime).Round(time.Second).String(), Ready: g.pool.Ready() && !g.stopping.Load() && !g.draining.Load(),
 		Draining: g.draining.Load() || g.stopping.Load(),
 		Streams:  g.metrics.streams.Load(), Requests: g.metrics.classes()}

@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"frontdoor/adapters"
+	"frontdoor/internal/reply"
 	"frontdoor/router/admin"
 )
 
@@ -115,7 +116,7 @@ func (ts *tenantSet) resolve(ctx *fasthttp.RequestCtx) (*tenant, *adapters.APIEr
 		if t := ts.byName[string(name)]; t != nil {
 			return t, nil
 		}
-		return nil, errUnknownTenant()
+		return nil, reply.UnknownTenant()
 	}
 	if len(key) > 0 {
 		d := sha256.Sum256(key)
@@ -127,7 +128,7 @@ func (ts *tenantSet) resolve(ctx *fasthttp.RequestCtx) (*tenant, *adapters.APIEr
 		return ts.def, nil
 	}
 	if len(key) == 0 {
-		return nil, errMissingAPIKey()
+		return nil, reply.MissingAPIKey()
 	}
-	return nil, errInvalidAPIKey()
+	return nil, reply.InvalidAPIKey()
 }

@@ -43,12 +43,16 @@ import (
 
 func main() {
 	doc := flag.String("doc", "router/doc.go", "the router's doc.go, whose list is checked")
+	flag.StringVar(&show, "show", "", "also print the lines of this file (under router/) that ran, in the last measure")
 	flag.Parse()
 	if err := run(*doc); err != nil {
 		fmt.Fprintln(os.Stderr, "requestlife:", err)
 		os.Exit(1)
 	}
 }
+
+// show names a file whose lines that ran are printed (-show).
+var show string
 
 func run(docPath string) error {
 	if err := coverage.ClearCounters(); err != nil {
@@ -121,7 +125,7 @@ func docList(path string) ([]string, error) {
 			}
 			continue
 		}
-		if f := strings.Fields(item); len(f) > 0 && strings.HasSuffix(f[0], ".go") {
+		if f := strings.Fields(item); len(f) > 0 && strings.HasSuffix(f[0], ".go") { // else a line that goes on
 			out = append(out, f[0])
 		}
 	}
@@ -231,7 +235,11 @@ func filesRun() ([]string, error) {
 		if !ok || !strings.HasPrefix(file, "frontdoor/router/") || strings.HasSuffix(rest, " 0") || strings.HasSuffix(file, "_test.go") {
 			continue
 		}
-		if name := strings.TrimPrefix(file, "frontdoor/router/"); !slices.Contains(out, name) {
+		name := strings.TrimPrefix(file, "frontdoor/router/")
+		if name == show {
+			fmt.Println("ran:", sc.Text())
+		}
+		if !slices.Contains(out, name) {
 			out = append(out, name)
 		}
 	}

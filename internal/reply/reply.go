@@ -1,12 +1,13 @@
 // Package reply writes the gateway's own HTTP answers on a fasthttp
-// request: errors in the OpenAI envelope, JSON documents, and the 405 of a
-// route that takes one method. The router and its operator surface share
+// request: errors in the OpenAI envelope, JSON documents, the 405 of a
+// route that takes one method, and the RateLimit headers. The router and its operator surface share
 // it.
 package reply
 
 import (
 	"encoding/json"
 	"strconv"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -47,4 +48,16 @@ func OnlyMethod(ctx *fasthttp.RequestCtx, method string) bool {
 func MethodNotAllowed(method, path, allowed string) *adapters.APIError {
 	return &adapters.APIError{Status: 405, Type: adapters.TypeInvalidRequest, Code: "method_not_allowed",
 		Message: "method " + method + " is not allowed on " + path + "; use " + allowed}
+}
+
+// RateLimit sets OpenAI's x-ratelimit-{limit,remaining,reset}-<kind>
+// headers; kind is "requests" or "tokens". Reset is a Go duration written
+// to the millisecond ("0s", "20ms", "1.5s", "6m0s"), as OpenAI writes it.
+func RateLimit(h *fasthttp.ResponseHeader, kind string, limit, remaining int, reset time.Duration) {
+	if reset > 0 && reset < time.Millisecond {
+		reset = time.Millisecond
+	}
+	h.Set("x-ratelimit-limit-"+kind, strconv.Itoa(limit))
+	h.Set("x-ratelimit-remaining-"+kind, strconv.Itoa(remaining))
+	h.Set("x-ratelimit-reset-"+kind, reset.Round(time.Millisecond).String())
 }

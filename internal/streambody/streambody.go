@@ -1,4 +1,6 @@
-package router
+// Package streambody writes a streamed response body on the connection's
+// own goroutine, each flush one HTTP chunk (see Set).
+package streambody
 
 import (
 	"errors"
@@ -8,7 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// setStreamBody makes write the response body, like ctx.SetBodyStreamWriter,
+// Set makes write the response body, like ctx.SetBodyStreamWriter,
 // but write runs on the connection's own goroutine: fasthttp calls
 // streamBody.WriteTo, which frames each flush of w as one chunk straight
 // into the connection's buffer. SetBodyStreamWriter instead starts a
@@ -20,7 +22,7 @@ import (
 // never written (the connection broke first, or the body was reset), Close
 // runs write against a failing writer, so its clean-up runs exactly once,
 // as for a client that went away.
-func setStreamBody(ctx *fasthttp.RequestCtx, write func(w flushWriter)) {
+func Set(ctx *fasthttp.RequestCtx, write func(w Writer)) {
 	ctx.SetBodyStream(&streamBody{write: write}, -1)
 }
 
@@ -32,15 +34,15 @@ const streamBufSize = 2 << 10
 // (waiting for its next token) holds none.
 var streamBufs = sync.Pool{New: func() any { b := make([]byte, 0, streamBufSize); return &b }}
 
-// flushWriter is what a stream body's writer gets: each Flush sends what
+// Writer is what a stream body's writer gets: each Flush sends what
 // was written since the last one.
-type flushWriter interface {
+type Writer interface {
 	io.Writer
 	Flush() error
 }
 
 type streamBody struct {
-	write func(w flushWriter)
+	write func(w Writer)
 	once  sync.Once
 	cw    chunkWriter    // what write writes to, in WriteTo
 	pr    *io.PipeReader // only when fasthttp reads instead of calling WriteTo
@@ -49,7 +51,7 @@ type streamBody struct {
 var (
 	_ fasthttp.BodyWriterTo = (*streamBody)(nil)
 	_ io.ReadCloser         = (*streamBody)(nil)
-	_ flushWriter           = (*chunkWriter)(nil)
+	_ Writer                = (*chunkWriter)(nil)
 )
 
 var errStreamWritten = errors.New("stream body already written")

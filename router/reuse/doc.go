@@ -3,7 +3,7 @@
 // request gets for the next one. The router calls it through a few verbs
 // and turns what they return into headers, a replay or a forward:
 //
-//	Plan(Request, Hints) -> *Plan          what the cache will do (plan.go)
+//	Plan(Request, Hints) -> *Plan          what the cache will do (lookup.go)
 //	Lookup(Plan)         -> Found          Hit | Lead | Follow | Bypass | Absent, with its Outcome (lookup.go)
 //	Flight.Publish, Finish, FinishJSON, Fail   the leader's answer, shared (flight.go)
 //	Flight.Wait, Next, Result, Hit        a follower's side (flight.go)
