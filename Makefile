@@ -3,14 +3,22 @@ GO       ?= go
 PKGS     ?= ./...
 BENCHTIME ?= 2s
 
-.PHONY: test e2e docker crossbuild build lint bench fuzz redis-server chromium demo clean request-life
+.PHONY: test test-quick e2e docker crossbuild build lint bench fuzz redis-server chromium demo clean request-life
 
 ## test: the cross-builds, then every test with the race detector against a
 ## real redis-server, and the dashboard in a real headless Chromium, after
 ## 15 s of fuzzing that every JSON frontdoor writes to a client is valid.
+## internal/testshard runs the packages, each named as it starts, and the
+## router's tests in ROUTER_SHARDS shards at once (they mostly wait).
+ROUTER_SHARDS ?= 6
 test: crossbuild redis-server chromium
 	$(GO) test -run '^$$' -fuzz '^FuzzAnswersAreValidJSON$$' -fuzztime 15s ./adapters
-	FRONTDOOR_REQUIRE_REDIS=1 $(GO) test -race -count=1 $(PKGS)
+	FRONTDOOR_REQUIRE_REDIS=1 $(GO) run ./internal/testshard -split frontdoor/router=$(ROUTER_SHARDS) -- -race -count=1 $(PKGS)
+
+## test-quick: every test once, -short and without the race detector, for
+## the edit-test loop; it installs nothing (make test is what CI runs).
+test-quick:
+	$(GO) run ./internal/testshard -split frontdoor/router=$(ROUTER_SHARDS) -- -short -count=1 $(PKGS)
 
 ## e2e: the containers for real (deploy/e2e_test.go, TestE2E): build the
 ## images from deploy/Dockerfile on local stand-in base images (debootstrap,
@@ -42,11 +50,13 @@ docker:
 	fi
 
 ## soak: make test RUNS times in a row (default 20) from a clean clone of
-## HEAD in a temporary directory, one line per run (result, seconds, load);
-## it stops at the first failure and keeps that run's log.
+## HEAD in a temporary directory (beside a link to ../shared when there is
+## one, as CI has it), one line per run (result, seconds, load); it stops
+## at the first failure and keeps that run's log.
 RUNS ?= 20
 soak:
-	@dir=$$(mktemp -d); git clone -q . "$$dir/repo" && cd "$$dir/repo" && \
+	@dir=$$(mktemp -d); git clone -q . "$$dir/repo" && \
+	if [ -d ../shared ]; then ln -s "$(abspath ../shared)" "$$dir/shared"; fi && cd "$$dir/repo" && \
 	for i in $$(seq 1 $(RUNS)); do \
 		start=$$(date +%s); \
 		if $(MAKE) -s test > "$$dir/run-$$i.log" 2>&1; then r=PASS; else r=FAIL; fi; \
