@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -29,13 +31,19 @@ FILE is plain text (one prompt a line), JSON Lines of chat requests, or JSON
 Lines of answered pairs ({"prompt" or "messages", "answer", ...}); the
 format is read from the content.
 
+Warm with what your app sends: the cache keys the system prompt and every
+parameter, so a plain-text prompt warmed without them misses the app's
+request for the same question. --like FILE takes them from one request as
+the app sends it (frontdoor cache export --top 1 gives one). Without it, a
+plain-text warm against a gateway says which parameter sets its clients use.
+
 Flags:
 `
 
 // warmFlags are frontdoor warm's flags.
 type warmFlags struct {
 	target, config, apiKey, adminToken, tenant, tag, report string
-	model, system                                           string
+	model, system, like                                     string
 	temperature                                             float64
 	maxTokens, concurrency                                  int
 	rps                                                     float64
@@ -79,6 +87,7 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.report, "report", "", "write the failures to this JSONL file (file, line, error)")
 	fs.StringVar(&f.model, "model", "", "model of plain-text prompts and of requests without one")
 	fs.StringVar(&f.system, "system", "", "system prompt of plain-text prompts")
+	fs.StringVar(&f.like, "like", "", "a `FILE` holding one chat request as the app sends it: each plain-text prompt is sent as it, in place of its last user message")
 	var temperature optionalFloat
 	fs.Var(&temperature, "temperature", "the `number` sent as temperature of plain-text prompts (default: none sent)")
 	fs.IntVar(&f.maxTokens, "max-tokens", 0, "max_tokens of plain-text prompts (0: none sent)")
@@ -109,19 +118,43 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !math.IsNaN(f.temperature) {
 		d.Temperature = &f.temperature
 	}
+	if f.like != "" {
+		if f.system != "" || temperature.set || f.maxTokens != 0 {
+			fmt.Fprintln(stderr, "frontdoor warm: --like takes the system prompt and the parameters from its request: drop --system, --temperature and --max-tokens")
+			return 2
+		}
+		data, err := os.ReadFile(f.like)
+		if err == nil {
+			d.Like, err = warm.ParseLike(data)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "frontdoor warm: --like %s: %v\n", f.like, err)
+			return 2
+		}
+		if d.Model == "" {
+			d.Model = d.Like.Model()
+		}
+	}
 	var items []warm.Item
+	var plain *warm.Item // a plain-text prompt's item, for the advice below
 	for _, path := range files {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			fmt.Fprintln(stderr, "frontdoor warm:", err)
 			return 1
 		}
-		its, _, err := warm.Parse(path, data, d)
+		its, format, err := warm.Parse(path, data, d)
 		if err != nil {
 			fmt.Fprintln(stderr, "frontdoor warm:", err)
 			return 1
 		}
+		if i := slices.IndexFunc(its, func(it warm.Item) bool { return it.Err == nil }); format == warm.FormatText && i >= 0 && plain == nil {
+			plain = &its[i]
+		}
 		items = append(items, its...)
+	}
+	if plain != nil && f.target != "" && f.like == "" {
+		adviseParams(ctx, f.target, f.adminToken, plain.Request, stderr)
 	}
 
 	var target warm.Target
@@ -165,6 +198,46 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// adviseParams tells, before a plain-text warm without --like, which
+// parameter sets the gateway's clients send most and whether the warm's
+// own is among them: a warmed entry answers only requests of its set. A
+// gateway that cannot say (no admin token, no traffic yet) is not asked
+// twice and nothing is printed.
+func adviseParams(ctx context.Context, target, adminToken string, sample json.RawMessage, stderr io.Writer) {
+	ours, err := warm.ParamSetOf(sample)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	rep, err := warm.FetchParamSets(ctx, nil, target, adminToken, 3)
+	if err != nil || rep.Sampled == 0 || len(rep.Sets) == 0 {
+		return
+	}
+	share := func(ps warm.ParamSet) string {
+		return strconv.FormatFloat(100*float64(ps.Requests)/float64(rep.Sampled), 'f', 0, 64) + "%"
+	}
+	fmt.Fprintf(stderr, "frontdoor warm: the gateway's clients send these parameter sets most (of %d chat requests sampled):\n", rep.Sampled)
+	var match *warm.ParamSet
+	for i, ps := range rep.Sets {
+		fmt.Fprintf(stderr, "  %4s  %s\n", share(ps), ps)
+		if ps.Key() == ours.Key() {
+			match = &rep.Sets[i]
+		}
+	}
+	if match != nil && match == &rep.Sets[0] {
+		fmt.Fprintf(stderr, "frontdoor warm: the plain-text prompts are sent with the most common set: %s\n", ours)
+		return
+	}
+	fmt.Fprintf(stderr, "frontdoor warm: the plain-text prompts are sent with %s", ours)
+	if match != nil {
+		fmt.Fprintf(stderr, ", %s of the requests;", share(*match))
+	} else {
+		fmt.Fprint(stderr, ", which none of those requests use;")
+	}
+	fmt.Fprintln(stderr, " their entries answer only requests sent the same way. To warm for the others, pass --like FILE, one request as the app sends it (frontdoor cache export --top 1 gives one).")
 }
 
 // openImportGateway builds the gateway of a config, without serving, for

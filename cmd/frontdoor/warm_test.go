@@ -460,3 +460,72 @@ func TestCacheExportFollowsPrivacy(t *testing.T) {
 		t.Fatalf("export wrote %s (%v)", outFile, err)
 	}
 }
+
+// appBody is a chat request as an app sends it: a system prompt and its
+// own sampling fields around the user's question.
+func appBody(question string) string {
+	b, _ := json.Marshal(map[string]any{"model": "qwen3-8b", "temperature": 0.3, "max_tokens": 64, "stream": false,
+		"messages": []map[string]string{{"role": "system", "content": "You are Acme's support assistant. Answer briefly."},
+			{"role": "user", "content": question}}})
+	return string(b)
+}
+
+// A plain-text warm misses the app's requests, whose system prompt and
+// parameters differ, and says so from the gateway's own count of what its
+// clients send; warmed --like one of the app's requests, the same
+// questions are then hits, exact and semantic.
+func TestWarmLikeTheApp(t *testing.T) {
+	node := simNode(t, 0)
+	base := warmGateway(t, node, nil)
+	for i := range 9 { // one in 8 is sampled: two of these
+		if got := xcache(t, base, appBody(fmt.Sprintf("An earlier question number %d?", i))); got != "miss" {
+			t.Fatalf("X-Cache %q", got)
+		}
+	}
+	plain := writeFile(t, "plain.txt", "How do I reset my password?\n")
+	code, _, errOut := warmRun(t, plain, "--target", base, "--model", "qwen3-8b")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		"the gateway's clients send these parameter sets most (of 2 chat requests sampled):",
+		`100%  {"max_tokens":64,"model":"qwen3-8b","temperature":0.3}, a system prompt (sha256 `,
+		`the plain-text prompts are sent with {"model":"qwen3-8b"}, no system prompt, which none of those requests use;`,
+		"pass --like FILE",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("no %q in:\n%s", want, errOut)
+		}
+	}
+	if got := xcache(t, base, appBody("How do I reset my password?"), lookupOnly...); got != "miss" {
+		t.Fatalf("the app's request after a plain warm: X-Cache %q, want miss (the problem --like solves)", got)
+	}
+
+	var pretty bytes.Buffer
+	_ = json.Indent(&pretty, []byte(appBody("A question the app asked once")), "", "  ")
+	like := writeFile(t, "like.json", pretty.String())
+	questions := writeFile(t, "questions.txt", "How do I reset my password?\nWhere is my invoice?\n")
+	received := node.Stats().Received
+	code, out, errOut := warmRun(t, questions, "--target", base, "--like", like)
+	if code != 0 || strings.TrimSpace(out) != "warmed 2, already cached 0, failed 0" {
+		t.Fatalf("--like: exit %d, %q, %s", code, out, errOut)
+	}
+	if strings.Contains(errOut, "parameter sets") {
+		t.Errorf("a --like warm was advised to use --like:\n%s", errOut)
+	}
+	if n := node.Stats().Received - received; n != 2 {
+		t.Fatalf("the node saw %d warm requests, want 2", n)
+	}
+	eventuallyX(t, base, appBody("How do I reset my password?"), "hit-exact")
+	eventuallyX(t, base, appBody("Where is my invoice?"), "hit-exact")
+	eventuallyX(t, base, appBody("where is my invoice"), "hit-semantic", lookupOnly...)
+
+	if code, _, errOut := warmRun(t, questions, "--target", base, "--like", like, "--temperature", "0"); code != 2 ||
+		!strings.Contains(errOut, "--like takes the system prompt and the parameters from its request") {
+		t.Errorf("--like with --temperature: exit %d, %s", code, errOut)
+	}
+	bad := writeFile(t, "bad.json", `{"model":"qwen3-8b","messages":[{"role":"system","content":"no question"}]}`)
+	if code, _, errOut := warmRun(t, questions, "--target", base, "--like", bad); code != 2 || !strings.Contains(errOut, "no user message") {
+		t.Errorf("--like without a user message: exit %d, %s", code, errOut)
+	}
+}

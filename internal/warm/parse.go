@@ -58,6 +58,9 @@ type Defaults struct {
 	System      string
 	Temperature *float64
 	MaxTokens   int
+	// Like, when set, is the request a plain-text prompt is sent as, with
+	// the prompt as its last user message (frontdoor warm --like).
+	Like *Like
 }
 
 // MaxLine is the longest line a warm file may have.
@@ -112,6 +115,11 @@ func Parse(name string, data []byte, d Defaults) ([]Item, Format, error) {
 }
 
 func textRequest(prompt string, d Defaults) (json.RawMessage, error) {
+	if d.Like != nil {
+		req := d.Like.request(prompt)
+		applyDefaults(req, d)
+		return json.Marshal(req)
+	}
 	var msgs []map[string]string
 	if d.System != "" {
 		msgs = append(msgs, map[string]string{"role": "system", "content": d.System})

@@ -56,6 +56,9 @@ type CacheOps interface {
 	Purge(ctx context.Context, namespace string) (int, error)
 	// PurgeTag deletes the entries tagged tag and returns how many.
 	PurgeTag(ctx context.Context, tag string) (int, error)
+	// ParamSets is the n parameter sets sampled most among the clients'
+	// chat requests, and how many requests were sampled.
+	ParamSets(n int) (int64, []warm.ParamSet)
 }
 
 // CacheStats is GET /admin/cache/stats.

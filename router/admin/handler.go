@@ -118,6 +118,7 @@ var routes = []route{
 	{"/admin/cache/warm", fasthttp.MethodPost, func(h *Handler, ctx *fasthttp.RequestCtx, _ string) { h.warm(ctx) }},
 	{"/admin/cache/warm/", fasthttp.MethodGet, (*Handler).warmStatus},
 	{"/admin/cache/hot", fasthttp.MethodGet, func(h *Handler, ctx *fasthttp.RequestCtx, _ string) { h.hot(ctx) }},
+	{"/admin/cache/params", fasthttp.MethodGet, func(h *Handler, ctx *fasthttp.RequestCtx, _ string) { h.params(ctx) }},
 	{"/admin/cache/entries", fasthttp.MethodPost, func(h *Handler, ctx *fasthttp.RequestCtx, _ string) { h.importPair(ctx) }},
 	{"/admin/cache/stats", fasthttp.MethodGet, func(h *Handler, ctx *fasthttp.RequestCtx, _ string) { h.cacheStats(ctx) }},
 	{"/admin/cache/entries/", fasthttp.MethodGet, (*Handler).getEntry},
@@ -392,6 +393,31 @@ func (h *Handler) hot(ctx *fasthttp.RequestCtx) {
 	ctx.SetStatusCode(200)
 	ctx.SetContentType("application/x-ndjson")
 	ctx.SetBody(out)
+}
+
+// params serves GET /admin/cache/params?top=N (default 5): what the
+// clients' chat requests send besides their question, most common first.
+// No prompt is shown: a system prompt is a digest.
+func (h *Handler) params(ctx *fasthttp.RequestCtx) {
+	c := h.cache(ctx)
+	if c == nil {
+		return
+	}
+	top := 5
+	if v := ctx.QueryArgs().Peek("top"); len(v) > 0 {
+		n, err := strconv.Atoi(string(v))
+		if err != nil || n < 1 || n > 64 {
+			reply.Error(ctx, adapters.BadRequest("top", "top must be between 1 and 64"))
+			return
+		}
+		top = n
+	}
+	var out warm.ParamReport
+	out.Sampled, out.Sets = c.ParamSets(top)
+	if out.Sets == nil {
+		out.Sets = []warm.ParamSet{}
+	}
+	reply.JSON(ctx, 200, out)
 }
 
 // reload serves POST /admin/reload: 200 when applied; 422 with the

@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"hash/maphash"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 
+	"frontdoor/internal/warm"
 	"frontdoor/router/admin"
 )
 
@@ -128,4 +131,73 @@ func (h *hotTracker) top(n int, tenant string) []admin.HotEntry {
 		}
 	}
 	return out
+}
+
+// paramSets counts the parameter sets of a sample of the chat requests
+// planned (one in paramSample), for frontdoor warm: warmed entries answer
+// only the requests of their own set (see warm.ParamSet).
+type paramSets struct {
+	seen atomic.Int64 // chat requests planned
+	mu   sync.Mutex
+	n    int64 // requests sampled
+	m    map[string]*warm.ParamSet
+}
+
+const (
+	paramSample = 8  // one request in paramSample is read
+	paramCap    = 64 // sets kept; past it the counts halve and the ones at 0 go
+)
+
+// add counts the parameter set of a chat request's body (Plan samples
+// one in paramSample); a body over hotMaxBody is not read.
+func (s *paramSets) add(body []byte) {
+	if len(body) > hotMaxBody {
+		return
+	}
+	ps, err := warm.ParamSetOf(body)
+	if err != nil {
+		return
+	}
+	key := ps.Key()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n++
+	if e := s.m[key]; e != nil {
+		e.Requests++
+		return
+	}
+	if s.m == nil {
+		s.m = map[string]*warm.ParamSet{}
+	}
+	if len(s.m) >= paramCap {
+		for k, e := range s.m {
+			if e.Requests /= 2; e.Requests == 0 {
+				delete(s.m, k)
+			}
+		}
+	}
+	ps.Requests = 1
+	s.m[key] = &ps
+}
+
+// top returns the n sets sampled most, most first, and how many requests
+// were sampled.
+func (s *paramSets) top(n int) (int64, []warm.ParamSet) {
+	s.mu.Lock()
+	out := make([]warm.ParamSet, 0, len(s.m))
+	for _, e := range s.m {
+		out = append(out, *e)
+	}
+	sampled := s.n
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b warm.ParamSet) int {
+		if c := cmp.Compare(b.Requests, a.Requests); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Key(), b.Key())
+	})
+	if len(out) > n {
+		out = out[:n]
+	}
+	return sampled, out
 }

@@ -16,6 +16,7 @@ import (
 	"frontdoor/embed"
 	"frontdoor/internal/redisconn"
 	"frontdoor/internal/telemetry"
+	"frontdoor/internal/warm"
 	"frontdoor/router/admin"
 )
 
@@ -61,6 +62,7 @@ type Cache struct {
 	m        *cacheMetrics
 	emb      *embeddingMetrics
 	hot      *hotTracker // hits per entry, for /admin/cache/hot; nil when off
+	params   paramSets   // what chat requests send besides their question, for frontdoor warm
 	verify   *verifier   // the judge's audit of semantic hits; nil without a judge
 	writes   redis.UniversalClient
 	clients  []redis.UniversalClient // clients New built, closed by Close
@@ -274,6 +276,10 @@ func (c *Cache) Hot(top int, tenant string) []admin.HotEntry {
 	}
 	return c.hot.top(top, tenant)
 }
+
+// ParamSets is GET /admin/cache/params: the n parameter sets sampled most
+// among the chat requests, and how many requests were sampled.
+func (c *Cache) ParamSets(n int) (int64, []warm.ParamSet) { return c.params.top(n) }
 
 // WaitReady waits until the store is connected.
 func (c *Cache) WaitReady(ctx context.Context) error {
