@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -97,6 +99,18 @@ func TestDashboardInBrowser(t *testing.T) {
 	flaky := testenv.GPUSim(t, func(c *sim.Config) {
 		c.TTFT, c.ITL, c.OutputTokens, c.FailRate = 40*time.Millisecond, 2*time.Millisecond, 16, 0.5
 	})
+	// A judge on a node of its own, which knows half the background's
+	// rewordings (yes) and no other pair (unsure).
+	var labels strings.Builder
+	for i := 0; i < 5000; i += 2 {
+		q := fmt.Sprintf("What is the capital of country number %d?", i)
+		fmt.Fprintf(&labels, "%s\t%s\t1\n", q, strings.ToLower(strings.TrimSuffix(q, "?")))
+	}
+	known, err := sim.ReadJudgeLabels(strings.NewReader(labels.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	judge := testenv.GPUSim(t, func(c *sim.Config) { c.Models, c.JudgeLabels = []string{"judge"}, known })
 	// As an operator opens it: on the admin listener, with nothing else
 	// under admin: (the main listener's /dashboard needs the token or a
 	// session).
@@ -105,7 +119,10 @@ func TestDashboardInBrowser(t *testing.T) {
 		c.Balancer.HealthInterval = 200e6 // the probe brings the flaky node back after its failures
 		c.Admin = DefaultConfig().Admin
 		c.Nodes = append(c.Nodes, balancer.NodeConfig{Name: "gpu-flaky", URL: flaky.URL(), Kind: "vllm",
-			Models: []string{"qwen3-8b"}, MaxConcurrency: 2, Weight: 1})
+			Models: []string{"qwen3-8b"}, MaxConcurrency: 2, Weight: 1},
+			balancer.NodeConfig{Name: "gpu-judge", URL: judge.URL(), Kind: "vllm", Models: []string{"judge"}, MaxConcurrency: 4, Weight: 1})
+		v := &c.Cache.Semantic.Verify
+		v.JudgeModel, v.AuditRate, v.MaxJudgeRPS = "judge", 1, 100
 		c.Spillover.Price = SpillPrice{InputPerMillion: 2000, OutputPerMillion: 6000, Currency: "CNY"}
 	})
 	admin := serveAdmin(t, gw)
@@ -120,7 +137,8 @@ func TestDashboardInBrowser(t *testing.T) {
 		code, b := adminDo(t, http.MethodGet, gw.URL+"/admin/dashboard/history", "", "Authorization", "Bearer "+testToken)
 		var h history
 		if code == 200 && json.Unmarshal(b, &h) == nil && len(h.T) >= 2 && h.max("hit_rps") > 0 && h.max("spilled_rps") > 0 &&
-			h.max("rejected_rps") > 0 && h.max("retries") > 0 && h.max("gpu_seconds_saved") > 0 && h.max("spill_cost") > 0 {
+			h.max("rejected_rps") > 0 && h.max("retries") > 0 && h.max("gpu_seconds_saved") > 0 && h.max("spill_cost") > 0 &&
+			(operator{gw.Gateway}).Status().Cache.Verify.Unsure > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -130,7 +148,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox,
-		chromedp.Flag("headless", true), chromedp.WindowSize(1400, 1150), chromedp.Flag("disable-dev-shm-usage", true))
+		chromedp.Flag("headless", true), chromedp.WindowSize(1400, 1000), chromedp.Flag("disable-dev-shm-usage", true))
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	defer cancelAlloc()
 	bctx, cancelBrowser := chromedp.NewContext(actx)
@@ -218,9 +236,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	check("main listener after login")
 	// The page keeps fetching with the cookie: ticks, and no error shown.
-	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`fd.ticks >= 4 && document.getElementById("err").textContent === "" && document.querySelectorAll("#nodes tr").length === 3`)); err != nil {
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`fd.ticks >= 4 && document.getElementById("err").textContent === "" && document.querySelectorAll("#nodes tr").length === 4`)); err != nil {
 		t.Fatalf("the dashboard does not refresh after login: %v", err)
 	}
+	checkReadsTrue(ctx, t, gw)
 	if os.Getenv("FRONTDOOR_DASHBOARD_PNG") != "" {
 		time.Sleep(20 * time.Second) // longer lines for the README's picture
 	}
@@ -271,4 +290,68 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	cancel()
 	<-consoleDone
+}
+
+// checkReadsTrue checks that the dashboard reads true at a glance (issue
+// 49): the tables are in view without scrolling at 1400×1000; each legend
+// holds its chart's value over the window, labelled so, not its last step;
+// the audits the judge could not decide are counted and shown; the
+// GPU-time tile is the tenants' rows added up; and the judge's own model,
+// on a node of its own, is not offered to clients in /v1/models.
+func checkReadsTrue(ctx context.Context, t *testing.T, gw *testGateway) {
+	t.Helper()
+	type glance struct {
+		Height       float64
+		Tables       [2]float64 // bottom of the tenants' and the nodes' table
+		Legend, Mean float64    // the rps chart's "hit" legend, and the mean of what it draws
+		LegendNote   string
+		GPUTotal     float64 // the gpu chart's legend: its cumulative total
+		Judged       string
+		Tile         string
+		RowsGPU      float64
+		Rows         int
+	}
+	const probe = `(() => {
+	  const hit = fd.charts.rps.hit.filter(v => v != null);
+	  return {Height: innerHeight,
+	    Tables: [...document.querySelectorAll(".tables table")].map(t => t.getBoundingClientRect().bottom),
+	    Legend: fd.legends.rps.hit, Mean: hit.reduce((a, b) => a + b, 0) / hit.length,
+	    LegendNote: document.querySelector("#l-rps .lw").textContent,
+	    GPUTotal: fd.legends.gpu["GPU-s"],
+	    Judged: document.getElementById("falsehitci").textContent,
+	    Tile: document.getElementById("gpusaved").textContent,
+	    RowsGPU: [...document.querySelectorAll("#tenants tr")].reduce((a, r) => a + Number(r.cells[4].textContent), 0),
+	    Rows: document.querySelectorAll("#tenants tr").length};
+	})()`
+	g, err := chromedp.Run(ctx, chromedp.Evaluate[glance](probe))
+	if err != nil {
+		t.Fatalf("evaluate: %v", err)
+	}
+	if g.Tables[0] <= 0 || g.Tables[0] > g.Height || g.Tables[1] > g.Height {
+		t.Errorf("at 1400×1000 the tables end at %v, below the window's %v px", g.Tables, g.Height)
+	}
+	if g.Legend <= 0 || g.Legend < g.Mean*0.999 || g.Legend > g.Mean*1.001 || !strings.HasPrefix(g.LegendNote, "average over the last ") {
+		t.Errorf("the hit legend reads %v (%q), the window's average is %v", g.Legend, g.LegendNote, g.Mean)
+	}
+	if g.GPUTotal <= 0 {
+		t.Errorf("the GPU chart's legend total is %v", g.GPUTotal)
+	}
+	if !strings.Contains(g.Judged, " unsure (in no rate)") || strings.HasPrefix(g.Judged, "none judged yet") {
+		t.Errorf("the judged-wrong tile hides the unsure audits: %q", g.Judged)
+	}
+	tile, err := strconv.ParseFloat(strings.TrimSuffix(g.Tile, " GPU-s"), 64)
+	if err != nil || tile <= 0 || math.Abs(tile-g.RowsGPU) > 0.05*float64(g.Rows+1) { // each shown to 0.1
+
+		t.Errorf("the GPU-time tile %q is not the tenants' rows added up (%.1f)", g.Tile, g.RowsGPU)
+	}
+	var models struct{ Data []struct{ ID string } }
+	_, body := adminDo(t, http.MethodGet, gw.URL+"/v1/models", "")
+	if err := json.Unmarshal(body, &models); err != nil || len(models.Data) == 0 {
+		t.Fatalf("/v1/models: %v %s", err, body)
+	}
+	for _, m := range models.Data {
+		if m.ID == "judge" {
+			t.Errorf("/v1/models offers the judge's own model to clients: %s", body)
+		}
+	}
 }

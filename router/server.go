@@ -8,12 +8,14 @@ import (
 	"math/rand/v2"
 	"net"
 	"runtime/debug"
+	"slices"
 	"strconv"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
 	"frontdoor/adapters"
+	"frontdoor/balancer"
 	"frontdoor/internal/reply"
 	"frontdoor/internal/telemetry"
 )
@@ -178,10 +180,23 @@ func isJSON(ct []byte) bool {
 	return bytes.EqualFold(ct, []byte("application/json"))
 }
 
+// judgeOnly reports whether every node configured with model serves it
+// alone: a model served for the judge (cache.semantic.verify.judge_model)
+// on nodes of its own, which /v1/models does not offer to clients.
+func judgeOnly(pool *balancer.Pool, model string) bool {
+	for _, n := range pool.Nodes() {
+		if ms := n.Config().Models; slices.Contains(ms, model) && len(ms) > 1 {
+			return false
+		}
+	}
+	return true
+}
+
 // serveModels lists the models the nodes serve (chat, completion and
 // embedding models alike, discovered nodes' included) and the aliases,
 // those the request's tenant may use: its allow-list applies here as on
-// every other route.
+// every other route. A judge-only model (judgeOnly) is listed only to a
+// tenant whose allow-list names it; a request for it still goes through.
 func (g *Gateway) serveModels(ctx *fasthttp.RequestCtx) {
 	t, apiErr := g.rt.Load().tenants.resolve(ctx)
 	if apiErr != nil {
@@ -191,8 +206,9 @@ func (g *Gateway) serveModels(ctx *fasthttp.RequestCtx) {
 	served, aliases := g.pool.Models()
 	list := adapters.ModelList{Object: "list", Data: []adapters.Model{}}
 	created := startTime.Unix()
+	judge := g.conf().Cache.Semantic.Verify.JudgeModel
 	for _, m := range served {
-		if t.allows(m) {
+		if t.allows(m) && (m != judge || t.names(m) || !judgeOnly(g.pool, m)) {
 			list.Data = append(list.Data, adapters.Model{ID: m, Object: "model", Created: created, OwnedBy: "frontdoor"})
 		}
 	}

@@ -32,6 +32,9 @@ type tenant struct {
 // Allows reports whether the tenant may use model (the name it asked for).
 func (t *tenant) allows(model string) bool { return t.models == nil || t.models[model] }
 
+// names reports whether the tenant's allow-list names model itself.
+func (t *tenant) names(model string) bool { return t.models != nil && t.models[model] }
+
 // tenantSet maps API keys to tenants. Keys are held only as SHA-256
 // digests: the raw key is never stored, logged or put in a metric label.
 type tenantSet struct {

@@ -92,9 +92,12 @@ type ReloadStatus struct {
 // VerifyStatus is the judge's audit of semantic hits: the false-hit rate
 // with its 95% interval, overall and per tenant and model.
 type VerifyStatus struct {
-	JudgeModel    string                 `json:"judge_model"`
-	AuditRate     float64                `json:"audit_rate"`
-	FalseHitRate  cache.Interval         `json:"false_hit_rate"`
+	JudgeModel   string         `json:"judge_model"`
+	AuditRate    float64        `json:"audit_rate"`
+	FalseHitRate cache.Interval `json:"false_hit_rate"`
+	// Unsure counts the audited hits the judge could not decide: they
+	// are in no rate (FalseHitRate counts yes and no).
+	Unsure        uint64                 `json:"unsure"`
 	Scopes        []cache.ScopedInterval `json:"scopes,omitempty"`
 	State         string                 `json:"state"` // ok | failing
 	Calls         int64                  `json:"judge_calls"`

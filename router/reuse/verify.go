@@ -208,6 +208,7 @@ func (v *verifier) status() *admin.VerifyStatus {
 		return nil
 	}
 	st := &admin.VerifyStatus{JudgeModel: v.cfg.JudgeModel, AuditRate: v.cfg.AuditRate, FalseHitRate: v.evid.Rate(),
+		Unsure: v.verdict[[2]string{"audit", cache.VerdictUnsure.String()}].Get(),
 		Scopes: v.evid.Scopes(), State: "ok", Calls: v.calls.Load(), Failures: v.failures.Load(),
 		Queued: len(v.queue), DroppedAudits: v.dropped.Get(), Promoted: v.promoted.Get(), Thresholds: v.thresholds()}
 	for reason, c := range v.promoteRefused {
