@@ -203,8 +203,8 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // adviseParams tells, before a plain-text warm without --like, which
 // parameter sets the gateway's clients send most and whether the warm's
 // own is among them: a warmed entry answers only requests of its set. A
-// gateway that cannot say (no admin token, no traffic yet) is not asked
-// twice and nothing is printed.
+// gateway that cannot say (no admin token, no traffic yet) gets one line
+// of caution instead.
 func adviseParams(ctx context.Context, target, adminToken string, sample json.RawMessage, stderr io.Writer) {
 	ours, err := warm.ParamSetOf(sample)
 	if err != nil {
@@ -214,6 +214,14 @@ func adviseParams(ctx context.Context, target, adminToken string, sample json.Ra
 	defer cancel()
 	rep, err := warm.FetchParamSets(ctx, nil, target, adminToken, 3)
 	if err != nil || rep.Sampled == 0 || len(rep.Sets) == 0 {
+		why := "it has seen no chat request yet"
+		if err != nil {
+			why = err.Error()
+			if adminToken == "" {
+				why += "; --admin-token lets it answer"
+			}
+		}
+		fmt.Fprintf(stderr, "frontdoor warm: plain-text prompts go out as %s: an app request with another system prompt or other parameters misses them; --like FILE warms as the app asks (the gateway could not say what its clients send: %s)\n", ours, why)
 		return
 	}
 	share := func(ps warm.ParamSet) string {

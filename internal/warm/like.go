@@ -204,8 +204,8 @@ func ParamSetOf(body []byte) (ParamSet, error) {
 // ParamReport is GET /admin/cache/params: the parameter sets of the
 // clients' chat requests, most common first.
 type ParamReport struct {
-	// Sampled is how many chat requests were read (one in 8; warm-ups are
-	// not counted).
+	// Sampled is how many chat requests were read (one in 8; warm-ups and
+	// other requests with an X-Cache-Tag are not counted).
 	Sampled int64      `json:"sampled_requests"`
 	Sets    []ParamSet `json:"sets"`
 }

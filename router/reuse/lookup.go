@@ -133,7 +133,7 @@ func (c *Cache) Plan(r Request, h Hints) *Plan {
 	p := &Plan{req: r.Req, body: r.Body, id: r.ID, tenant: r.Tenant, namespace: r.Namespace, model: r.Model, apiEndpoint: r.Endpoint,
 		ttl: conf.TTL.D(), only: h.only, tag: h.tag, curated: h.curated}
 	p.endpoint = cacheEndpoint[r.Endpoint]
-	if r.Endpoint == adapters.EndpointChat && r.Body != nil && c.store != nil && !h.curated && // a warm-up's are not the app's
+	if r.Endpoint == adapters.EndpointChat && r.Body != nil && c.store != nil && !h.curated && h.tag == "" && h.only == 0 && // a warm-up (tagged, or a lookup) is not the app
 		c.params.seen.Add(1)%paramSample == 1 {
 		c.params.add(r.Body)
 	}
