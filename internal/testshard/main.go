@@ -1,11 +1,12 @@
 // Command testshard runs go test over packages, one go test a package, at
-// most -p at once, and splits the tests of the packages named by -split
-// into shards that run at once, so that one long package is not the whole
+// most -p at once (as go test -p), and splits the tests of the packages
+// named by -split into shards that all run at once besides them (the
+// router's tests mostly wait), so that one long package is not the whole
 // run's critical path. It prints each package (and shard) as it starts,
 // the output of the tests that fail, and one line per package as go test
 // does; it exits 1 if any failed.
 //
-//	go run ./internal/testshard [-p 8] [-split frontdoor/router=3] -- -race -count=1 ./...
+//	go run ./internal/testshard [-p 2] [-split frontdoor/router=3] -- -race -count=1 ./...
 //
 // The flags after -- go to every go test; the last arguments that do not
 // start with - are the packages. Every test binary is built first, in one
@@ -25,6 +26,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,7 +36,7 @@ import (
 
 func main() {
 	split := flag.String("split", "", "packages to shard, as path=N, comma-separated")
-	flag.IntVar(&parallel, "p", 8, "go tests at once")
+	flag.IntVar(&parallel, "p", runtime.NumCPU(), "go tests of whole packages at once (shards run besides them)")
 	flag.Parse()
 	flags, patterns := splitArgs(flag.Args())
 	shards, err := parseSplit(*split)
@@ -50,7 +52,7 @@ func main() {
 	}
 }
 
-// parallel is how many go tests run at once (-p).
+// parallel is how many go tests of whole packages run at once (-p).
 var parallel int
 
 func fail(err error) {
@@ -116,7 +118,7 @@ func run(flags, patterns []string, shards map[string]int) (bool, error) {
 		fmt.Printf("%s\nFAIL\tbuilding the test binaries: %v\n", out, err)
 		return false, nil
 	}
-	var jobs, rest []job
+	var shardJobs, rest []job
 	for _, p := range pkgs {
 		n := shards[p.path]
 		if n < 2 {
@@ -138,22 +140,21 @@ func run(flags, patterns []string, shards map[string]int) (bool, error) {
 				continue
 			}
 			run := "^(" + strings.Join(mine, "|") + ")$"
-			jobs = append(jobs, job{name: fmt.Sprintf("%s [%d/%d]", p.path, i+1, n),
+			shardJobs = append(shardJobs, job{name: fmt.Sprintf("%s [%d/%d]", p.path, i+1, n),
 				args: append(append(append([]string{"test", "-json"}, flags...), "-run", run), p.path)})
 		}
 	}
-	jobs = append(jobs, rest...)
 	var (
 		mu   sync.Mutex // serializes printing
 		wg   sync.WaitGroup
 		good = true
 		sem  = make(chan struct{}, max(1, parallel))
 	)
-	for _, j := range jobs {
-		sem <- struct{}{}
+	start := func(j job, done func()) {
 		wg.Add(1)
 		go func() {
-			defer func() { <-sem; wg.Done() }()
+			defer wg.Done()
+			defer done()
 			mu.Lock()
 			fmt.Printf("start\t%s\t%s\n", j.name, time.Now().Format("15:04:05"))
 			mu.Unlock()
@@ -163,6 +164,13 @@ func run(flags, patterns []string, shards map[string]int) (bool, error) {
 				mu.Unlock()
 			}
 		}()
+	}
+	for _, j := range shardJobs {
+		start(j, func() {})
+	}
+	for _, j := range rest {
+		sem <- struct{}{}
+		start(j, func() { <-sem })
 	}
 	wg.Wait()
 	return good, nil
