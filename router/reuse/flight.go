@@ -35,7 +35,7 @@ type Flight struct {
 
 	mu     sync.Mutex
 	wake   chan struct{} // closed and replaced when events grow or the flight ends
-	events []flightEvent
+	events []Event
 	done   bool
 	broken bool             // the stream ended early or with an error
 	answer *adapters.Answer // the assembled answer, when complete and cacheable
@@ -60,8 +60,6 @@ type Event struct {
 	Raw       []byte
 	UsageOnly bool // the include_usage chunk: passed on only to who asked
 }
-
-type flightEvent = Event
 
 // EntryID is the id its answer will be stored under.
 func (f *Flight) EntryID() string { return f.entryID }

@@ -231,11 +231,7 @@ func (c *Cache) Redis() redis.UniversalClient { return c.writes }
 
 // EntryByID returns a stored entry by id, or nil.
 func (c *Cache) EntryByID(ctx context.Context, id string) *cache.Entry {
-	getter, _ := c.store.(cache.EntryGetter)
-	if getter == nil {
-		return nil
-	}
-	e, _ := getter.GetByID(ctx, id)
+	e, _ := c.Get(ctx, id)
 	return e
 }
 
